@@ -1,0 +1,51 @@
+"""The `kvconform` command: a thin dispatcher over conformance/commands/*.
+
+Each command module provides `add_arguments(parser)` and `main(args) -> int`. Bad input in
+any command becomes one line on stderr and exit code 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import KvconformError
+
+COMMANDS = {
+    "run": ("conformance.commands.run", "run the conformance suite against a backend (the main job)"),
+    "validate": ("conformance.commands.validate", "check request, case, engine, output, profile and report files"),
+    "simulate": ("conformance.commands.simulate", "predict a backend's profile with the reference oracle"),
+    "merge": ("conformance.commands.merge", "merge sharded report folders into one"),
+    "selftest": ("conformance.commands.selftest", "check that the suite catches every seeded faulty backend"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kvconform", description="KV-cache context-reuse conformance kit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    modules = {}
+    for name, (module_name, help_text) in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name != module_name:
+                raise
+            continue  # a command not built yet
+        modules[name] = module
+        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(modules[args.command].main(args) or 0)
+    except KvconformError as e:
+        print(f"kvconform: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kvconform: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

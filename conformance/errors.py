@@ -1,0 +1,19 @@
+"""The one error type the command line turns into a one-line message and exit code 2."""
+
+
+class KvconformError(Exception):
+    """Bad input: a file, an optional JSON path inside it, and what is wrong.
+
+    `str()` is the one line the user sees, e.g.
+    ``cases/x.json: $.requests[0].messages: missing required property 'messages'``.
+    """
+
+    def __init__(self, message: str, file: str | None = None, json_path: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.json_path = json_path
+
+    def __str__(self) -> str:
+        parts = [p for p in (self.file, self.json_path) if p]
+        return ": ".join(parts + [self.message])

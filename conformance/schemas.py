@@ -1,0 +1,134 @@
+"""Loading JSON files and validating them against spec/schemas, with one-line errors.
+
+Every message names the file and the JSON path of the offending value (`$.requests[2].stop`),
+so a user can find the problem without a traceback.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+from referencing import Registry, Resource
+
+from .errors import KvconformError
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "spec" / "schemas"
+SCHEMA_NAMES = ("request", "output", "profile", "predictions", "engine", "capabilities", "report")
+_URN = "urn:kvconform:schema:"
+
+
+def json_path(parts) -> str:
+    """`['requests', 2, 'stop']` -> `$.requests[2].stop`."""
+    out = "$"
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else f".{p}"
+    return out
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file, or raise KvconformError naming the file and what is wrong."""
+    p = Path(path)
+    if not p.exists():
+        raise KvconformError("file not found", str(path))
+    if p.is_dir():
+        raise KvconformError("is a directory, expected a JSON file", str(path))
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise KvconformError(f"not valid UTF-8 (byte {e.start})", str(path)) from None
+    except OSError as e:
+        raise KvconformError(f"cannot read: {e.strerror}", str(path)) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise KvconformError(f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}", str(path)) from None
+    except RecursionError:
+        raise KvconformError("invalid JSON: nested too deeply", str(path)) from None
+
+
+@lru_cache(maxsize=None)
+def _registry() -> Registry:
+    resources = []
+    for f in sorted(SCHEMA_DIR.glob("*.schema.json")):
+        contents = json.loads(f.read_text())
+        resources.append((contents["$id"], Resource.from_contents(contents)))
+    return Registry().with_resources(resources)
+
+
+@lru_cache(maxsize=None)
+def validator(name: str) -> Draft202012Validator:
+    """The validator of spec/schemas/<name>.schema.json."""
+    schema = _registry().contents(_URN + name)
+    return Draft202012Validator(schema, registry=_registry())
+
+
+def schema_errors(instance: Any, name: str) -> list[tuple[str, str]]:
+    """All (json_path, message) problems of `instance` against schema `name`, sorted by path."""
+    out = []
+    try:
+        for error in validator(name).iter_errors(instance):
+            error = _most_specific(error)
+            out.append((json_path(error.absolute_path), _describe(error)))
+    except RecursionError:
+        return [("$", "nested too deeply")]
+    return sorted(set(out))
+
+
+def check(instance: Any, name: str, file: str | None = None) -> None:
+    """Raise KvconformError for the first schema problem of `instance`."""
+    errors = schema_errors(instance, name)
+    if errors:
+        path, message = errors[0]
+        raise KvconformError(message, file, path)
+
+
+def _most_specific(error: ValidationError) -> ValidationError:
+    """For a failed oneOf/anyOf, the error of the branch the author most likely meant.
+
+    A branch that fails a `const` (a discriminator such as an item's `"type": "image"`) did
+    not apply, so it is set aside; among what remains the deepest error wins (an image item
+    missing its path, not "content is not a string").
+    """
+    if not error.context:
+        return error
+    branches: dict = {}
+    for e in error.context:
+        branches.setdefault(e.relative_schema_path[0], []).append(e)
+    applicable = [errs for errs in branches.values() if not any(e.validator == "const" for e in errs)]
+    if not applicable:
+        consts = [e for errs in branches.values() for e in errs if e.validator == "const"]
+        if len({tuple(e.absolute_path) for e in consts}) == 1:  # no discriminator value matched
+            merged = consts[0]
+            merged.validator, merged.validator_value = "enum", [e.validator_value for e in consts]
+            return merged
+    candidates = [e for errs in (applicable or list(branches.values())) for e in errs]
+    leaves = [_most_specific(e) for e in candidates]
+    return max(leaves, key=lambda e: (len(e.absolute_path), e.validator != "type"))
+
+
+def _describe(error: ValidationError) -> str:
+    """A short message: jsonschema's default repeats the whole instance."""
+    v = error.validator
+    if v == "required":
+        missing = [r for r in error.validator_value if r not in (error.instance or {})]
+        return f"missing required property {missing[0]!r}" if missing else error.message
+    if v == "additionalProperties":
+        return error.message.replace("Additional properties are not allowed", "unknown property")
+    if v in ("enum", "const"):
+        allowed = error.validator_value if v == "enum" else [error.validator_value]
+        return f"{_short(error.instance)} is not one of {allowed}"
+    if v == "type":
+        return f"expected {error.validator_value}, got {_short(error.instance)}"
+    if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems",
+             "minLength", "maxProperties", "pattern"):
+        return f"{_short(error.instance)} violates {v} {error.validator_value!r}"
+    return error.message if len(error.message) < 200 else error.message[:197] + "..."
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Write the media assets of tests/test_cases/media/ deterministically.
+
+    python tools/make_media.py [OUT_DIR]
+
+The assets are committed; re-running this script must reproduce them byte for byte on the
+same Pillow/zlib versions (the tests only depend on their decoded pixels and samples, which
+are fixed by the seeds below). What each asset is for:
+
+- `img_{a,b,c}_16x16.png`: three different images of one placeholder each (bytes-v1: one
+  placeholder per 16x16 patch).
+- `img_{a,b}_16x64.png`: four placeholders in one row, to split an image across pages.
+- `img_a_32x32.png`, `img_20x40.png`: 4 and 2*3 = 6 placeholders (partial patches pad).
+- `img_t_16x32.png` / `img_t_32x16.png`: the same raw RGB bytes under transposed geometry:
+  different items by CR-ID-4 although their bytes are equal.
+- `img_a_16x16` re-encoded: `_palette.png` (colour type 3), `_rgba.png` (alpha dropped),
+  `_z0.png` (no compression, other filters), `.ppm` (binary P6): the same decoded pixels, so
+  the same item.
+- `img_g_16x16_gray.png` / `img_g_16x16_rgb.png`: a grey image as colour type 0 and as RGB.
+- Refused images: `bad_corrupt.png`, `bad_truncated.png`, `bad_empty.png`,
+  `bad_not_an_image.png`, `bad_bomb.png` (a header declaring 100000x100000),
+  `bad_interlaced.png`, `bad_16bit.png`, `bad_lossy.jpg`.
+- `audio_{a,b}_16k.wav` (3200 samples: 10 placeholders), `audio_c_16k.wav` (961 samples: 4);
+  refused: `bad_audio_8k.wav`, `bad_audio_stereo.wav`, `bad_audio_corrupt.wav`,
+  `bad_audio_empty.wav`.
+"""
+from __future__ import annotations
+
+import io
+import random
+import struct
+import sys
+import wave
+import zlib
+from pathlib import Path
+
+from PIL import Image
+
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "tests" / "test_cases" / "media"
+
+
+def pixels(seed: int, height: int, width: int, colours: int = 64) -> bytes:
+    """Row-major RGB bytes drawn from a small seeded palette (so a palette PNG can hold them)."""
+    rng = random.Random(seed)
+    palette = [tuple(rng.randrange(256) for _ in range(3)) for _ in range(colours)]
+    out = bytearray()
+    for _ in range(height * width):
+        out.extend(palette[rng.randrange(colours)])
+    return bytes(out)
+
+
+def rgb_image(data: bytes, height: int, width: int) -> Image.Image:
+    return Image.frombytes("RGB", (width, height), data)
+
+
+def png_bytes(image: Image.Image, **options) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", **options)
+    return buf.getvalue()
+
+
+def ppm_bytes(data: bytes, height: int, width: int) -> bytes:
+    return f"P6\n{width} {height}\n255\n".encode() + data
+
+
+def png_chunk(kind: bytes, payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+
+
+def png_header_only(width: int, height: int, interlace: int, body: bytes = b"") -> bytes:
+    """A PNG whose header is valid, for files a decoder must refuse from the header alone."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, interlace)
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr)
+            + png_chunk(b"IDAT", zlib.compress(body)) + png_chunk(b"IEND", b""))
+
+
+def wav_bytes(samples: list[int], rate: int = 16000, channels: int = 1) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(struct.pack(f"<{len(samples)}h", *samples))
+    return buf.getvalue()
+
+
+def tone(seed: int, count: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(-20000, 20000) for _ in range(count)]
+
+
+def assets() -> dict[str, bytes]:
+    a16 = pixels(1, 16, 16)
+    out = {
+        "img_a_16x16.png": png_bytes(rgb_image(a16, 16, 16)),
+        "img_b_16x16.png": png_bytes(rgb_image(pixels(2, 16, 16), 16, 16)),
+        "img_c_16x16.png": png_bytes(rgb_image(pixels(3, 16, 16), 16, 16)),
+        "img_a_16x64.png": png_bytes(rgb_image(pixels(4, 16, 64), 16, 64)),
+        "img_b_16x64.png": png_bytes(rgb_image(pixels(5, 16, 64), 16, 64)),
+        "img_a_32x32.png": png_bytes(rgb_image(pixels(6, 32, 32), 32, 32)),
+        "img_20x40.png": png_bytes(rgb_image(pixels(7, 20, 40), 20, 40)),
+    }
+    transposed = pixels(8, 16, 32)
+    out["img_t_16x32.png"] = png_bytes(rgb_image(transposed, 16, 32))
+    out["img_t_32x16.png"] = png_bytes(rgb_image(transposed, 32, 16))
+
+    a = rgb_image(a16, 16, 16)
+    out["img_a_16x16_palette.png"] = png_bytes(a.quantize(colors=256, method=Image.Quantize.MAXCOVERAGE, dither=Image.Dither.NONE))
+    alpha = a.copy()
+    alpha.putalpha(Image.frombytes("L", (16, 16), bytes(range(0, 256))))
+    out["img_a_16x16_rgba.png"] = png_bytes(alpha)
+    out["img_a_16x16_z0.png"] = png_bytes(a, compress_level=0)
+    out["img_a_16x16.ppm"] = ppm_bytes(a16, 16, 16)
+
+    grey = bytes(random.Random(9).randrange(256) for _ in range(16 * 16))
+    out["img_g_16x16_gray.png"] = png_bytes(Image.frombytes("L", (16, 16), grey))
+    out["img_g_16x16_rgb.png"] = png_bytes(Image.frombytes("L", (16, 16), grey).convert("RGB"))
+
+    valid = out["img_a_16x16.png"]
+    out["bad_corrupt.png"] = valid[:16] + bytes(random.Random(10).randrange(256) for _ in range(200))
+    out["bad_truncated.png"] = valid[: len(valid) // 2]
+    out["bad_empty.png"] = b""
+    out["bad_not_an_image.png"] = b"this is a text file, not an image\n"
+    out["bad_bomb.png"] = png_header_only(100_000, 100_000, interlace=0, body=b"\0" * 64)
+    out["bad_interlaced.png"] = png_header_only(16, 16, interlace=1, body=b"\0" * (16 * 49 + 16))
+    out["bad_16bit.png"] = png_bytes(Image.frombytes("I;16", (16, 16), bytes(512)))
+    jpeg = io.BytesIO()
+    a.save(jpeg, format="JPEG", quality=90)
+    out["bad_lossy.jpg"] = jpeg.getvalue()
+
+    out["audio_a_16k.wav"] = wav_bytes(tone(11, 3200))
+    out["audio_b_16k.wav"] = wav_bytes(tone(12, 3200))
+    out["audio_c_16k.wav"] = wav_bytes(tone(13, 961))
+    out["bad_audio_8k.wav"] = wav_bytes(tone(14, 1600), rate=8000)
+    out["bad_audio_stereo.wav"] = wav_bytes(tone(15, 3200), channels=2)
+    out["bad_audio_corrupt.wav"] = b"RIFF\x10\x00\x00\x00WAVEjunk" + bytes(32)
+    out["bad_audio_empty.wav"] = wav_bytes([])
+    return out
+
+
+def main(argv: list[str]) -> int:
+    out_dir = Path(argv[1]) if len(argv) > 1 else DEFAULT_OUT
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in assets().items():
+        (out_dir / name).write_bytes(data)
+    print(f"wrote {len(assets())} assets to {out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
