@@ -1,0 +1,145 @@
+"""`kvconform simulate`: the profile (and per-request predictions) a backend should write.
+
+    kvconform simulate --engineDir D | --engineConfig FILE --inputFile IN --profileOutputFile PROF
+        [--outputFile PRED] [--transcript BACKEND_OUTPUT] [cache and runtime flags]
+
+The engine is an engine directory written by `python -m gpu_backend build` or a bare config.json
+following spec/schemas/engine.schema.json. Generated tokens come from `--transcript` (a
+backend's output file) when the counts depend on them. Exit codes: 0 ok, 1 some batch failed
+(as predicted), 2 bad input, 3 deployment refused (CR-SUP; the predictions file says so).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import reference
+
+from .. import schemas
+from ..errors import KvconformError
+
+
+def add_arguments(parser) -> None:
+    engine = parser.add_mutually_exclusive_group(required=True)
+    engine.add_argument("--engineDir", help="engine directory holding config.json")
+    engine.add_argument("--engineConfig", help="an engine description (config.json) file")
+    parser.add_argument("--inputFile", required=True, help="request file")
+    parser.add_argument("--profileOutputFile", required=True, help="where the predicted profile goes")
+    parser.add_argument("--outputFile", help="where the per-request predictions go")
+    parser.add_argument("--transcript", help="a backend's output file: generated tokens per request")
+    parser.add_argument("--enableContextReuse", action="store_true")
+    parser.add_argument("--contextCacheMaxRecords", type=_count, default=1024, metavar="M")
+    parser.add_argument("--contextCacheRecurrentSnapshotPoolBytes", type=_count, default=0, metavar="B")
+    parser.add_argument("--contextCachePartialKVSnapshotPoolBytes", type=_count, default=0, metavar="B")
+    parser.add_argument("--warmup", type=_count, default=0, metavar="N")
+    parser.add_argument("--batchSize", type=_positive, metavar="N")
+    parser.add_argument("--maxGenerateLength", type=_positive, metavar="N")
+    parser.add_argument("--tpSize", type=_positive, default=1, metavar="N")
+    parser.add_argument("--outputHiddenStates", nargs="?", const=True, default=False, metavar="FILE",
+                        help="hidden-state output: every request bypasses lookup (CR-POL-3)")
+    parser.add_argument("--dumpProfile", action="store_true", help="add the prefill section")
+    parser.add_argument("--poisonFreshPages", action="store_true", help="accepted; no effect on counts")
+
+
+def _count(text: str) -> int:
+    return _int(text, 0)
+
+
+def _positive(text: str) -> int:
+    return _int(text, 1)
+
+
+def _int(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+    return value
+
+
+def main(args) -> int:
+    outputs = [p for p in (args.profileOutputFile, args.outputFile) if p]
+    inputs = [p for p in (args.inputFile, args.transcript, args.engineConfig) if p]
+    for out in outputs:
+        if any(os.path.exists(i) and os.path.exists(out) and os.path.samefile(i, out) for i in inputs):
+            raise KvconformError("refusing to overwrite an input file", out)
+        if os.path.isdir(out):
+            raise KvconformError("is a directory, expected a file to write", out)
+
+    engine_file = os.path.join(args.engineDir, "config.json") if args.engineDir else args.engineConfig
+    engine = _engine(engine_file)
+    doc = schemas.read_json(args.inputFile)
+    schemas.check(doc, "request", args.inputFile)
+    generated = _transcript(args.transcript, len(doc["requests"])) if args.transcript else None
+    flags = reference.RuntimeFlags(
+        enable_context_reuse=args.enableContextReuse, max_records=args.contextCacheMaxRecords,
+        recurrent_snapshot_bytes=args.contextCacheRecurrentSnapshotPoolBytes,
+        partial_kv_snapshot_bytes=args.contextCachePartialKVSnapshotPoolBytes,
+        warmup=args.warmup, batch_size=args.batchSize, max_generate_length=args.maxGenerateLength,
+        tp_size=args.tpSize, output_hidden_states=bool(args.outputHiddenStates),
+        dump_profile=args.dumpProfile)
+    base_dir = os.path.dirname(os.path.abspath(args.inputFile))
+    try:
+        predictions, profile = reference.simulate(engine, flags, doc, base_dir, generated)
+    except reference.InputError as e:
+        if e.path.startswith("$.generated"):
+            raise KvconformError(e.message, args.transcript, e.path.replace("$.generated", "$.responses", 1)) from None
+        raise KvconformError(e.message, args.inputFile, e.path) from None
+    except (reference.NeedsTranscript, reference.OutOfScope) as e:
+        raise KvconformError(str(e), args.inputFile) from None
+    predictions["input_file"] = os.path.abspath(args.inputFile)
+    if predictions["rejected"] is not None:
+        rejected = predictions["rejected"]
+        if args.outputFile:
+            _write_json(args.outputFile, predictions)
+        print(f"kvconform: deployment refused ({rejected['rule']}): {rejected['message']}", file=sys.stderr)
+        return 3
+    _write_json(args.profileOutputFile, profile)
+    if args.outputFile:
+        _write_json(args.outputFile, predictions)
+    failed = [b for b in predictions["batches"] if b["status"] == "failed"]
+    for b in failed:
+        print(f"kvconform: batch {b['batch_idx']} fails ({b['rule']}): {b['error']}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _engine(file: str):
+    config = schemas.read_json(file)
+    schemas.check(config, "engine", file)
+    try:
+        return reference.engine_from_config(config)
+    except reference.InputError as e:
+        raise KvconformError(e.message, file, e.path) from None
+
+
+def _transcript(file: str, count: int) -> list:
+    """Generated tokens per request from a backend's output file (reference.transcript_tokens)."""
+    output = schemas.read_json(file)
+    schemas.check(output, "output", file)
+    tokens = reference.transcript_tokens(output)
+    if len(tokens) != count:
+        raise KvconformError(f"has {len(tokens)} responses for {count} requests", file, "$.responses")
+    return tokens
+
+
+def _write_json(path: str, data: dict) -> None:
+    """Write atomically: a temporary file in the same folder, then rename over `path`."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".kvconform-", suffix=".json", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=2)
+                f.write("\n")
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:
+        raise KvconformError(f"cannot write: {e.strerror}", path) from None

@@ -1,0 +1,222 @@
+"""Batches and the order of events (spec/context-reuse.md section 7, CR-BATCH-1 .. CR-BATCH-7),
+with admission (CR-CAP-3, CR-CAP-7), whole-batch failure (CR-CAP-8), decode growth (CR-CAP-9)
+and release (CR-CAP-10).
+
+CR-BATCH-1 (batches of batch_size consecutive requests, in file order) and CR-BATCH-4 (one
+adapter per batch) are applied when the file is parsed (requests.py); CR-BATCH-3 (reuse across
+batches and files) follows from the cache living as long as the Simulator. CR-BATCH-7: a
+sequence generates `length` = g tokens, the end-of-sequence token included; what ended it
+(end-of-sequence, stop string, max-length) changes no count, so only g and the tokens matter.
+"""
+
+from array import array
+
+from .errors import NeedsTranscript
+from .hybrid import capture_checkpoints, plan_checkpoint, restore_pins
+from .identity import TokenHistory, adapter_root
+from .media import trim_media_boundary
+from .planning import NO_REUSABLE_PREFIX, Plan, ceil_div, cold_plan, plan_vanilla
+from .policy import bypasses_lookup, includes_generated
+from .publication import DECODE_END, PREFILL_END, decode_end_pages, prefill_end_pages, publish_pages
+from .sequence import Sequence
+from .support import legacy_capture_failure
+
+
+class BatchFailed(Exception):
+    """The batch failed as a whole (CR-CAP-8); `rule` names the cause."""
+
+    def __init__(self, rule: str, message: str):
+        super().__init__(message)
+        self.rule = rule
+        self.message = message
+
+
+def check_before_admission(requests, engine, flags, max_generate_length: int) -> None:
+    """CR-BATCH-5: a sequence with n > max_input_len or n + max_generate_length >
+    max_kv_cache_capacity fails its batch before admission; CR-SUP-8: so does a legacy
+    system-prompt capture while reuse is enabled. Neither moves a counter."""
+    for r in requests:
+        if r.n > engine.max_input_len:
+            raise BatchFailed("CR-BATCH-5", f"request {r.index}: input of {r.n} tokens exceeds "
+                                            f"max_input_len {engine.max_input_len}")
+        if r.n + max_generate_length > engine.max_kv_cache_capacity:
+            raise BatchFailed("CR-BATCH-5", f"request {r.index}: {r.n} input tokens + "
+                                            f"max_generate_length {max_generate_length} exceed "
+                                            f"max_kv_cache_capacity {engine.max_kv_cache_capacity}")
+    message = legacy_capture_failure(requests, flags)
+    if message:
+        raise BatchFailed("CR-SUP-8", message)
+
+
+class BatchRunner:
+    """Runs batches against one cache (None when reuse is disabled, CR-POL-6)."""
+
+    def __init__(self, engine, flags, cache, metrics, prefill):
+        self.engine, self.flags, self.cache = engine, flags, cache
+        self.metrics, self.prefill = metrics, prefill
+        self.P = engine.tokens_per_page
+        self.pure = engine.kind == "recurrent"
+        self.checkpoints = engine.kind != "vanilla"
+
+    def run(self, requests, parsed, generated, max_generate_length: int, warmup: bool = False):
+        """Run one batch in the order of CR-BATCH-6; return its sequences, or raise BatchFailed /
+        NeedsTranscript. Every sequence is planned and admitted before any prefill, so none
+        reuses what its own batch publishes (CR-BATCH-2). `generated[i]` is the known token
+        list of slot i, or None (then g = max_generate_length)."""
+        check_before_admission(requests, self.engine, self.flags, max_generate_length)
+        seqs = [self._sequence(slot, r, generated[slot], parsed, max_generate_length, warmup)
+                for slot, r in enumerate(requests)]
+        if self.cache is None:
+            if not warmup:
+                self.prefill.ran((s.n, 0) for s in seqs)
+            return seqs
+        for i, seq in enumerate(seqs):                                   # (1)
+            if not self._admit(seq):
+                for earlier in seqs[:i]:
+                    self._release(earlier)
+                raise BatchFailed("CR-CAP-8", f"request {seq.request.index} cannot be admitted: "
+                                              "the page pool cannot hold its private pages")
+        if not warmup:                                                   # (2)
+            self.prefill.ran((s.n, s.plan.reused) for s in seqs)
+        for seq in seqs:
+            self._unpin_snapshots(seq)
+        self._prefill_end(seqs)                                          # (3)
+        active = []
+        for seq in seqs:                                                 # (4)
+            if seq.length == 1:
+                self._release(seq)
+            else:
+                active.append(seq)
+        self._decode(seqs, active, parsed)
+        return seqs
+
+    def _decode(self, seqs, active, parsed) -> None:
+        """Decode steps (5)-(8). Steps where no sequence grows or finishes change nothing, so
+        the loop jumps from one such event to the next."""
+        unknown = [s for s in seqs if s.generated is None]
+        including = includes_generated(parsed.commit_policy)
+        step = 0
+        while active:
+            step = min(min(self._next_growth(s), s.length - 1) for s in active)
+            evicted = self.cache.evicted
+            for seq in active:                                           # (5)
+                if not self.cache.grow(seq.pages, self._pages_for(seq.n + step)):
+                    for s in active:
+                        self._release(s)
+                    raise BatchFailed("CR-CAP-8", f"request {seq.request.index}: decode growth "
+                                                  "cannot obtain a page")
+            if self.cache.evicted != evicted and unknown:
+                raise NeedsTranscript(
+                    f"request {unknown[0].request.index}: decode growth evicts records, so the "
+                    "counts depend on how many tokens each request generates; give a transcript")
+            finished = [s for s in active if s.length == step + 1]      # (6)
+            self._decode_end(finished, including)                        # (7)
+            for seq in finished:                                         # (8)
+                self._release(seq)
+            active = [s for s in active if s.length > step + 1]
+
+    def _next_growth(self, seq) -> int:
+        """The first decode step at which the sequence needs one more page (CR-CAP-9)."""
+        if self.pure:
+            return seq.length
+        return len(seq.pages) * self.P - seq.n + 1
+
+    def _pages_for(self, tokens: int) -> int:
+        return 0 if self.pure else ceil_div(tokens, self.P)
+
+    # -- admission (CR-CAP-3, CR-CAP-7) ---------------------------------------------------------
+
+    def _sequence(self, slot, request, generated, parsed, max_generate_length, warmup) -> Sequence:
+        history = TokenHistory(array("i", request.tokens), request.spans,
+                               adapter_root(request.lora_name), self.P)
+        if warmup:
+            length, generated = 1, []
+        else:
+            length = len(generated) if generated is not None else max_generate_length
+        return Sequence(request, slot, history, request.n, length, generated,
+                        bypasses_lookup(parsed.lookup_policy, self.flags, warmup))
+
+    def _plan(self, seq) -> Plan:
+        if seq.bypass:
+            return self._cold(seq)
+        if self.checkpoints:
+            return plan_checkpoint(self.cache, seq.history, seq.n, self.P, self.pure)
+        return plan_vanilla(seq.history, seq.n, self.P, self.cache.index)
+
+    def _cold(self, seq) -> Plan:
+        plan = cold_plan(seq.n, self.P)
+        if self.pure:
+            plan.private = 0
+        return plan
+
+    def _acquire(self, plan: Plan):
+        pins = restore_pins(plan.record) if plan.record is not None else ()
+        return self.cache.acquire(plan.kept, plan.private, pins, protected=plan.record), pins
+
+    def _admit(self, seq) -> bool:
+        """Plan and acquire; a use_cache plan that reuses state and cannot be acquired is
+        planned again cold (CR-CAP-7, forced cold). The media trim applies after acquisition
+        and does not change what was acquired (CR-MEDIA-5). Counts the admission (CR-MET-*)."""
+        plan = self._plan(seq)
+        pages, pins = self._acquire(plan)
+        if pages is None and plan.kind != NO_REUSABLE_PREFIX:
+            plan = self._cold(seq)
+            pages, pins = self._acquire(plan)
+            seq.forced_cold = pages is not None
+        if pages is None:
+            return False
+        if not self.checkpoints:
+            plan = trim_media_boundary(plan, seq.history, seq.n, self.P)
+        elif plan.record is not None:
+            seq.hybrid_restore = True
+            if plan.record.key in self.cache.records:
+                self.cache.touch(plan.record)                    # CR-HYB-6, CR-CAP-5
+        seq.plan, seq.pages, seq.slot_pins = plan, pages, list(pins)
+        self.metrics.admitted_sequence(seq)
+        return True
+
+    def _unpin_snapshots(self, seq) -> None:
+        """CR-HYB-6: restore pins are released at the end of prefill, before checkpoints."""
+        for pool, r in seq.slot_pins:
+            self.cache.pools[pool].unpin(r)
+        seq.slot_pins = []
+
+    def _release(self, seq) -> None:
+        self._unpin_snapshots(seq)
+        self.cache.release(seq.pages)
+
+    # -- publication (CR-PUB, CR-HYB-3/4) -------------------------------------------------------
+
+    def _prefill_end(self, seqs) -> None:
+        """CR-BATCH-6 (3): prefill-end publications (CR-PUB-1) or checkpoints at L = n
+        (CR-HYB-3), in slot order."""
+        if self.checkpoints:
+            wanted = [(s, s.n) for s in seqs if not s.lookup_bypass]
+            capture_checkpoints(self.cache, wanted, PREFILL_END, self.P, self.pure, self.metrics)
+            return
+        for seq in seqs:
+            count = prefill_end_pages(seq, self.P)
+            if count:
+                self.metrics.published(publish_pages(self.cache, seq, count, PREFILL_END, self.P))
+
+    def _decode_end(self, finished, including: bool) -> None:
+        """CR-BATCH-6 (7): decode-end publications (CR-PUB-2, CR-PUB-3) or checkpoints at
+        L = n + g - 1 (CR-HYB-3) of the sequences that finished in this step, in slot order."""
+        if self.checkpoints:
+            wanted = [(s, s.n + s.length - 1) for s in finished if including and not s.lookup_bypass]
+            wanted = [(s, length) for s, length in wanted if length > s.published_tokens]
+        else:
+            wanted = [(s, decode_end_pages(s, self.P, including)) for s in finished]
+            wanted = [(s, count) for s, count in wanted if count]
+        for seq, _ in wanted:
+            if seq.generated is None:
+                raise NeedsTranscript(
+                    f"request {seq.request.index}: its decode-end publication depends on how many "
+                    "tokens it generates; give a transcript (or use prefill_state_only or "
+                    "max_generate_length 1)")
+            seq.history.extend(seq.generated[:seq.length - 1])   # the last token has no KV
+        if self.checkpoints:
+            capture_checkpoints(self.cache, wanted, DECODE_END, self.P, self.pure, self.metrics)
+            return
+        for seq, count in wanted:
+            self.metrics.published(publish_pages(self.cache, seq, count, DECODE_END, self.P))

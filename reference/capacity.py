@@ -1,0 +1,256 @@
+"""Capacity: pools, the page index, the record store and the eviction planner (CR-CAP, with
+the record mechanics of CR-PUB-4 .. CR-PUB-6).
+
+Three pools (KV pages, recurrent snapshot slots, partial-KV snapshot slots) hold resources with
+two reference counts (CR-CAP-2): `active` (sequences and staged captures using it) and `cache`
+(records holding it). The page index maps a page key to its canonical page and loses the entry
+exactly when the page's cache count reaches 0. Records live in an OrderedDict kept in LRU order
+(first = least recently used). Counts never depend on which physical id is used (Appendix A),
+so ids come from a simple recycled stack.
+"""
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from itertools import chain
+
+PAGES, RECURRENT, PARTIAL_KV = 0, 1, 2
+POOL_NAMES = ("base_kv_pages", "recurrent_snapshots", "partial_kv_snapshots")
+
+
+class Pool:
+    """Resources with an active and a cache reference count; free when both are 0 (CR-CAP-2)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.active: dict[int, int] = {}
+        self.cache: dict[int, int] = {}
+        self._recycled: list[int] = []
+        self._fresh = 0
+        self.held = 0
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.held
+
+    def allocate(self) -> int:
+        """Take a free resource for an active user (the caller checked `free`)."""
+        assert self.held < self.capacity, "allocation from an empty pool"
+        if self._recycled:
+            r = self._recycled.pop()
+        else:
+            r, self._fresh = self._fresh, self._fresh + 1
+        self.active[r] = 1
+        self.held += 1
+        return r
+
+    def pin(self, r: int) -> None:
+        if r not in self.active and r not in self.cache:
+            self.held += 1
+        self.active[r] = self.active.get(r, 0) + 1
+
+    def unpin(self, r: int) -> None:
+        left = self.active[r] - 1
+        if left:
+            self.active[r] = left
+        else:
+            del self.active[r]
+            self._maybe_free(r)
+
+    def add_cache(self, r: int) -> None:
+        self.cache[r] = self.cache.get(r, 0) + 1
+
+    def drop_cache(self, r: int) -> bool:
+        """Remove one cache reference; return True when the resource became free."""
+        left = self.cache[r] - 1
+        if left:
+            self.cache[r] = left
+            return False
+        del self.cache[r]
+        return self._maybe_free(r)
+
+    def _maybe_free(self, r: int) -> bool:
+        if r in self.active or r in self.cache:
+            return False
+        self.held -= 1
+        self._recycled.append(r)
+        return True
+
+
+@dataclass(eq=False)
+class Record:
+    """One published endpoint (CR-PUB-4): its key, its page path from page 0, its snapshot
+    slots (hybrid checkpoints, CR-HYB-4) and the tokens it covers."""
+    key: tuple
+    pages: list
+    tokens: int
+    recurrent_slot: int | None = None
+    partial_kv_slot: int | None = None
+
+    def resources(self):
+        """(pool, resource) pairs this record holds a cache reference on."""
+        for p in self.pages:
+            yield PAGES, p
+        if self.recurrent_slot is not None:
+            yield RECURRENT, self.recurrent_slot
+        if self.partial_kv_slot is not None:
+            yield PARTIAL_KV, self.partial_kv_slot
+
+
+class ContextCache:
+    """The cache of one runtime instance (CR-ID-5): pools, page index and records."""
+
+    def __init__(self, pages: int, recurrent_slots: int, partial_kv_slots: int, max_records: int):
+        self.pools = (Pool(pages), Pool(recurrent_slots), Pool(partial_kv_slots))
+        self.index: dict[bytes, int] = {}
+        self.page_key: dict[int, bytes] = {}
+        self.records: OrderedDict[tuple, Record] = OrderedDict()
+        self.max_records = max_records
+        self.evicted = 0
+        self.reclaimed = [0, 0, 0]
+        self.lengths: dict[int, int] = {}     # tokens covered -> number of records (CR-HYB-5)
+
+    @property
+    def pages(self) -> Pool:
+        return self.pools[PAGES]
+
+    # -- records (CR-PUB-4 .. CR-PUB-6, CR-CAP-6) ----------------------------------------------
+
+    def canonical_page(self, key: bytes, own_page: int) -> int:
+        """CR-PUB-5: the page the index maps `key` to, else the publisher's own page, indexed."""
+        page = self.index.get(key)
+        if page is None:
+            page = own_page
+            self.index[key] = page
+            self.page_key[page] = key
+        return page
+
+    def touch(self, record: Record) -> None:
+        self.records.move_to_end(record.key)
+
+    def insert(self, record: Record, transfer=()) -> None:
+        """Insert a new record at most-recently-used; every resource it holds gets one cache
+        reference (CR-PUB-6). `transfer` lists reserved snapshot slots whose active reference
+        passes to the record (CR-HYB-4). CR-CAP-6: a store already holding `max_records` records
+        evicts the LRU record chosen before the insertion; with a limit of 0 the new one goes
+        at once."""
+        victim = None
+        if self.max_records and len(self.records) >= self.max_records:
+            victim = next(iter(self.records.values()))
+        for pool, r in record.resources():
+            self.pools[pool].add_cache(r)
+        for pool, r in transfer:
+            self.pools[pool].unpin(r)
+        self.records[record.key] = record
+        self.lengths[record.tokens] = self.lengths.get(record.tokens, 0) + 1
+        if self.max_records == 0:
+            victim = record
+        if victim is not None:
+            self.evict(victim)
+
+    def evict(self, record: Record) -> None:
+        """Remove a record: drop its cache references; a page whose cache count reaches 0 leaves
+        the index (CR-CAP-2); resources that become free count as reclaimed (CR-MET-10)."""
+        del self.records[record.key]
+        self.evicted += 1
+        left = self.lengths[record.tokens] - 1
+        if left:
+            self.lengths[record.tokens] = left
+        else:
+            del self.lengths[record.tokens]
+        for pool, r in record.resources():
+            if pool == PAGES and self.pools[PAGES].cache[r] == 1:
+                del self.index[self.page_key.pop(r)]
+            if self.pools[pool].drop_cache(r):
+                self.reclaimed[pool] += 1
+
+    # -- eviction planner (CR-CAP-4) and acquisition (CR-CAP-3) --------------------------------
+
+    def plan_eviction(self, demand: tuple, protected: Record | None = None) -> list | None:
+        """CR-CAP-4: the shortest LRU-first prefix of records whose eviction frees `demand` (a
+        count per pool), `protected` walked last (CR-HYB-6); [] if free resources suffice; None
+        if even evicting every record would not. A resource counts as freed when its cache count would
+        reach 0 while its active count is 0; a victim may free nothing and is still a victim."""
+        short = [d - pool.free for d, pool in zip(demand, self.pools)]
+        if max(short) <= 0:
+            return []
+        walk = (r for r in self.records.values() if r is not protected)
+        if protected is not None and protected.key in self.records:
+            walk = chain(walk, [protected])
+        dropped = ({}, {}, {})
+        victims = []
+        for record in walk:
+            victims.append(record)
+            for pool, r in record.resources():
+                d = dropped[pool][r] = dropped[pool].get(r, 0) + 1
+                p = self.pools[pool]
+                if d == p.cache[r] and r not in p.active:
+                    short[pool] -= 1
+            if max(short) <= 0:
+                return victims
+        return None
+
+    def reserve(self, demand: tuple, protected: Record | None = None) -> bool:
+        """Evict what the planner chooses for `demand`; False (and nothing evicted) if infeasible."""
+        victims = self.plan_eviction(demand, protected)
+        if victims is None:
+            return False
+        for record in victims:
+            self.evict(record)
+        return True
+
+    def acquire(self, kept: list, private: int, slot_pins=(), protected: Record | None = None):
+        """CR-CAP-3: pin the kept pages (and a hybrid hit's snapshot slots), then obtain
+        `private` fresh pages, evicting with the planner; on failure roll the pins back and
+        return None. Returns the sequence's page list: kept pages, then private pages."""
+        pages = self.pages
+        for p in kept:
+            pages.pin(p)
+        for pool, r in slot_pins:
+            self.pools[pool].pin(r)
+        if not self.reserve((private, 0, 0), protected):
+            for p in kept:
+                pages.unpin(p)
+            for pool, r in slot_pins:
+                self.pools[pool].unpin(r)
+            return None
+        return list(kept) + [pages.allocate() for _ in range(private)]
+
+    def grow(self, held: list, need: int) -> bool:
+        """CR-CAP-9: extend a sequence's page list to `need` pages, evicting with the planner."""
+        extra = need - len(held)
+        if extra <= 0:
+            return True
+        if not self.reserve((extra, 0, 0)):
+            return False
+        held.extend(self.pages.allocate() for _ in range(extra))
+        return True
+
+    def release(self, held: list) -> None:
+        """CR-CAP-10: a finished (or failed) sequence gives back its pages (active - 1)."""
+        for p in held:
+            self.pages.unpin(p)
+        held.clear()
+
+    # -- checks -----------------------------------------------------------------------------------
+
+    def check(self, live_pages: list, live_slots: list) -> None:
+        """Assert refcounts, free counts and index agree with records and live users."""
+        for pool_id, pool in enumerate(self.pools):
+            cache, active = {}, {}
+            for record in self.records.values():
+                for pool_of, r in record.resources():
+                    if pool_of == pool_id:
+                        cache[r] = cache.get(r, 0) + 1
+            users = live_pages if pool_id == PAGES else [[r] for p, r in live_slots if p == pool_id]
+            for held in users:
+                for r in held:
+                    active[r] = active.get(r, 0) + 1
+            name = POOL_NAMES[pool_id]
+            assert cache == pool.cache, f"{name}: cache counts {pool.cache} != records {cache}"
+            assert active == pool.active, f"{name}: active counts {pool.active} != users {active}"
+            assert pool.held == len(set(cache) | set(active)), f"{name}: held count"
+            assert 0 <= pool.free <= pool.capacity, f"{name}: free {pool.free}"
+        assert set(self.index.values()) == set(self.pages.cache), "index pages != record pages"
+        assert all(self.index[k] == p for p, k in self.page_key.items()), "page_key != inverse of index"
+        assert len(self.index) == len(self.page_key)
+        assert len(self.records) <= max(self.max_records, 0), "record limit exceeded"

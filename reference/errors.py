@@ -1,0 +1,35 @@
+"""Exceptions of the reference oracle.
+
+Callers add file-level context ("FILE: ") themselves; these carry only a JSON path and a
+message, so that one line names what is wrong and where.
+"""
+
+
+class InputError(Exception):
+    """Bad input: a request file, engine description or build argument that the spec refuses.
+
+    `path` is a JSON path into the offending document ("$.requests[2].messages[0]"),
+    `message` says what is wrong. `str()` gives "PATH: MESSAGE".
+    """
+
+    def __init__(self, path: str, message: str):
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+class NeedsTranscript(Exception):
+    """The counts depend on generated tokens that were not given (spec/RUNNING.md §4 step 5)."""
+
+
+class OutOfScope(Exception):
+    """The deployment is accepted by the spec but its reuse rules are outside spec 1.0.0
+    (attention-only EAGLE, CR-SUP-6), so the oracle cannot predict its counts."""
+
+
+class DeploymentRejected(RuntimeError):
+    """Raised when a simulator whose deployment was refused (CR-SUP) is asked to run."""
+
+    def __init__(self, rejection):
+        super().__init__(f"deployment rejected ({rejection.rule}): {rejection.message}")
+        self.rejection = rejection

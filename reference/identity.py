@@ -1,0 +1,145 @@
+"""Cache identity (spec/context-reuse.md section 1, CR-ID-1 .. CR-ID-6).
+
+A page key is a SHA-256 digest (CR-ID-6) over a tagged, length-prefixed encoding of
+(parent key, the page's positions, the media entries of the page). The chain root is a digest
+of the LoRA adapter (CR-ID-3) and of nothing else (CR-ID-5: no salt, no sampling parameter, no
+engine identity), so chaining carries the adapter into every page (CR-ID-1).
+
+A position is its token id, or for a media placeholder the pair (item digest, offset in the
+item) (CR-ID-4, CR-MEDIA-1). The encoding keeps the token id (always the placeholder id there)
+and lists each media run of the page as (start in page, length, offset in item, item digest):
+every field has a fixed width or a length prefix, so no two different key materials encode to
+the same bytes. Python's `hash()` is never used.
+"""
+
+import hashlib
+import struct
+from array import array
+from bisect import bisect_right
+from typing import NamedTuple
+
+_sha256 = hashlib.sha256
+_NO_MEDIA = struct.pack("<I", 0)
+_WIDTH = array("i").itemsize        # bytes per token in the page encoding (fixed width)
+
+
+def _field(data: bytes) -> bytes:
+    return struct.pack("<Q", len(data)) + data
+
+
+def adapter_root(lora_name: str | None) -> bytes:
+    """The chain root of a sequence: its LoRA adapter name, or a distinct "no adapter" tag (CR-ID-3)."""
+    if lora_name is None:
+        return _sha256(b"kvconform-root\x00").digest()
+    return _sha256(b"kvconform-root\x01" + _field(lora_name.encode("utf-8"))).digest()
+
+
+def media_item_digest(modality: str, geometry: tuple[int, ...], samples: bytes) -> bytes:
+    """The identity of one media item: modality, geometry and decoded sample bytes (CR-ID-4)."""
+    material = (b"kvconform-media" + _field(modality.encode("ascii"))
+                + struct.pack("<Q", len(geometry)) + struct.pack(f"<{len(geometry)}Q", *geometry))
+    h = _sha256(material)
+    h.update(struct.pack("<Q", len(samples)))
+    h.update(samples)
+    return h.digest()
+
+
+class MediaSpan(NamedTuple):
+    """The placeholder positions [start, end) of one media item (CR-MEDIA-1)."""
+    start: int
+    end: int
+    digest: bytes
+    modality: str
+
+
+class TokenHistory:
+    """The identity material of one sequence: tokens (input, then generated), media spans, root.
+
+    Page keys are computed lazily, once each, so a bypass sequence never hashes anything and a
+    long input is hashed one page at a time (a C-level digest over the page's token bytes).
+    """
+
+    def __init__(self, tokens: array, spans: list[MediaSpan], root: bytes, page_size: int):
+        self.tokens = tokens
+        self.spans = spans
+        self._span_ends = [s.end for s in spans]
+        self.root = root
+        self.P = page_size
+        self._full_page = b"\x02" + struct.pack("<I", page_size)
+        self._keys: list[bytes] = []
+        self._bytes = tokens.tobytes()
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def media_aware(self) -> bool:
+        """CR-MEDIA-2: at least one position is a media position."""
+        return bool(self.spans)
+
+    def extend(self, generated) -> None:
+        """Append generated tokens (never media, CR-HYB-7) to the history."""
+        self.tokens.extend(generated)
+        self._bytes = self.tokens.tobytes()
+
+    def key(self, i: int) -> bytes:
+        """The key of complete page i: [iP, (i+1)P) chained on page i-1 (CR-ID-1, CR-ID-2)."""
+        if i >= len(self._keys):
+            self._extend_keys(i + 1)
+        return self._keys[i]
+
+    def keys(self, count: int) -> list[bytes]:
+        """The keys of the first `count` complete pages."""
+        if count > len(self._keys):
+            self._extend_keys(count)
+        return self._keys[:count]
+
+    def _extend_keys(self, count: int) -> None:
+        P, keys, data, head = self.P, self._keys, self._bytes, self._full_page
+        if count * P > len(self.tokens):
+            raise IndexError(f"page {count - 1} of a {len(self.tokens)}-token history is not complete")
+        parent = keys[-1] if keys else self.root
+        for j in range(len(keys), count):
+            start = j * P
+            media = self._media(start, start + P) if self.spans else _NO_MEDIA
+            page = data[start * _WIDTH:(start + P) * _WIDTH]
+            parent = _sha256(b"\x01" + parent + head + page + b"\x03" + media).digest()
+            keys.append(parent)
+
+    def exact_digest(self, length: int) -> bytes:
+        """The identity of the exact prefix [0, length) (CR-HYB-3, CR-HYB-5).
+
+        A page-aligned prefix is identified by its last page key; otherwise the partial page is
+        digested with its own length field, chained on the last complete page.
+        """
+        full, rest = divmod(length, self.P)
+        parent = self.key(full - 1) if full else self.root
+        if rest == 0:
+            return parent
+        start = full * self.P
+        return self._digest(parent, start, start + rest)
+
+    def same_item(self, a: int, b: int) -> bool:
+        """Whether positions a < b both belong to one media item (CR-MEDIA-3)."""
+        j = bisect_right(self._span_ends, a)
+        return j < len(self.spans) and self.spans[j].start <= a and b < self.spans[j].end
+
+    def _digest(self, parent: bytes, start: int, end: int) -> bytes:
+        """Tag 1: parent key; tag 2: position count and token ids; tag 3: media runs."""
+        tokens = self._bytes[start * _WIDTH:end * _WIDTH]
+        return _sha256(b"\x01" + parent + b"\x02" + struct.pack("<I", end - start) + tokens
+                       + b"\x03" + self._media(start, end)).digest()
+
+    def _media(self, start: int, end: int) -> bytes:
+        """The media runs inside [start, end): one entry per item that has positions there."""
+        spans = self.spans
+        j = bisect_right(self._span_ends, start)
+        if j == len(spans) or spans[j].start >= end:
+            return _NO_MEDIA
+        entries = []
+        while j < len(spans) and spans[j].start < end:
+            s = spans[j]
+            lo, hi = max(s.start, start), min(s.end, end)
+            entries.append(struct.pack("<III", lo - start, hi - lo, lo - s.start) + s.digest)
+            j += 1
+        return struct.pack("<I", len(entries)) + b"".join(entries)

@@ -1,0 +1,29 @@
+"""Lookup and commit policy (spec/context-reuse.md section 5, CR-POL-1 .. CR-POL-6).
+
+The values themselves are checked when the request file is parsed (requests.py: CR-POL-1 and
+CR-POL-5 make any other value an input error).
+"""
+
+USE_CACHE, BYPASS = "use_cache", "bypass"
+INCLUDING_GENERATED, PREFILL_ONLY = "including_generated_tokens", "prefill_state_only"
+
+
+def bypasses_lookup(file_policy: str, flags, warmup: bool) -> bool:
+    """Whether a sequence skips lookup and publication.
+
+    CR-POL-1/CR-POL-2: the file's `context_cache_lookup_policy` applies to every sequence.
+    CR-POL-3: hidden-state output forces bypass for every request of the run.
+    CR-POL-4: warmup runs of the first batch are bypass.
+    """
+    return warmup or flags.output_hidden_states or file_policy == BYPASS
+
+
+def includes_generated(commit_policy: str) -> bool:
+    """CR-POL-5 / CR-PUB-3: only `including_generated_tokens` publishes at decode end."""
+    return commit_policy == INCLUDING_GENERATED
+
+
+def reuse_enabled(flags) -> bool:
+    """CR-POL-6: without --enableContextReuse nothing is looked up or published, the profile
+    has no context_cache section, the snapshot budgets have no effect, and prefill reuses 0."""
+    return flags.enable_context_reuse

@@ -1,0 +1,53 @@
+"""Publication of page records (spec/context-reuse.md section 4, CR-PUB-1 .. CR-PUB-8).
+
+Vanilla deployments publish page records; recurrent and hybrid deployments publish checkpoint
+records instead (hybrid.py, CR-HYB-3).
+"""
+
+from .capacity import Record
+
+COMMITTED, EXISTING = "committed", "existing"
+PREFILL_END, DECODE_END = "prefill_end", "decode_end"
+
+
+def prefill_end_pages(seq, page_size: int) -> int:
+    """CR-PUB-1: a sequence that did not bypass lookup publishes its floor(n/P) complete pages,
+    if at least 1. CR-PUB-7: a bypass sequence never publishes. 0 means no attempt."""
+    if seq.lookup_bypass:
+        return 0
+    return seq.n // page_size
+
+
+def decode_end_pages(seq, page_size: int, including_generated: bool) -> int:
+    """CR-PUB-2: a sequence finishing in a decode step holds n + g - 1 tokens of KV and
+    publishes floor((n + g - 1) / P) pages if that is more than it has published.
+    CR-PUB-3: none under prefill_state_only. CR-PUB-7: none after bypass. 0 means no attempt."""
+    if seq.lookup_bypass or not including_generated:
+        return 0
+    count = (seq.n + seq.length - 1) // page_size
+    return count if count > seq.published_pages else 0
+
+
+def publish_pages(cache, seq, count: int, point: str, page_size: int) -> dict:
+    """Publish the first `count` pages of the sequence's token history as one record.
+
+    CR-PUB-4: the record key is the endpoint (last page key, page count); an existing key is
+    touched and counts `existing`, else a new record is inserted and counts `committed`.
+    CR-PUB-5: each page of a new record is the indexed page for its key, else the publisher's
+    own page (which enters the index). CR-PUB-6: the record holds one cache reference per page.
+    CR-PUB-8: every call is one attempt ending committed or existing.
+    """
+    keys = seq.history.keys(count)
+    key = (keys[-1], count)
+    record = cache.records.get(key)
+    if record is not None:
+        cache.touch(record)
+        status = EXISTING
+    else:
+        pages = [cache.canonical_page(k, seq.pages[i]) for i, k in enumerate(keys)]
+        cache.insert(Record(key, pages, count * page_size))
+        status = COMMITTED
+    seq.published_pages = count
+    publication = {"point": point, "tokens": count * page_size, "pages": count, "status": status}
+    seq.publications.append(publication)
+    return publication

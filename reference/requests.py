@@ -1,0 +1,170 @@
+"""Request files: parsing, semantic validation and batching (CR-POL-1, CR-POL-5, CR-BATCH-1,
+CR-BATCH-4, CR-BATCH-5, spec/tokenizer.md).
+
+Every error is an InputError carrying the JSON path of the offending value, e.g.
+"$.requests[2].messages[0].content[1].image". Unknown keys are ignored (Edge-LLM's parser does
+the same), so a case file with a `_conformance` block parses like a plain request file.
+"""
+
+from dataclasses import dataclass, field
+from array import array
+
+from .errors import InputError
+from .identity import MediaSpan
+from .tokenizer import EOS, VOCAB_SIZE, tokenize_messages
+
+DEFAULT_MAX_GENERATE_LENGTH = 256
+LOOKUP_POLICIES = ("use_cache", "bypass")
+COMMIT_POLICIES = ("including_generated_tokens", "prefill_state_only")
+
+
+@dataclass
+class Request:
+    """One request of a file, tokenized."""
+    index: int
+    tokens: array
+    spans: list[MediaSpan]
+    lora_name: str | None
+    legacy_capture: bool
+    stop: list[str]
+
+    @property
+    def n(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def has_audio(self) -> bool:
+        return any(s.modality == "audio" for s in self.spans)
+
+
+@dataclass
+class ParsedFile:
+    """A request file after parsing: requests, their batches and the file-level settings."""
+    requests: list[Request]
+    batches: list[list[int]]
+    batch_size: int
+    max_generate_length: int
+    lookup_policy: str
+    commit_policy: str
+    available_lora: dict = field(default_factory=dict)
+
+
+def _check(cond: bool, path: str, message: str) -> None:
+    if not cond:
+        raise InputError(path, message)
+
+
+def _is_int(value) -> bool:
+    return type(value) is int
+
+
+def parse_request_file(doc, base_dir: str, engine=None, batch_size: int | None = None) -> ParsedFile:
+    """Parse and check a request file; tokenize every request (media decoded from base_dir).
+
+    With `engine` the engine-dependent checks run too: media support, the image placeholder
+    limit, LoRA adapters the engine lacks, and batch_size <= max_batch_size (CR-BATCH-1).
+    `batch_size` is the --batchSize override, if any. Raises InputError.
+    """
+    _check(isinstance(doc, dict), "$", "a request file must be a JSON object")
+    _check("requests" in doc, "$", "missing required key 'requests'")
+    reqs = doc["requests"]
+    _check(isinstance(reqs, list) and len(reqs) > 0, "$.requests", "must be a non-empty array")
+    lookup = doc.get("context_cache_lookup_policy", "use_cache")
+    _check(lookup in LOOKUP_POLICIES, "$.context_cache_lookup_policy",
+           f"unknown lookup policy {lookup!r} (CR-POL-1: use_cache or bypass)")
+    commit = doc.get("context_cache_commit_policy", "including_generated_tokens")
+    _check(commit in COMMIT_POLICIES, "$.context_cache_commit_policy",
+           f"unknown commit policy {commit!r} (CR-POL-5: including_generated_tokens or prefill_state_only)")
+    file_batch = doc.get("batch_size", 1)
+    _check(_is_int(file_batch) and file_batch >= 1, "$.batch_size", "must be an integer >= 1")
+    mgl = doc.get("max_generate_length", DEFAULT_MAX_GENERATE_LENGTH)
+    _check(_is_int(mgl) and mgl >= 1, "$.max_generate_length", "must be an integer >= 1")
+    template = doc.get("apply_chat_template", True)
+    _check(type(template) is bool, "$.apply_chat_template", "must be a boolean")
+    gen_prompt = doc.get("add_generation_prompt", True)
+    _check(type(gen_prompt) is bool, "$.add_generation_prompt", "must be a boolean")
+    lora = doc.get("available_lora_weights", {})
+    _check(isinstance(lora, dict) and all(isinstance(v, str) and v for v in lora.values()),
+           "$.available_lora_weights", "must map adapter names to weight paths")
+    _check(isinstance(base_dir, str), "$", "base_dir must be a directory path")
+
+    requests = [_request(r, i, base_dir, template, gen_prompt, lora, engine)
+                for i, r in enumerate(reqs)]
+    size = batch_size if batch_size is not None else file_batch
+    if engine is not None and size > engine.max_batch_size:
+        source = " (--batchSize)" if batch_size else ""
+        raise InputError("$.batch_size", f"batch size {size}{source} exceeds the engine's "
+                                         f"max_batch_size {engine.max_batch_size} (CR-BATCH-1)")
+    batches = [list(range(i, min(i + size, len(requests)))) for i in range(0, len(requests), size)]
+    for b, batch in enumerate(batches):
+        first = requests[batch[0]].lora_name
+        for i in batch[1:]:
+            if requests[i].lora_name != first:
+                raise InputError(f"$.requests[{i}].lora_name",
+                                 f"batch {b} mixes LoRA adapters {first!r} (request {batch[0]}) and "
+                                 f"{requests[i].lora_name!r} (request {i}) (CR-BATCH-4)")
+    return ParsedFile(requests, batches, size, mgl, lookup, commit, lora)
+
+
+def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: dict, engine) -> Request:
+    path = f"$.requests[{i}]"
+    _check(isinstance(r, dict), path, "a request must be an object")
+    _check("messages" in r, path, "missing required key 'messages'")
+    messages = r["messages"]
+    _check(isinstance(messages, list) and messages, f"{path}.messages", "must be a non-empty array")
+    for j, m in enumerate(messages):
+        _message(m, f"{path}.messages[{j}]")
+    name = r.get("lora_name")
+    if name is not None:
+        _check(isinstance(name, str) and name, f"{path}.lora_name", "must be a non-empty string")
+        _check(name in lora, f"{path}.lora_name",
+               f"LoRA adapter {name!r} is not in available_lora_weights")
+        if engine is not None:
+            _check(name in engine.lora_adapters, f"{path}.lora_name",
+                   f"LoRA adapter {name!r} is not one of the engine's adapters "
+                   f"{sorted(engine.lora_adapters)}")
+    legacy = r.get("save_system_prompt_kv_cache", False)
+    _check(type(legacy) is bool, f"{path}.save_system_prompt_kv_cache", "must be a boolean")
+    stop = r.get("stop", [])
+    if isinstance(stop, str):
+        stop = [stop]
+    _check(isinstance(stop, list) and all(isinstance(s, str) and s for s in stop),
+           f"{path}.stop", "must be a non-empty string or a list of them")
+    prompt = tokenize_messages(messages, f"{path}.messages", base_dir, template, gen_prompt, engine)
+    _check(len(prompt.tokens) > 0, f"{path}.messages", "the input has 0 tokens (CR-BATCH-5)")
+    return Request(i, prompt.tokens, prompt.spans, name, legacy, stop)
+
+
+def _message(m, path: str) -> None:
+    _check(isinstance(m, dict), path, "a message must be an object")
+    _check("role" in m and "content" in m, path, "a message needs 'role' and 'content'")
+    _check(m["role"] in ("system", "user", "assistant"), f"{path}.role",
+           f"unknown role {m['role']!r}")
+    content = m["content"]
+    if isinstance(content, str):
+        return
+    _check(isinstance(content, list), f"{path}.content", "must be a string or an array of items")
+    for k, item in enumerate(content):
+        where = f"{path}.content[{k}]"
+        _check(isinstance(item, dict), where, "a content item must be an object")
+        kind = item.get("type")
+        _check(kind in ("text", "image", "audio"), f"{where}.type",
+               f"unsupported content item type {kind!r} (text, image or audio)")
+        _check(kind in item, where, f"a {kind} item needs a {kind!r} key")
+        value = item[kind]
+        _check(isinstance(value, str) and (kind == "text" or value), f"{where}.{kind}",
+               "must be a string" if kind == "text" else "must be a non-empty file path")
+
+
+def parse_generated(entry, path: str = "$") -> list[int] | None:
+    """A golden case's `generated` entry: a list of token ids, or ASCII text optionally ending
+    in "<|eos|>" (then id 257 is appended); None stays None."""
+    if entry is None:
+        return None
+    if isinstance(entry, str):
+        text, eos = (entry[:-7], True) if entry.endswith("<|eos|>") else (entry, False)
+        _check(text.isascii(), path, "generated text must be ASCII")
+        return list(text.encode("ascii")) + ([EOS] if eos else [])
+    _check(isinstance(entry, list) and all(_is_int(t) and 0 <= t < VOCAB_SIZE for t in entry),
+           path, f"must be a list of token ids in [0, {VOCAB_SIZE})")
+    return list(entry)

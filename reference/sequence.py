@@ -1,0 +1,47 @@
+"""The state of one sequence during its batch, and the per-request facts it reports (CR-MET-13)."""
+
+from dataclasses import dataclass, field
+
+from .identity import TokenHistory
+from .planning import Plan
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One request of a batch, in its slot. `length` is g, the number of tokens it generates:
+    known from the transcript, or max_generate_length when `generated` is None (unknown)."""
+    request: object
+    slot: int
+    history: TokenHistory
+    n: int
+    length: int
+    generated: list | None
+    bypass: bool
+    plan: Plan | None = None
+    forced_cold: bool = False
+    hybrid_restore: bool = False
+    pages: list = field(default_factory=list)
+    slot_pins: list = field(default_factory=list)
+    published_pages: int = 0
+    published_tokens: int = 0
+    pressure_skips: int = 0
+    publications: list = field(default_factory=list)
+
+    @property
+    def lookup_bypass(self) -> bool:
+        """CR-MET-4: it did not look up (explicit, forced or warmup bypass, or forced cold)."""
+        return self.bypass or self.forced_cold
+
+    def facts(self) -> dict:
+        """The per-request cache facts (spec/schemas/common.schema.json#/$defs/requestCache)."""
+        return {
+            "plan": self.plan.kind,
+            "matched_tokens": self.plan.matched,
+            "reused_tokens": self.plan.reused,
+            "media_aware": self.history.media_aware,
+            "lookup_bypass": self.lookup_bypass,
+            "forced_cold": self.forced_cold,
+            "hybrid_restore": self.hybrid_restore,
+            "snapshot_pressure_skips": self.pressure_skips,
+            "publications": list(self.publications),
+        }

@@ -1,0 +1,136 @@
+"""The runtime instance the oracle simulates, and the predictions it writes.
+
+A Simulator is one runtime instance (CR-ID-5): its cache starts empty and lives across `run`
+calls, so a second request file sees the records of the first (CR-BATCH-3).
+"""
+
+from . import SPEC_VERSION
+from .batching import BatchFailed, BatchRunner
+from .capacity import ContextCache
+from .errors import DeploymentRejected, InputError, OutOfScope
+from .hybrid import snapshot_slots
+from .metrics import Metrics, PrefillStats
+from .policy import reuse_enabled
+from .requests import parse_request_file
+from .support import validate_deployment
+from .tokenizer import EOS, VOCAB_SIZE
+
+
+class Simulator:
+    """Simulate request files on one engine with one set of runtime flags."""
+
+    def __init__(self, engine, flags):
+        self.engine = engine
+        self.flags = flags
+        self.rejection = validate_deployment(engine, flags)
+        self.metrics = Metrics()
+        self.prefill = PrefillStats()
+        self.cache = None
+        if reuse_enabled(flags) and self.rejection is None:
+            recurrent, partial = snapshot_slots(engine, flags)
+            pages = engine.kv_pool_pages if engine.attention_layers else 0
+            self.cache = ContextCache(pages, recurrent, partial, flags.max_records)
+        self.batches: list[dict] = []     # batch records of every run, in order
+        self._files = 0
+
+    def run(self, request_dict, base_dir: str, generated=None) -> list[dict]:
+        """Run one request file's batches; return one prediction per request (the `responses`
+        items of spec/schemas/predictions.schema.json). `generated[i]` is request i's generated
+        token ids (<|eos|> included when it ended so), or None when unknown. Raises InputError,
+        NeedsTranscript, DeploymentRejected or OutOfScope; after NeedsTranscript the instance is
+        in an unspecified state and should be discarded."""
+        if self.rejection is not None:
+            raise DeploymentRejected(self.rejection)
+        if self.cache is not None and self.engine.deployment.get("spec_decode") == "eagle":
+            raise OutOfScope("EAGLE context reuse (paired draft pages, one-page replay) is outside "
+                             f"spec {SPEC_VERSION}; the oracle cannot predict its counts (CR-SUP-6)")
+        parsed = parse_request_file(request_dict, base_dir, self.engine, self.flags.batch_size)
+        mgl = self.flags.max_generate_length or parsed.max_generate_length
+        gens = _check_generated(generated, len(parsed.requests), mgl)
+        runner = BatchRunner(self.engine, self.flags, self.cache, self.metrics, self.prefill)
+        if self._files == 0 and self.flags.warmup:
+            first = [parsed.requests[i] for i in parsed.batches[0]]
+            for _ in range(self.flags.warmup):                         # CR-POL-4
+                try:
+                    runner.run(first, parsed, [None] * len(first), mgl, warmup=True)
+                except BatchFailed:
+                    pass
+        self._files += 1
+        responses = []
+        for b, batch in enumerate(parsed.batches):
+            requests = [parsed.requests[i] for i in batch]
+            try:
+                seqs = runner.run(requests, parsed, [gens[i] for i in batch], mgl)
+            except BatchFailed as failure:
+                self.batches.append({"batch_idx": b, "status": "failed", "error": failure.message,
+                                     "rule": failure.rule})
+                responses += [_response(r, b, "error", failure.message) for r in requests]
+                continue
+            self.batches.append({"batch_idx": b, "status": "ok", "error": None, "rule": None})
+            for seq in seqs:
+                known = seq.generated is not None or mgl == 1
+                responses.append(_response(seq.request, b, "ok", None, seq.length if known else None,
+                                           seq.facts() if seq.plan is not None else None))
+        return responses
+
+    def profile(self) -> dict:
+        """The profile JSON: `context_cache` when reuse is enabled (CR-POL-6), `prefill` with
+        --dumpProfile (CR-MET-12); nothing for a refused deployment."""
+        if self.rejection is not None:
+            return {}
+        out = {}
+        if self.cache is not None:
+            out["context_cache"] = self.metrics.context_cache(self.cache)
+        if self.flags.dump_profile:
+            out["prefill"] = self.prefill.section()
+        return out
+
+    def check_invariants(self) -> None:
+        """Assert internal consistency between runs: refcounts, free counts, index vs records,
+        and the counter identities of CR-MET (attempts = committed + existing, plans = admitted)."""
+        m = self.metrics
+        assert m.attempts == m.committed + m.existing, "attempts != committed + existing"
+        assert sum(m.plans.values()) == m.admitted, "plan kinds do not add up to admitted"
+        assert max(m.hits, m.lookup_bypass, m.media_aware, m.restores) <= m.admitted
+        assert m.forced_cold <= m.lookup_bypass, "forced cold sequences are lookup bypasses"
+        assert m.reused_tokens <= m.matched_tokens, "reused more than matched"
+        if self.cache is not None:
+            self.cache.check(live_pages=[], live_slots=[])
+
+
+def _response(request, batch_idx, status, error, generated_tokens=None, facts=None) -> dict:
+    return {"request_idx": request.index, "batch_idx": batch_idx, "input_tokens": request.n,
+            "status": status, "error": error, "generated_tokens": generated_tokens,
+            "context_cache": facts}
+
+
+def _check_generated(generated, count: int, max_generate_length: int) -> list:
+    if generated is None:
+        return [None] * count
+    if not isinstance(generated, list) or len(generated) != count:
+        raise InputError("$.generated", f"needs one entry per request ({count})")
+    for i, tokens in enumerate(generated):
+        if tokens is None:
+            continue
+        where = f"$.generated[{i}]"
+        if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t < VOCAB_SIZE for t in tokens):
+            raise InputError(where, f"must be a list of token ids in [0, {VOCAB_SIZE})")
+        if not 1 <= len(tokens) <= max_generate_length:
+            raise InputError(where, f"{len(tokens)} generated tokens, expected 1 to "
+                                    f"max_generate_length {max_generate_length}")
+        if EOS in tokens[:-1]:
+            raise InputError(where, "<|eos|> (257) can only be the last generated token")
+    return list(generated)
+
+
+def simulate(engine, flags, request_dict, base_dir: str, generated=None) -> tuple[dict, dict]:
+    """Simulate one request file on a fresh runtime instance; return (predictions, profile)."""
+    sim = Simulator(engine, flags)
+    predictions = {"format": "kvconform-predictions-v1", "spec_version": SPEC_VERSION,
+                   "rejected": None, "responses": [], "batches": []}
+    if sim.rejection is not None:
+        predictions["rejected"] = {"rule": sim.rejection.rule, "message": sim.rejection.message}
+        return predictions, {}
+    predictions["responses"] = sim.run(request_dict, base_dir, generated)
+    predictions["batches"] = sim.batches
+    return predictions, sim.profile()

@@ -1,0 +1,86 @@
+"""The bytes-v1 tokenizer and prompt layout (spec/tokenizer.md sections 1 and 2).
+
+Ids 0-255 are bytes; special tokens follow. A media item expands to copies of its placeholder
+id and records a MediaSpan, so identity can give each placeholder position its item (CR-MEDIA-1).
+"""
+
+import os
+from array import array
+
+from .decode import DecodeError, load_audio, load_image
+from .errors import InputError
+from .identity import MediaSpan
+
+BOS, EOS, SYSTEM, USER, ASSISTANT, END, IMAGE, AUDIO = range(256, 264)
+VOCAB_SIZE = 320
+ROLE_TOKENS = {"system": SYSTEM, "user": USER, "assistant": ASSISTANT}
+SPECIAL_SPELLINGS = {BOS: "<|bos|>", EOS: "<|eos|>", SYSTEM: "<|system|>", USER: "<|user|>",
+                     ASSISTANT: "<|assistant|>", END: "<|end|>", IMAGE: "<|image|>",
+                     AUDIO: "<|audio|>"}
+
+
+class Prompt:
+    """One request's input: token ids (array of int32) and the media spans among them."""
+
+    def __init__(self):
+        self.tokens = array("i")
+        self.spans: list[MediaSpan] = []
+
+    def text(self, s: str) -> None:
+        self.tokens.extend(s.encode("utf-8"))
+
+    def special(self, token: int) -> None:
+        self.tokens.append(token)
+
+    def media(self, item, placeholder: int) -> None:
+        start = len(self.tokens)
+        self.tokens.extend(array("i", [placeholder]) * item.placeholders)
+        self.spans.append(MediaSpan(start, len(self.tokens), item.digest, item.modality))
+
+
+def tokenize_messages(messages, path: str, base_dir: str, chat_template: bool,
+                      generation_prompt: bool, engine=None) -> Prompt:
+    """Lay out `messages` (already shape-checked) as spec/tokenizer.md section 2 says."""
+    prompt = Prompt()
+    if chat_template:
+        prompt.special(BOS)
+    for j, message in enumerate(messages):
+        mpath = f"{path}[{j}]"
+        if chat_template:
+            prompt.special(ROLE_TOKENS[message["role"]])
+        content = message["content"]
+        if isinstance(content, str):
+            prompt.text(content)
+        else:
+            for k, item in enumerate(content):
+                _item(prompt, item, f"{mpath}.content[{k}]", base_dir, engine)
+        if chat_template:
+            prompt.special(END)
+    if chat_template and generation_prompt:
+        prompt.special(ASSISTANT)
+    return prompt
+
+
+def _item(prompt: Prompt, item: dict, path: str, base_dir: str, engine) -> None:
+    kind = item["type"]
+    if kind == "text":
+        prompt.text(item["text"])
+        return
+    where = f"{path}.{kind}"
+    if engine is not None and getattr(engine, "vision" if kind == "image" else "audio") is None:
+        raise InputError(where, f"the engine has no {'vision' if kind == 'image' else 'audio'} "
+                                f"encoder, so it cannot take {kind} input")
+    file = os.path.join(base_dir, item[kind])
+    try:
+        if kind == "image":
+            media = load_image(file, engine.max_input_len if engine is not None else None)
+        else:
+            media = load_audio(file)
+    except DecodeError as e:
+        raise InputError(where, str(e)) from None
+    prompt.media(media, IMAGE if kind == "image" else AUDIO)
+
+
+def token_text(tokens) -> str:
+    """Spell tokens for messages: bytes as characters, specials by their spelling."""
+    return "".join(SPECIAL_SPELLINGS.get(t, chr(t) if t < 256 else f"<{t}>") for t in tokens)
