@@ -1,0 +1,174 @@
+"""The bundled model: a small decoder whose layers are attention or gated linear recurrence.
+
+    x = embed(tokens)  (media placeholders take their encoder embedding instead)
+    for each layer:  x = x + mixer(rms_norm(x))     mixer: attention (GQA, RoPE) | recurrence
+                     x = x + swiglu(rms_norm(x))
+    logits = rms_norm(x) @ lm_head^T                 (lm_head = embed when tied)
+
+Attention layers read and write KV only through the paged pool (kv_pool.py); recurrent layers
+carry a per-sequence state and convolution state that checkpoints snapshot (CR-HYB). LoRA
+adapters add low-rank deltas to the mixer projections (q, k, v, o; recurrent in/out).
+"""
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from .layers import (apply_rope, causal_conv, causal_mask, lora_linear, paged_attention, rms_norm, rope_tables,
+                     ssd_scan, swiglu)
+
+PATCH, FRAME = 16, 320
+ATTN_PROJ = ("wq", "wk", "wv", "wo")
+REC_PROJ = ("in_proj", "out_proj")
+
+
+@dataclass
+class ForwardBatch:
+    """One prefill (T = longest suffix) or decode step (T = 1) over B sequences."""
+    ids: torch.Tensor            # [B, T] token ids (padding: 0)
+    positions: torch.Tensor      # [B, T] absolute positions (padding: 0)
+    lengths: torch.Tensor        # [B] valid new positions per row
+    valid: torch.Tensor          # [B, T] bool
+    write_slots: torch.Tensor    # [sum(lengths)] KV slot of every valid position, row-major
+    read_slots: torch.Tensor     # [B, S] KV slots of key positions 0..S-1 (padding: scratch page)
+    rec_state: list              # per recurrent layer: [h [B, H, hd, N], conv [B, C, K]], updated in place
+    media_index: torch.Tensor | None = None   # [M] flat indices into B*T of media positions
+    media_embeds: torch.Tensor | None = None  # [M, hidden]
+    lora: dict | None = None
+
+
+def weight_shapes(cfg: dict) -> dict:
+    """name -> shape of every tensor the model reads (model.safetensors)."""
+    d, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg.get("vocab_size", 320)
+    H, G, D = cfg["num_attention_heads"], cfg["num_kv_heads"], cfg["head_dim"]
+    shapes = {"embed": (V, d), "final_norm": (d,)}
+    if not cfg["tie_embeddings"]:
+        shapes["lm_head"] = (V, d)
+    for i, kind in enumerate(cfg["layer_kinds"]):
+        p = f"layers.{i}"
+        shapes.update({f"{p}.norm1": (d,), f"{p}.norm2": (d,), f"{p}.mlp.gate": (I, d), f"{p}.mlp.up": (I, d),
+                       f"{p}.mlp.down": (d, I)})
+        if kind == "attention":
+            shapes.update({f"{p}.attn.wq": (H * D, d), f"{p}.attn.wk": (G * D, d), f"{p}.attn.wv": (G * D, d),
+                           f"{p}.attn.wo": (d, H * D)})
+        else:
+            r = cfg["recurrent"]
+            C, N, K, rH = r["conv_dim"], r["state_size"], r["conv_kernel"], r["num_heads"]
+            shapes.update({f"{p}.rec.in_proj": (2 * C + 2 * N + rH, d), f"{p}.rec.conv_w": (C, K),
+                           f"{p}.rec.conv_b": (C,), f"{p}.rec.dt_bias": (rH,), f"{p}.rec.A_log": (rH,),
+                           f"{p}.rec.D": (rH,), f"{p}.rec.out_proj": (d, C)})
+    if cfg.get("vision"):
+        shapes.update({"vision.proj": (d, 3 * PATCH * PATCH), "vision.bias": (d,)})
+    if cfg.get("audio"):
+        shapes.update({"audio.proj": (d, FRAME), "audio.bias": (d,)})
+    return shapes
+
+
+class Model:
+    def __init__(self, cfg: dict, weights_path: str, device: torch.device):
+        self.cfg, self.device = cfg, device
+        w = load_file(weights_path, device=str(device))
+        for name, shape in weight_shapes(cfg).items():
+            if name not in w or tuple(w[name].shape) != shape:
+                raise ValueError(f"tensor {name} is missing or not of shape {shape}")
+        self.w = {k: v.to(torch.float32) for k, v in w.items()}
+        self.kinds = cfg["layer_kinds"]
+        self.H, self.G, self.D = cfg["num_attention_heads"], cfg["num_kv_heads"], cfg["head_dim"]
+        self.theta = cfg["rope_theta"]
+        rec = cfg.get("recurrent")
+        if rec:
+            self.rH, self.rD, self.N, self.K = rec["num_heads"], rec["head_dim"], rec["state_size"], rec["conv_kernel"]
+            self.C = rec["conv_dim"]
+        self.lm_head = self.w["embed"] if cfg["tie_embeddings"] else self.w["lm_head"]
+        # ordinal of each layer within its kind: index into the KV pool / recurrent states
+        self.ordinal, counts = [], {"attention": 0, "recurrent": 0}
+        for kind in self.kinds:
+            self.ordinal.append(counts[kind])
+            counts[kind] += 1
+
+    # ------------------------------------------------------------------ adapters and media
+
+    def lora_shapes(self) -> dict:
+        """name -> (out, in) of every projection an adapter may touch."""
+        shapes = {}
+        for i, kind in enumerate(self.kinds):
+            names = ATTN_PROJ if kind == "attention" else REC_PROJ
+            prefix = f"layers.{i}.{'attn' if kind == 'attention' else 'rec'}"
+            for n in names:
+                shapes[f"{prefix}.{n}"] = tuple(self.w[f"{prefix}.{n}"].shape)
+        return shapes
+
+    def encode_media(self, modality: str, data) -> torch.Tensor:
+        """One embedding per placeholder: [count, hidden]."""
+        if modality == "image":
+            img = torch.as_tensor(data, device=self.device).to(torch.float32) / 255.0 - 0.5  # [H, W, 3]
+            H, W, _ = img.shape
+            gh, gw = -(-H // PATCH), -(-W // PATCH)
+            img = F.pad(img, (0, 0, 0, gw * PATCH - W, 0, gh * PATCH - H))
+            patches = img.view(gh, PATCH, gw, PATCH, 3).permute(0, 2, 1, 3, 4).reshape(gh * gw, -1)  # row-major
+            return patches @ self.w["vision.proj"].T + self.w["vision.bias"]
+        samples = torch.as_tensor(data, device=self.device).to(torch.float32)
+        count = -(-samples.numel() // FRAME)
+        frames = F.pad(samples, (0, count * FRAME - samples.numel())).view(count, FRAME)
+        return frames @ self.w["audio.proj"].T + self.w["audio.bias"]
+
+    # ------------------------------------------------------------------ forward
+
+    def new_recurrent_state(self, B: int) -> list:
+        return [[torch.zeros(B, self.rH, self.rD, self.N, device=self.device),
+                 torch.zeros(B, self.C, self.K, device=self.device)]
+                for kind in self.kinds if kind == "recurrent"]
+
+    def forward(self, fb: ForwardBatch, kv_pool) -> torch.Tensor:
+        """Run all layers over the new positions; returns the final-normed hidden [B, T, hidden]."""
+        w = self.w
+        x = w["embed"][fb.ids]                                              # [B, T, hidden]
+        if fb.media_index is not None:
+            x = x.reshape(-1, x.shape[-1]).index_copy(0, fb.media_index, fb.media_embeds).view_as(x)
+        cos = sin = mask = None
+        if any(k == "attention" for k in self.kinds):
+            cos, sin = rope_tables(fb.positions, self.D, self.theta)
+            mask = causal_mask(torch.where(fb.valid, fb.positions, 0), fb.read_slots.shape[1])
+        for i, kind in enumerate(self.kinds):
+            p = f"layers.{i}"
+            h = rms_norm(x, w[f"{p}.norm1"])
+            if kind == "attention":
+                h = self._attention(h, fb, kv_pool, self.ordinal[i], f"{p}.attn", cos, sin, mask)
+            else:
+                h = self._recurrence(h, fb, fb.rec_state[self.ordinal[i]], f"{p}.rec")
+            x = x + h
+            x = x + swiglu(rms_norm(x, w[f"{p}.norm2"]), w[f"{p}.mlp.gate"], w[f"{p}.mlp.up"], w[f"{p}.mlp.down"])
+        return rms_norm(x, w["final_norm"])
+
+    def logits(self, hidden) -> torch.Tensor:
+        return hidden @ self.lm_head.T
+
+    def _lora(self, fb, name):
+        return None if fb.lora is None else fb.lora.get(name)
+
+    def _attention(self, h, fb, kv_pool, layer, p, cos, sin, mask):
+        B, T, _ = h.shape
+        w, H, G, D = self.w, self.H, self.G, self.D
+        q = lora_linear(h, w[f"{p}.wq"], self._lora(fb, f"{p}.wq")).view(B, T, H, D)
+        k = lora_linear(h, w[f"{p}.wk"], self._lora(fb, f"{p}.wk")).view(B, T, G, D)
+        v = lora_linear(h, w[f"{p}.wv"], self._lora(fb, f"{p}.wv")).view(B, T, G, D)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        kv_pool.write(layer, fb.write_slots, k[fb.valid], v[fb.valid])      # only real positions
+        k_all, v_all = kv_pool.gather(layer, fb.read_slots)                 # [B, S, G, D] through the page table
+        o = paged_attention(q, k_all, v_all, mask).reshape(B, T, H * D)
+        return lora_linear(o, w[f"{p}.wo"], self._lora(fb, f"{p}.wo"))
+
+    def _recurrence(self, h, fb, state, p):
+        B, T, _ = h.shape
+        w, C, N, rH, rD = self.w, self.C, self.N, self.rH, self.rD
+        proj = lora_linear(h, w[f"{p}.in_proj"], self._lora(fb, f"{p}.in_proj"))
+        z, xr, Bm, Cm, dt = proj.split([C, C, N, N, rH], dim=-1)
+        xr, state[1] = causal_conv(xr, state[1], w[f"{p}.conv_w"], w[f"{p}.conv_b"], fb.lengths)
+        xr = F.silu(xr)
+        dt = F.softplus(dt + w[f"{p}.dt_bias"]) * fb.valid[..., None]      # padding: dt = 0, state kept
+        A = -torch.exp(w[f"{p}.A_log"])
+        y, state[0] = ssd_scan(xr.view(B, T, rH, rD), dt, A, Bm, Cm, state[0])
+        y = y + w[f"{p}.D"][:, None] * xr.view(B, T, rH, rD)
+        y = y.reshape(B, T, C) * F.silu(z)
+        return lora_linear(y, w[f"{p}.out_proj"], self._lora(fb, f"{p}.out_proj"))

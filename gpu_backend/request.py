@@ -1,0 +1,274 @@
+"""Validation and parsing of an Edge-LLM request file (spec/schemas/request.schema.json).
+
+The whole file is checked (JSON types, media decoding, LoRA files, batch rules) before
+anything runs, so a bad file produces one `BackendInputError` naming the JSON path and no
+output (exit 2). Unknown keys are ignored, so case files may carry kit metadata.
+Length limits are not input errors: they fail their batch at run time (CR-BATCH-5).
+"""
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import BackendInputError
+from .media import MediaError, decode_audio, decode_image
+from .tokenizer import VOCAB, encode_prompt, render
+
+DEFAULTS = {"batch_size": 1, "temperature": 1.0, "top_p": 0.8, "top_k": 50, "max_generate_length": 256,
+            "apply_chat_template": True, "add_generation_prompt": True, "num_logprobs": 0}
+LOOKUP_POLICIES = ("use_cache", "bypass")
+COMMIT_POLICIES = ("including_generated_tokens", "prefill_state_only")
+
+
+@dataclass
+class Request:
+    idx: int
+    batch_idx: int
+    ids: np.ndarray                 # int32 [n]
+    spans: list                     # [MediaSpan] in prompt order
+    messages: list                  # echo for the output file
+    lora_name: str | None
+    save_system_prompt: bool
+    temperature: float
+    top_k: int
+    top_p: float
+    max_generate_length: int
+    num_logprobs: int
+    logit_bias: dict = field(default_factory=dict)
+    stop: list = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+    @property
+    def formatted(self) -> str:
+        return render(self.ids)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 or self.top_k == 1
+
+
+@dataclass
+class RequestFile:
+    requests: list
+    batches: list                   # [[Request]] in file order (CR-BATCH-1)
+    lookup_policy: str
+    commit_policy: str
+    lora_paths: dict                # adapter name -> resolved file
+
+
+def _is_int(v):
+    return type(v) is int
+
+
+def _is_num(v):
+    return type(v) in (int, float)
+
+
+class _Checker:
+    def __init__(self, engine, base_dir, lora_check):
+        self.engine, self.base_dir, self.lora_check = engine, base_dir, lora_check
+        self.media_cache = {}
+
+    def fail(self, path, message):
+        raise BackendInputError(path, message)
+
+    def int_field(self, obj, key, path, lo=None, hi=None, default=None):
+        if key not in obj:
+            return default
+        v = obj[key]
+        if not _is_int(v) or (lo is not None and v < lo) or (hi is not None and v > hi):
+            rng = f" in [{lo}, {hi}]" if hi is not None else (f" >= {lo}" if lo is not None else "")
+            self.fail(f"{path}.{key}", f"expected an integer{rng}, got {v!r}")
+        return v
+
+    def bool_field(self, obj, key, path, default):
+        if key not in obj:
+            return default
+        if type(obj[key]) is not bool:
+            self.fail(f"{path}.{key}", f"expected a boolean, got {obj[key]!r}")
+        return obj[key]
+
+    def enum_field(self, obj, key, path, values, default):
+        if key not in obj:
+            return default
+        if obj[key] not in values:
+            self.fail(f"{path}.{key}", f"expected one of {', '.join(values)}, got {obj[key]!r}")
+        return obj[key]
+
+    def logit_bias(self, obj, path):
+        if "logit_bias" not in obj:
+            return None
+        lb = obj["logit_bias"]
+        if not isinstance(lb, dict) or len(lb) > 1024:
+            self.fail(f"{path}.logit_bias", "expected an object of at most 1024 token-id: bias entries")
+        out = {}
+        for k, v in lb.items():
+            if not (isinstance(k, str) and k.isdigit() and k.isascii()) or int(k) >= VOCAB:
+                self.fail(f"{path}.logit_bias", f"key {k!r} is not a token id below {VOCAB}")
+            if not _is_num(v) or not -100 <= v <= 100:
+                self.fail(f"{path}.logit_bias[{k!r}]", f"expected a number in [-100, 100], got {v!r}")
+            out[int(k)] = float(v)
+        return out
+
+    def media(self, kind, ref, path):
+        if not isinstance(ref, str) or not ref:
+            self.fail(path, f"expected a non-empty {kind} path")
+        if self.engine.get("vision" if kind == "image" else "audio") is None:
+            self.fail(path, f"the engine has no {'vision' if kind == 'image' else 'audio'} encoder"
+                            f" (build with --{'vision' if kind == 'image' else 'audio'})")
+        full = ref if os.path.isabs(ref) else os.path.join(self.base_dir, ref)
+        key = (kind, os.path.realpath(full))
+        if key not in self.media_cache:
+            try:
+                decode = decode_image if kind == "image" else decode_audio
+                self.media_cache[key] = decode(full, self.engine["max_input_len"])
+            except MediaError as e:
+                self.fail(path, str(e))
+        return self.media_cache[key]
+
+    def content(self, content, path):
+        if isinstance(content, str):
+            return [("text", content)]
+        if not isinstance(content, list):
+            self.fail(path, "expected a string or a list of content items")
+        items = []
+        for j, item in enumerate(content):
+            p = f"{path}[{j}]"
+            if not isinstance(item, dict):
+                self.fail(p, "expected a content item object")
+            kind = item.get("type")
+            if kind == "text":
+                if not isinstance(item.get("text"), str):
+                    self.fail(f"{p}.text", "expected a string")
+                items.append(("text", item["text"]))
+            elif kind in ("image", "audio"):
+                if kind == "image" and "do_resize" in item and type(item["do_resize"]) is not bool:
+                    self.fail(f"{p}.do_resize", "expected a boolean")
+                items.append((kind, self.media(kind, item.get(kind), f"{p}.{kind}")))
+            else:
+                self.fail(f"{p}.type", f"unsupported content item type {kind!r} (text, image, audio)")
+        return items
+
+
+def parse_request_file(doc, *, engine: dict, base_dir: str, lora_check, engine_dir: str,
+                       batch_size: int | None = None, max_generate_length: int | None = None) -> RequestFile:
+    """Validate `doc` (the parsed JSON) completely and return the runnable requests.
+
+    `lora_check(name, path)` loads an adapter file and raises ValueError if it does not fit the
+    engine. `batch_size` / `max_generate_length` are the CLI overrides.
+    """
+    c = _Checker(engine, base_dir, lora_check)
+    if not isinstance(doc, dict):
+        c.fail("$", "expected a JSON object")
+    top = {}
+    if "batch_size" in doc:
+        top["batch_size"] = c.int_field(doc, "batch_size", "$", lo=1)
+    if "temperature" in doc and (not _is_num(doc["temperature"]) or doc["temperature"] < 0):
+        c.fail("$.temperature", f"expected a number >= 0, got {doc['temperature']!r}")
+    if "top_p" in doc and (not _is_num(doc["top_p"]) or not 0 < doc["top_p"] <= 1):
+        c.fail("$.top_p", f"expected a number in (0, 1], got {doc['top_p']!r}")
+    top_k = c.int_field(doc, "top_k", "$", lo=0, default=DEFAULTS["top_k"])
+    max_gen = c.int_field(doc, "max_generate_length", "$", lo=1, default=DEFAULTS["max_generate_length"])
+    chat = c.bool_field(doc, "apply_chat_template", "$", True)
+    gen_prompt = c.bool_field(doc, "add_generation_prompt", "$", True)
+    c.bool_field(doc, "enable_thinking", "$", False)
+    num_lp = c.int_field(doc, "num_logprobs", "$", lo=0, hi=50, default=0)
+    top_bias = c.logit_bias(doc, "$") or {}
+    lookup = c.enum_field(doc, "context_cache_lookup_policy", "$", LOOKUP_POLICIES, "use_cache")
+    commit = c.enum_field(doc, "context_cache_commit_policy", "$", COMMIT_POLICIES, "including_generated_tokens")
+    available = doc.get("available_lora_weights", {})
+    if not isinstance(available, dict) or not all(isinstance(v, str) and v for v in available.values()):
+        c.fail("$.available_lora_weights", "expected an object of adapter name: file path")
+    reqs = doc.get("requests")
+    if not isinstance(reqs, list) or not reqs:
+        c.fail("$.requests", "expected a non-empty list of requests")
+
+    bs = batch_size if batch_size is not None else top.get("batch_size", DEFAULTS["batch_size"])
+    if bs > engine["max_batch_size"]:
+        where = "--batchSize" if batch_size is not None else "$.batch_size"
+        c.fail(where, f"batch size {bs} exceeds the engine's max_batch_size {engine['max_batch_size']} (CR-BATCH-1)")
+    if max_generate_length is not None:
+        max_gen = max_generate_length
+    temperature = float(doc.get("temperature", DEFAULTS["temperature"]))
+    top_p = float(doc.get("top_p", DEFAULTS["top_p"]))
+
+    lora_paths: dict = {}
+    requests = []
+    for i, r in enumerate(reqs):
+        p = f"$.requests[{i}]"
+        if not isinstance(r, dict):
+            c.fail(p, "expected a request object")
+        msgs = r.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            c.fail(f"{p}.messages", "expected a non-empty list of messages")
+        parsed, echo = [], []
+        for j, m in enumerate(msgs):
+            mp = f"{p}.messages[{j}]"
+            if not isinstance(m, dict):
+                c.fail(mp, "expected a message object")
+            if m.get("role") not in ("system", "user", "assistant"):
+                c.fail(f"{mp}.role", f"expected one of system, user, assistant, got {m.get('role')!r}")
+            if "content" not in m:
+                c.fail(f"{mp}.content", "missing")
+            parsed.append((m["role"], c.content(m["content"], f"{mp}.content")))
+            content = m["content"] if isinstance(m["content"], list) else [{"type": "text", "text": m["content"]}]
+            echo.append({"role": m["role"], "content": content})
+        lora = r.get("lora_name")
+        if lora is not None:
+            if not isinstance(lora, str) or not lora:
+                c.fail(f"{p}.lora_name", "expected a non-empty string")
+            if lora not in lora_paths:
+                lora_paths[lora] = _resolve_lora(c, lora, available, engine, base_dir, engine_dir, f"{p}.lora_name")
+        save_sys = c.bool_field(r, "save_system_prompt_kv_cache", p, False)
+        c.bool_field(r, "disable_spec_decode", p, False)
+        stop = r.get("stop", [])
+        if isinstance(stop, str):
+            stop = [stop]
+        if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+            c.fail(f"{p}.stop", "expected a non-empty string or a list of non-empty strings")
+        bias = dict(top_bias)
+        bias.update(c.logit_bias(r, p) or {})
+        ids, spans = encode_prompt(parsed, chat, gen_prompt)
+        if len(ids) == 0:
+            c.fail(f"{p}.messages", "the input has 0 tokens (CR-BATCH-5)")
+        requests.append(Request(
+            idx=i, batch_idx=i // bs, ids=ids, spans=spans, messages=echo, lora_name=lora,
+            save_system_prompt=save_sys, temperature=temperature, top_k=top_k, top_p=top_p,
+            max_generate_length=max_gen, num_logprobs=c.int_field(r, "num_logprobs", p, lo=0, hi=50, default=num_lp),
+            logit_bias=bias, stop=list(stop)))
+
+    batches = [requests[k:k + bs] for k in range(0, len(requests), bs)]
+    for batch in batches:
+        names = {r.lora_name for r in batch}
+        if len(names) > 1:
+            odd = next(r for r in batch if r.lora_name != batch[0].lora_name)
+            c.fail(f"$.requests[{odd.idx}].lora_name",
+                   f"a batch mixes LoRA adapters {sorted(map(str, names))} (CR-BATCH-4)")
+    return RequestFile(requests, batches, lookup, commit, lora_paths)
+
+
+def _resolve_lora(c, name, available, engine, base_dir, engine_dir, path):
+    """An adapter named by `available_lora_weights` (file resolved against the request file's
+    directory, then the engine directory), else one of the engine's own adapters."""
+    if name in available:
+        ref = available[name]
+        candidates = [ref] if os.path.isabs(ref) else [os.path.join(base_dir, ref), os.path.join(engine_dir, ref)]
+        where = f"$.available_lora_weights[{name!r}]"
+        file = next((f for f in candidates if os.path.isfile(f)), None)
+        if file is None:
+            c.fail(where, f"no such LoRA file: {ref}")
+    elif name in (engine.get("lora_adapters") or {}):
+        file = os.path.join(engine_dir, engine["lora_adapters"][name].get("path", f"lora/{name}.safetensors"))
+        where = path
+        if not os.path.isfile(file):
+            c.fail(path, f"the engine's LoRA file for {name!r} is missing: {file}")
+    else:
+        c.fail(path, f"unknown LoRA adapter {name!r} (not in available_lora_weights nor in the engine)")
+    try:
+        c.lora_check(name, file)
+    except ValueError as e:
+        c.fail(where, f"bad LoRA file for {name!r}: {e}")
+    return file

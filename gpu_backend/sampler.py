@@ -1,0 +1,70 @@
+"""Token selection: masking, logit bias, greedy and seeded sampling, top-k log-probabilities.
+
+The sampler can emit only bytes below 0x80 and <|eos|> (spec/tokenizer.md section 4), so
+generated text is ASCII and round-trips into a later turn. Log-probabilities are taken at
+temperature 1 over the logits the sampler actually uses: masked and biased.
+"""
+import torch
+
+from .tokenizer import EOS, VOCAB, token_entry
+
+_ALLOWED = torch.zeros(VOCAB, dtype=torch.bool)
+_ALLOWED[:128] = True
+_ALLOWED[EOS] = True
+
+
+def bias_row(logit_bias: dict) -> torch.Tensor | None:
+    if not logit_bias:
+        return None
+    row = torch.zeros(VOCAB)
+    for tid, b in logit_bias.items():
+        row[tid] = b
+    return row
+
+
+def masked_logits(logits: torch.Tensor, biases: list) -> torch.Tensor:
+    """logits [B, V] (any device) -> float32 CPU logits with bias added and the never-emitted
+    tokens at -inf."""
+    out = logits.detach().to("cpu", torch.float32).clone()
+    for b, row in enumerate(biases):
+        if row is not None:
+            out[b] += row
+    return out.masked_fill_(~_ALLOWED, float("-inf"))
+
+
+def sample_row(row: torch.Tensor, temperature: float, top_k: int, top_p: float, gen: torch.Generator) -> int:
+    """Temperature, then top-k (0: off), then nucleus top-p, then one draw from `gen`."""
+    logits = row / temperature
+    if top_k > 0:
+        kth = torch.topk(logits, min(top_k, int(_ALLOWED.sum()))).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if top_p < 1.0:
+        p, idx = torch.sort(probs, descending=True, stable=True)
+        drop = (torch.cumsum(p, 0) - p) >= top_p          # keep the smallest prefix reaching top_p
+        p[drop] = 0
+        probs = torch.zeros_like(probs).scatter_(0, idx, p)
+    return int(torch.multinomial(probs, 1, generator=gen).item())
+
+
+def top_logprobs(row: torch.Tensor, k: int) -> list:
+    """The k most likely tokens of a masked row, descending, ties by token id (Edge-LLM format)."""
+    lp = torch.log_softmax(row, dim=-1)
+    vals, idx = torch.sort(lp, descending=True, stable=True)
+    out = []
+    for v, i in zip(vals[:k].tolist(), idx[:k].tolist()):
+        token, raw = token_entry(i)
+        out.append({"token_id": i, "token": token, "bytes": raw, "logprob": min(v, 0.0)})
+    return out
+
+
+def select(logits: torch.Tensor, seqs) -> list:
+    """Choose the next token of each sequence; returns [(token, logprob entries or None)]."""
+    rows = masked_logits(logits, [s.bias for s in seqs])
+    greedy = rows.argmax(dim=-1).tolist()
+    out = []
+    for b, s in enumerate(seqs):
+        r = s.req
+        tok = greedy[b] if r.greedy else sample_row(rows[b], r.temperature, r.top_k, r.top_p, s.generator)
+        out.append((tok, top_logprobs(rows[b], r.num_logprobs) if r.num_logprobs else None))
+    return out
