@@ -333,14 +333,20 @@ class ContextCache:
             path.append(page)
         return path
 
-    def _insert(self, rec: Record) -> None:
-        """Insert a new record as most recently used under the record limit (CR-CAP-6)."""
+    def _insert(self, rec: Record, staged=()) -> None:
+        """Insert a new record as most recently used under the record limit (CR-CAP-6).
+
+        `staged` are the (pool, id) reservations of a capture: they pass to the record on
+        insertion (CR-HYB-4), before a limit eviction, so a record evicted at once returns
+        them to the free pool (and they count as reclaimed, CR-MET-10)."""
         victim = None
         if self.max_records > 0 and len(self.records) >= self.max_records:
             victim = next(iter(self.records.values()))     # chosen before the insertion
         for p, ids in rec.holdings():
             for i in ids:
                 self.pools[p].add_cache(i)
+        for p, i in staged:
+            self.pools[p].unpin(i)                         # staging reference -> record only
         self.records[rec.key] = rec
         if rec.key[0] == "ckpt":
             self.ckpt_lengths[rec.key[2]] = self.ckpt_lengths.get(rec.key[2], 0) + 1
@@ -386,10 +392,7 @@ class ContextCache:
             return "existing"
         full = L // self.P if self.kind == "hybrid" else 0
         rec = Record(key, self._canonical_path(ident.page_keys(full), page_table), rec_slot, pkv_slot)
-        self._insert(rec)
-        for p, i in ((RECURRENT, rec_slot), (PARTIAL, pkv_slot)):
-            if i is not None:
-                self.pools[p].unpin(i)                     # staging reference -> record only
+        self._insert(rec, staged=[(p, i) for p, i in ((RECURRENT, rec_slot), (PARTIAL, pkv_slot)) if i is not None])
         self.m.committed += 1
         return "committed"
 
