@@ -1,0 +1,228 @@
+"""The `command` adapter: any `llm_inference`-compatible executable (spec/RUNNING.md section 2).
+
+Each request file is one process: the adapter writes the file, runs the executable with the
+documented flags under a timeout, and reads back the output and profile files. Anything that
+is not a well-formed result (a signal, a timeout, a missing or malformed file) becomes a crash
+or timeout result carrying the tail of stderr, and the run goes on.
+
+Engines come either from a build command (the bundled `python -m gpu_backend build`, or any
+tool taking the same flags) or from one fixed engine folder given by the user; with a fixed
+engine, cases whose engine cannot be stood in for by it are NOT_SUPPORTED.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .. import oracle
+from ..engines import build_cached, digest, source_digest
+from ..errors import KvconformError
+from ..schemas import read_json, schema_errors
+from .base import Adapter, AdapterError, BuildRefused, Engine, RunResult, Session, check_manifest
+
+BUNDLED = [sys.executable, "-m", "gpu_backend"]
+VALUE_FLAGS = ("contextCacheMaxRecords", "contextCacheRecurrentSnapshotPoolBytes",
+               "contextCachePartialKVSnapshotPoolBytes", "warmup", "batchSize",
+               "maxGenerateLength", "tpSize")
+SWITCH_FLAGS = ("enableContextReuse", "dumpProfile", "poisonFreshPages")
+
+
+def build_flags(build_args: dict) -> list[str]:
+    """`python -m gpu_backend build` flags for a case's build arguments (spec/engine.md)."""
+    out = []
+    for key, value in sorted(build_args.items()):
+        if isinstance(value, bool):
+            out += [f"--{key}"] if value else []
+        elif isinstance(value, list):
+            out += [f"--{key}", ",".join(value)] if value else []
+        elif value is not None:
+            out += [f"--{key}", str(value)]
+    return out
+
+
+def runtime_flags(runtime: dict, hidden_states_file: str) -> list[str]:
+    """The infer flags a case's runtime block sets; flags it does not set are not passed."""
+    out = []
+    for key in SWITCH_FLAGS:
+        if runtime.get(key):
+            out.append(f"--{key}")
+    for key in VALUE_FLAGS:
+        if key in runtime:
+            out += [f"--{key}", str(runtime[key])]
+    if runtime.get("outputHiddenStates"):
+        out += ["--outputHiddenStates", hidden_states_file]
+    return out
+
+
+def tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def run_process(argv: list[str], timeout: float, cwd: str) -> tuple[int | None, str]:
+    """(exit code or None on timeout, stderr+stdout tail); the whole process group is killed on timeout."""
+    with open(os.path.join(cwd, "stderr.txt"), "w+b") as err:
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=err, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            rc = None
+        err.seek(0)
+        return rc, tail(err.read().decode("utf-8", "replace"))
+
+
+class CommandSession(Session):
+    """One runtime instance is one process: a session takes exactly one request file."""
+
+    def __init__(self, adapter: "CommandAdapter", engine: Engine, runtime: dict):
+        self.adapter, self.engine, self.runtime, self.used = adapter, engine, runtime, False
+
+    def run(self, request: dict, base_dir: str) -> RunResult:
+        if self.used:
+            raise AdapterError("a command session runs one request file (one process per runtime instance)")
+        self.used = True
+        work = tempfile.mkdtemp(prefix="run-", dir=self.adapter.workdir)
+        files = {name: os.path.join(work, name) for name in
+                 ("input.json", "output.json", "profile.json", "hidden_states.safetensors")}
+        Path(files["input.json"]).write_text(json.dumps(request, indent=1))
+        argv = (self.adapter.executable + ["--engineDir", self.engine.directory,
+                                           "--inputFile", files["input.json"],
+                                           "--outputFile", files["output.json"],
+                                           "--profileOutputFile", files["profile.json"]]
+                + runtime_flags(self.runtime, files["hidden_states.safetensors"]) + self.adapter.extra_args)
+        rc, err = run_process(argv, self.adapter.timeout, work)
+        return self.read(rc, err, files["output.json"], files["profile.json"], argv)
+
+    def read(self, rc, err, output_file, profile_file, argv) -> RunResult:
+        command = " ".join(shlex.quote(a) for a in argv)
+        if rc is None:
+            return RunResult("timeout", message=f"no exit within {self.adapter.timeout:g} s: {command}",
+                             stderr_tail=err)
+        wrote = os.path.exists(output_file)
+        if rc < 0:
+            return RunResult("crash", message=f"killed by signal {-rc}", exit_code=rc, stderr_tail=err,
+                             wrote_output=wrote)
+        if rc == 2:
+            return RunResult("input_error", message=(err.splitlines() or [""])[-1], exit_code=2,
+                             stderr_tail=err, wrote_output=wrote)
+        output, problem = _read_checked(output_file, "output") if wrote else (None, None)
+        if problem:
+            return RunResult("crash", message=problem, exit_code=rc, stderr_tail=err, wrote_output=True)
+        responses = output["responses"] if output else None
+        if rc != 0 and not responses:
+            return RunResult("rejected", message=(err.splitlines() or [""])[-1], exit_code=rc,
+                             stderr_tail=err, wrote_output=wrote)
+        if not wrote:
+            return RunResult("crash", message=f"exit {rc} but no output file was written",
+                             exit_code=rc, stderr_tail=err)
+        profile = None
+        if os.path.exists(profile_file):
+            profile, problem = _read_checked(profile_file, "profile")
+            if problem:
+                return RunResult("crash", message=problem, exit_code=rc, stderr_tail=err, wrote_output=True)
+        return RunResult("ok", responses, profile, None, rc, stderr_tail=err, wrote_output=True)
+
+
+def _read_checked(path: str, schema: str) -> tuple[dict | None, str | None]:
+    try:
+        doc = read_json(path)
+    except KvconformError as e:
+        return None, f"malformed {schema} file: {e}"
+    errors = schema_errors(doc, schema)
+    if errors:
+        return None, f"malformed {schema} file: {errors[0][0]}: {errors[0][1]}"
+    return doc, None
+
+
+class CommandAdapter(Adapter):
+    """Drives an executable; by default the bundled backend's CLI (`python -m gpu_backend`)."""
+    name = "command"
+    sessions = False
+
+    def __init__(self, executable: str | None = None, engine_dir: str | None = None,
+                 engine_config: str | None = None, build_command: str | None = None,
+                 capabilities: str | None = None, timeout: float = 120.0,
+                 extra_args: list[str] | None = None, workdir: str | None = None):
+        bundled = executable is None
+        self.executable = BUNDLED + ["infer"] if bundled else shlex.split(executable)
+        self.build_command = (shlex.split(build_command) if build_command
+                              else BUNDLED + ["build"] if bundled and not engine_dir else None)
+        self.timeout, self.extra_args = timeout, list(extra_args or [])
+        self.own_workdir = workdir is None
+        self.workdir = workdir or tempfile.mkdtemp(prefix="kvconform-command-")
+        self.fixed = None
+        if engine_dir:
+            description = engine_config or os.path.join(engine_dir, "config.json")
+            try:
+                config = oracle.engine_of(read_json(description)).to_config()
+            except oracle.InputError as e:
+                raise KvconformError(e.message, description, e.path) from None
+            self.fixed = Engine("fixed-" + digest(config, 8), config, os.path.abspath(engine_dir), fixed=True)
+        elif not self.build_command:
+            raise KvconformError("the command adapter needs --engine-dir or --build-command")
+        self.manifest = self._manifest(capabilities, bundled)
+
+    def _manifest(self, source: str | None, bundled: bool) -> dict:
+        if source:
+            return check_manifest(read_json(source), source)
+        if bundled:
+            rc, out = self._capture(BUNDLED + ["capabilities"])
+            try:
+                return check_manifest(json.loads(out), "python -m gpu_backend capabilities")
+            except ValueError:
+                raise AdapterError(f"`python -m gpu_backend capabilities` exited {rc}", out) from None
+        pages = [self.fixed.config["tokens_per_page"]] if self.fixed else "any"
+        return {"format": "kvconform-capabilities-v1", "backend": Path(self.executable[0]).name,
+                "semantics_profile": "edge-llm-0.10", "observables": {}, "model_kinds": ["attention"],
+                "media": [], "features": [], "tokens_per_page": pages}
+
+    def _capture(self, argv: list[str]) -> tuple[int | None, str]:
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            return None, ""
+        return p.returncode, p.stdout if p.returncode == 0 else tail(p.stderr)
+
+    def capabilities(self) -> dict:
+        return self.manifest
+
+    def engine(self, build_args: dict) -> Engine:
+        if self.fixed:
+            return self.fixed
+
+        def build(folder: Path) -> None:
+            argv = self.build_command + ["--engineDir", str(folder)] + build_flags(build_args)
+            rc, err = run_process(argv, self.timeout, str(self.workdir))
+            if rc == 2:
+                raise BuildRefused((err.splitlines() or ["build refused"])[-1])
+            if rc != 0:
+                raise AdapterError(f"the build command exited {rc}", err)
+        salt = "command:" + " ".join(self.build_command)
+        if self.build_command[:3] == BUNDLED:  # the bundled builder: its code is part of the key
+            salt += ":" + source_digest(Path(__file__).resolve().parents[2] / "gpu_backend")
+        folder = build_cached(build_args, salt, build)
+        return Engine(folder.name, json.loads((folder / "config.json").read_text()), str(folder))
+
+    def start(self, engine: Engine, runtime: dict) -> Session:
+        return CommandSession(self, engine, runtime)
+
+    def close(self) -> None:
+        if self.own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def describe(self) -> dict:
+        return {"executable": self.executable, "build_command": self.build_command,
+                "engine_dir": self.fixed.directory if self.fixed else None,
+                "timeout_s": self.timeout, "extra_args": self.extra_args}

@@ -1,0 +1,118 @@
+"""The `reference` adapter: the oracle posing as a backend (spec/RUNNING.md section 1).
+
+A self-check of the runner: every case must PASS against it. The oracle is a model of the
+cache, not of a language model, so this adapter generates text with a documented stand-in:
+a deterministic function of the request's input (token ids, media identities, LoRA adapter) and
+of nothing else. Equal inputs therefore give equal outputs whatever the cache did, which is
+what CR-OUT-1 asks of a real backend, and the tokens it returns feed the oracle's decode-end
+publications like a real transcript.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+
+from .. import oracle
+from ..engines import digest
+from .base import Adapter, BuildRefused, Engine, RunResult, Session
+
+LETTERS = b"abcdefghijklmnopqrstuvwxyz ,."
+EOS = 257
+
+
+def stand_in(request, max_length: int, stop: list[str]) -> tuple[list[int], str, str]:
+    """(generated ids, finish reason, output text) of the stand-in generator for one request.
+
+    Ids are printable ASCII bytes, sometimes ending in <|eos|> (257); generation stops at the
+    first of end-of-sequence, a stop string in the text, or `max_length` tokens (CR-BATCH-7).
+    """
+    seed = hashlib.sha256(request.tokens.tobytes() + b"|" + (request.lora_name or "").encode()
+                          + b"".join(s.digest for s in request.spans)).digest()
+    rng = random.Random(seed)
+    ids: list[int] = []
+    while True:
+        if ids and rng.random() < 0.2:
+            ids.append(EOS)
+            return ids, "end-of-sequence", bytes(ids[:-1]).decode("ascii")
+        ids.append(LETTERS[rng.randrange(len(LETTERS))])
+        text = bytes(ids).decode("ascii")
+        hits = [text.find(s) for s in stop if s in text]
+        if hits:
+            return ids, "stop-words", text[:min(hits)]
+        if len(ids) >= max_length:
+            return ids, "max-length", text
+
+
+def logprobs(ids: list[int], k: int) -> list[list[dict]]:
+    """Top-k candidates per step: the chosen token first (a clear winner), then runners-up."""
+    out = []
+    for step, token in enumerate(ids):
+        others = [t for t in LETTERS if t != token][: max(0, k - 1)]
+        cands = [token] + others
+        out.append([{"token_id": t, "token": "<|eos|>" if t == EOS else chr(t),
+                     "bytes": list(b"<|eos|>") if t == EOS else [t],
+                     "logprob": round(-0.01 - 2.0 * rank, 4)} for rank, t in enumerate(cands)])
+    return out
+
+
+class ReferenceSession(Session):
+    def __init__(self, engine: Engine, runtime: dict):
+        self.config = oracle.engine_of(engine.config)
+        self.flags = oracle.flags_of(runtime)
+        self.sim = None
+
+    def run(self, request: dict, base_dir: str) -> RunResult:
+        refused = oracle.rejection(self.config, self.flags)
+        if refused is not None:
+            return RunResult("rejected", message=refused.message, exit_code=3)
+        try:
+            parsed = oracle.parse(request, base_dir, self.config, self.flags)
+        except oracle.InputError as e:
+            return RunResult("input_error", message=e.message, error_path=e.path, exit_code=2)
+        max_length = self.flags.max_generate_length or parsed.max_generate_length
+        made = [stand_in(r, max_length, r.stop) for r in parsed.requests]
+        if self.sim is None:
+            self.sim = oracle.OracleSession(self.config, self.flags)
+        predicted = self.sim.run(request, base_dir, [m[0] for m in made])
+        responses = []
+        for p, (ids, finish, text), raw in zip(predicted.responses, made, request["requests"]):
+            r = {"request_idx": p["request_idx"], "batch_idx": p["batch_idx"],
+                 "input_tokens": p["input_tokens"], "context_cache": p.get("context_cache")}
+            if p["status"] != "ok":
+                r.update(output_text=p.get("error") or "batch failed", finish_reason="error", output_ids=[])
+            else:
+                r.update(output_text=text, finish_reason=finish, output_ids=ids)
+                k = raw.get("num_logprobs", request.get("num_logprobs", 0))
+                if k:
+                    r["logprobs"] = logprobs(ids, k)
+            responses.append(r)
+        failed = sum(1 for b in predicted.batches if b["status"] != "ok")
+        return RunResult("ok", responses, predicted.profile, failed, 1 if failed else 0, wrote_output=True)
+
+
+class ReferenceAdapter(Adapter):
+    name = "reference"
+    sessions = True
+
+    def capabilities(self) -> dict:
+        return {
+            "format": "kvconform-capabilities-v1", "backend": "reference",
+            "version": oracle.reference.SPEC_VERSION, "semantics_profile": "edge-llm-0.10",
+            "tokenizer": "bytes-v1",
+            "observables": {"per_request_metrics": True, "output_ids": True, "logprobs": True,
+                            "prefill_profile": True, "rejection_messages": True},
+            "model_kinds": ["attention", "recurrent", "hybrid"], "media": ["image", "audio"],
+            "features": ["lora", "warmup", "hidden_state_output", "stop_strings", "batching",
+                         "poison_fresh_pages", "kv_dtype_fp8", "tp", "sampling"],
+            "tokens_per_page": "any",
+        }
+
+    def engine(self, build_args: dict) -> Engine:
+        try:
+            config = oracle.derive_engine(build_args).to_config()
+        except oracle.InputError as e:
+            raise BuildRefused(f"{e.path}: {e.message}") from None
+        return Engine(digest(build_args), config)
+
+    def start(self, engine: Engine, runtime: dict) -> Session:
+        return ReferenceSession(engine, runtime)

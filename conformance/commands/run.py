@@ -1,0 +1,118 @@
+"""`kvconform run`: the conformance run (the kit's main job, spec/RUNNING.md).
+
+With no arguments: the bundled backend through its Python API (`inprocess`; `reference` when
+torch or the backend cannot be imported), every curated case under tests/test_cases, and the
+generated families, then a verdict table per spec section and a report folder. Exit code 0 only
+when the backend is conformant (no mandatory case TIMEOUT, FAIL or ERROR), 1 otherwise, 2 on bad
+input.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ..adapters import NAMES, AdapterError, default_backend, make_adapter
+from ..cases import parse_shard
+from ..errors import KvconformError
+from ..report import Report, problems_table, verdict_table
+from ..suite import execute, make_plan
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    g = parser.add_argument_group("backend")
+    g.add_argument("--backend", choices=NAMES, help="adapter (default: inprocess where torch imports, else reference)")
+    g.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="bundled backend device")
+    g.add_argument("--timeout", type=float, default=120.0, metavar="S", help="seconds per invocation (default 120)")
+    g.add_argument("--executable", metavar="CMD",
+                   help="command adapter: an llm_inference-compatible command line (default: the bundled CLI)")
+    g.add_argument("--engine-dir", metavar="DIR", help="command adapter: one fixed engine folder for every case")
+    g.add_argument("--engine-config", metavar="FILE",
+                   help="command adapter: the fixed engine's description (spec/engine.md) if DIR has none")
+    g.add_argument("--build-command", metavar="CMD",
+                   help="command adapter: builds an engine per case with the flags of spec/engine.md")
+    g.add_argument("--capabilities", metavar="FILE", help="command adapter: the backend's capability manifest")
+    g.add_argument("--backend-arg", action="append", default=[], metavar="ARG",
+                   help="command adapter: an extra argument for every invocation (repeatable)")
+    c = parser.add_argument_group("cases")
+    c.add_argument("--case", action="append", metavar="PATH",
+                   help="a case file or folder (repeatable; default: tests/test_cases)")
+    c.add_argument("-k", "--keyword", action="append", metavar="TEXT",
+                   help="run cases whose id contains TEXT or matches it as a glob (repeatable)")
+    c.add_argument("--section", action="append", metavar="NAME", help="spec section: ID, PLAN, MEDIA, PUB, ... (repeatable)")
+    c.add_argument("--rule", action="append", metavar="ID", help="cases citing this rule id (repeatable)")
+    c.add_argument("--slow", action="store_true", help="include cases flagged slow")
+    c.add_argument("--shard", metavar="I/N", help="run the I-th of N interleaved shards (merge with kvconform merge)")
+    c.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    c.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="run N cases at once (useful with --backend command: processes overlap)")
+    gen = parser.add_argument_group("generated request sets")
+    gen.add_argument("--no-generated", action="store_true", help="curated cases only")
+    gen.add_argument("--generated-only", action="store_true", help="generated families only")
+    gen.add_argument("--families", metavar="LIST", help="comma-separated: text,vision,hybrid (default all)")
+    gen.add_argument("--examples", type=int, default=300, metavar="N", help="examples per family at most (default 300)")
+    gen.add_argument("--budget-seconds", type=float, default=180.0, metavar="S",
+                     help="a cap on the time of all generated families together, shrinking aside (default 180; "
+                          "--examples normally bounds the run, so the same examples run every time)")
+    gen.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0: the same examples every run)")
+    gen.add_argument("--max-steps", type=int, default=6, metavar="N", help="batches per example at most (default 6)")
+    gen.add_argument("--save-regressions", action="store_true",
+                     help="also write generated reproducers to tests/test_cases/regressions/")
+    out = parser.add_argument_group("report")
+    out.add_argument("--report", default="kvconform-report", metavar="DIR", help="report folder (default kvconform-report)")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def main(args) -> int:
+    shard = parse_shard(args.shard)
+    plan = make_plan(args.case, args.keyword, args.section, args.rule, args.slow,
+                     generated=not args.no_generated, curated=not args.generated_only,
+                     families=args.families.split(",") if args.families else None, shard=shard,
+                     examples=args.examples, budget_s=args.budget_seconds, seed=args.seed,
+                     max_steps=args.max_steps, save_regressions=args.save_regressions)
+    if args.list:
+        for case in plan.cases:
+            print(f"{case.id}\t{case.section}\t{case.source()}")
+        for family in plan.families:
+            print(f"generated/{family}\tgenerated")
+        return 0
+    backend = args.backend or default_backend()
+    try:
+        adapter = make_adapter(backend, device=args.device, timeout=args.timeout, executable=args.executable,
+                               engine_dir=args.engine_dir, engine_config=args.engine_config,
+                               build_command=args.build_command, capabilities=args.capabilities,
+                               extra_args=args.backend_arg)
+    except AdapterError as e:
+        raise KvconformError(f"cannot start the {backend} adapter: {e}") from None
+    try:
+        manifest = adapter.capabilities()
+    except Exception:
+        manifest = None
+    options = {k: v for k, v in vars(args).items() if k not in ("func",) and not callable(v)}
+    report = Report(Path(args.report), backend, manifest, adapter.describe(), options, args.shard)
+    start = time.monotonic()
+    print(f"kvconform run: backend {backend}, {len(plan.cases)} case(s)"
+          + (f", generated {','.join(plan.families)} (seed {args.seed}, {args.budget_seconds:g} s)" if plan.families else "")
+          + (f", shard {args.shard}" if shard else ""), file=sys.stderr)
+    try:
+        results = execute(plan, adapter, report, progress=not args.no_progress, jobs=args.jobs)
+    except KeyboardInterrupt:
+        report.write(complete=False)
+        print(verdict_table(report.results))
+        print(f"interrupted: partial report in {report.folder}/report.json (complete: false)", file=sys.stderr)
+        return 130
+    finally:
+        adapter.close()
+    doc = report.finish()
+    print()
+    print(verdict_table(results))
+    problems = problems_table(results, folder=str(report.folder))
+    if problems:
+        print()
+        print(problems)
+    conformant = doc["summary"]["conformant"]
+    print(f"\n{'CONFORMANT' if conformant else 'NOT CONFORMANT'}: {len(results)} case(s) in "
+          f"{time.monotonic() - start:.0f} s; report in {report.folder}/ (report.json, junit.xml, summary.md)")
+    return 0 if conformant else 1

@@ -1,0 +1,252 @@
+"""Comparing what a backend wrote with the oracle and with its own bypass replay
+(spec/RUNNING.md sections 3 and 5).
+
+Counters, pools, records, per-request facts and prefill counts are compared exactly; outputs
+are compared metamorphically against the bypass replay, with the near-tie and log-probability
+tolerances below. Every mismatch becomes a Failure naming the rule, the request, expected and
+observed values, and a one-line explanation (from `explain`).
+"""
+from __future__ import annotations
+
+import math
+
+from .explain import Explainer
+from .verdicts import Failure, Verdict
+
+NEAR_TIE_NATS = 0.05
+LOGPROB_DRIFT = 0.02
+TOLERANCES = {
+    "near_tie_top2_gap_nats": NEAR_TIE_NATS,
+    "logprob_drift_nats": LOGPROB_DRIFT,
+    "counters": "exact",
+    "note": "spec/RUNNING.md section 5: a differing greedy token is a QUALITY_WARNING only when each run's "
+            "token is among the other's candidates and the bypass run's top-1/top-2 gap is below "
+            "near_tie_top2_gap_nats; log-probabilities of agreeing tokens may differ by logprob_drift_nats",
+}
+
+COUNTER_RULES = {
+    "admitted_sequences": "CR-MET-1", "hit_sequences": "CR-MET-2", "media_aware_sequences": "CR-MET-3",
+    "lookup_bypass_sequences": "CR-MET-4", "forced_cold_sequences": "CR-MET-4",
+    "matched_tokens": "CR-MET-5", "reused_tokens": "CR-MET-5", "plans": "CR-MET-6",
+    "publications": "CR-MET-7", "records": "CR-MET-8", "resource_pools": "CR-MET-9",
+    "reclaimed_resources": "CR-MET-10", "hybrid": "CR-MET-11", "speculative": "CR-MET-11",
+}
+NOT_COMPARED = {"planning_nanoseconds"}
+PREFILL_KEYS = ("total_runs", "reused_tokens", "computed_tokens")
+
+
+def _leaves(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _leaves(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def _get(d, dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return _MISSING
+        d = d[part]
+    return d
+
+
+_MISSING = object()
+
+
+def check_shape(responses, count: int) -> list[Failure]:
+    """One response per request, in file order (RUNNING.md section 2): else the output is garbage."""
+    if not isinstance(responses, list):
+        return [Failure(None, "responses", f"a list of {count}", type(responses).__name__,
+                        "the output has no responses array", verdict=Verdict.ERROR)]
+    out = []
+    if len(responses) != count:
+        out.append(Failure(None, "responses", count, len(responses),
+                           "one response per request of the file is required", verdict=Verdict.ERROR))
+    for i, r in enumerate(responses[:count]):
+        if not isinstance(r, dict) or r.get("request_idx") != i:
+            got = r.get("request_idx") if isinstance(r, dict) else r
+            out.append(Failure(None, f"responses[{i}].request_idx", i, got,
+                               "responses must be in file order", i, Verdict.ERROR))
+            break
+    return out
+
+
+def compare_profile(expected: dict, observed: dict | None, ex: Explainer, prefill: bool) -> list[Failure]:
+    """The profile's context_cache section (CR-MET-1..11, CR-POL-6) and, if declared, prefill (CR-MET-12)."""
+    out = []
+    want = expected.get("context_cache")
+    have = (observed or {}).get("context_cache")
+    if observed is None and (want is not None or prefill):
+        return [Failure(None, "profile", "a profile file", None, "no profile was written", verdict=Verdict.ERROR)]
+    if (want is None) != (have is None):
+        out.append(Failure("CR-POL-6", "profile.context_cache", "present" if want is not None else "absent",
+                           "present" if have is not None else "absent",
+                           "the context_cache section is present exactly when --enableContextReuse is on"))
+    elif want is not None:
+        for key, value in _leaves(want):
+            if key.split(".")[-1] in NOT_COMPARED:
+                continue
+            got = _get(have, key)
+            if got is _MISSING or not isinstance(got, int) or isinstance(got, bool):
+                out.append(Failure(COUNTER_RULES.get(key.split(".")[0]), f"profile.context_cache.{key}", value,
+                                   None if got is _MISSING else got, "missing or not an integer",
+                                   verdict=Verdict.ERROR))
+            elif got != value:
+                out.append(Failure(COUNTER_RULES.get(key.split(".")[0]), f"profile.context_cache.{key}",
+                                   value, got, ex.counter(key, value, got), verdict=ex.counter_verdict()))
+    if prefill:
+        want_p, have_p = expected.get("prefill") or {}, (observed or {}).get("prefill")
+        if want_p and have_p is None:
+            out.append(Failure("CR-MET-12", "profile.prefill", "present", "absent",
+                               "--dumpProfile writes the prefill section", verdict=Verdict.ERROR))
+        elif want_p:
+            for key in PREFILL_KEYS:
+                if have_p.get(key) != want_p.get(key):
+                    out.append(Failure("CR-MET-12", f"profile.prefill.{key}", want_p.get(key), have_p.get(key),
+                                       ex.prefill(key, want_p.get(key), have_p.get(key)),
+                                       verdict=ex.counter_verdict()))
+    return out
+
+
+REQUEST_FIELDS = ("plan", "matched_tokens", "reused_tokens", "media_aware", "lookup_bypass", "forced_cold",
+                  "hybrid_restore", "snapshot_pressure_skips", "publications")
+
+
+def compare_requests(predicted: list[dict], responses: list[dict], ex: Explainer, per_request: bool,
+                     input_tokens: bool, start: int = 0) -> list[Failure]:
+    """Per request from index `start` on: success or failure of its batch, n, and the cache facts (CR-MET-13)."""
+    out = []
+    for i, (p, r) in enumerate(zip(predicted, responses)):
+        if i < start:
+            continue
+        status = "error" if r.get("finish_reason") == "error" else "ok"
+        if status != p["status"]:
+            rule, why = ex.status(i, p, r)
+            out.append(Failure(rule, f"responses[{i}].finish_reason",
+                               "error" if p["status"] == "error" else "not error", r.get("finish_reason"), why, i))
+            continue
+        if input_tokens and "input_tokens" in r and r["input_tokens"] != p["input_tokens"]:
+            out.append(Failure(None, f"responses[{i}].input_tokens", p["input_tokens"], r["input_tokens"],
+                               ex.input_tokens(i), i))
+        want = p.get("context_cache")
+        if not per_request or want is None:
+            continue
+        have = r.get("context_cache")
+        if not isinstance(have, dict):
+            out.append(Failure("CR-MET-13", f"responses[{i}].context_cache", "an object", have,
+                               "the backend declares per-request metrics", i, Verdict.ERROR))
+            continue
+        for key in REQUEST_FIELDS:
+            if key not in want:
+                continue
+            if have.get(key) != want[key]:
+                rule, why = ex.request_field(i, key, want, have)
+                out.append(Failure(rule, f"responses[{i}].context_cache.{key}", want[key], have.get(key), why, i,
+                                   ex.request_verdict(i)))
+    return out
+
+
+# --- outputs (CR-OUT) -------------------------------------------------------------------------
+
+def _tokens(r: dict, ids: bool):
+    if ids and isinstance(r.get("output_ids"), list):
+        return r["output_ids"]
+    steps = r.get("logprobs")
+    if isinstance(steps, list) and steps and all(isinstance(s, list) and s for s in steps):
+        return [max(s, key=lambda c: c["logprob"])["token_id"] for s in steps]
+    return r.get("output_text")
+
+
+def _candidates(r: dict, step: int) -> list[dict] | None:
+    steps = r.get("logprobs")
+    if isinstance(steps, list) and step < len(steps) and isinstance(steps[step], list) and len(steps[step]) >= 2:
+        return sorted(steps[step], key=lambda c: -c["logprob"])
+    return None
+
+
+def _logprob_of(r: dict, step: int, token) -> float | None:
+    steps = r.get("logprobs")
+    if not isinstance(steps, list) or step >= len(steps):
+        return None
+    return next((c["logprob"] for c in steps[step] if c.get("token_id") == token), None)
+
+
+def compare_outputs(main: list[dict], replay: list[dict], ex: Explainer, ids: bool, start: int = 0) -> list[Failure]:
+    """CR-OUT-1/2/3 from index `start` on: the run with reuse against its bypass replay, greedy decoding."""
+    out = []
+    for i, (a, b) in enumerate(zip(main, replay)):
+        if i < start:
+            continue
+        out += _nan_check(i, a)
+        if a.get("finish_reason") == "error" or b.get("finish_reason") == "error":
+            if a.get("finish_reason") != b.get("finish_reason"):
+                out.append(Failure("CR-OUT-1", f"responses[{i}].finish_reason", b.get("finish_reason"),
+                                   a.get("finish_reason"), "a batch fails or succeeds whatever the lookup policy", i))
+            continue
+        ta, tb = _tokens(a, ids), _tokens(b, ids)
+        if ta == tb:
+            if a.get("finish_reason") != b.get("finish_reason"):
+                out.append(Failure("CR-OUT-1", f"responses[{i}].finish_reason", b.get("finish_reason"),
+                                   a.get("finish_reason"), ex.output(i, "equal tokens, different finish reason"), i))
+            out += _drift(i, a, b, ta if isinstance(ta, list) else None, ex)
+            continue
+        t = next((k for k, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+        what = f"responses[{i}].{'output_ids' if isinstance(ta, list) and ids else 'output_text'}"
+        near = _near_tie(a, b, t, ta, tb)
+        expected, observed = _window(tb, t), _window(ta, t)
+        if near is not None:
+            out.append(Failure("CR-OUT-1", what, expected, observed,
+                               ex.output(i, f"first difference at generated token {t} is a near-tie "
+                                            f"(bypass top-2 gap {near:.4f} < {NEAR_TIE_NATS} nats)"),
+                               i, Verdict.QUALITY_WARNING))
+        else:
+            out.append(Failure("CR-OUT-1", what, expected, observed,
+                               ex.output(i, f"first difference at generated token {t}"), i))
+    return out
+
+
+def _window(seq, t: int, width: int = 6):
+    """The tokens (or characters) around the first difference, with their offset."""
+    lo = max(0, t - 2)
+    return {"from": lo, "tokens": seq[lo:t + width] if isinstance(seq, (list, str)) else seq}
+
+
+def _near_tie(a: dict, b: dict, t: int, ta, tb) -> float | None:
+    """RUNNING.md section 5: each run's token among the other's candidates, bypass gap below tolerance."""
+    if not (isinstance(ta, list) and isinstance(tb, list)) or t >= len(ta) or t >= len(tb):
+        return None
+    ca, cb = _candidates(a, t), _candidates(b, t)
+    if ca is None or cb is None:
+        return None
+    if ta[t] not in {c["token_id"] for c in cb} or tb[t] not in {c["token_id"] for c in ca}:
+        return None
+    gap = cb[0]["logprob"] - cb[1]["logprob"]
+    return gap if gap < NEAR_TIE_NATS else None
+
+
+def _drift(i: int, a: dict, b: dict, tokens, ex: Explainer) -> list[Failure]:
+    """CR-OUT-2: log-probabilities of agreeing tokens within LOGPROB_DRIFT."""
+    if tokens is None or not a.get("logprobs") or not b.get("logprobs"):
+        return []
+    worst, at = 0.0, None
+    for s, token in enumerate(tokens):
+        la, lb = _logprob_of(a, s, token), _logprob_of(b, s, token)
+        if la is not None and lb is not None and abs(la - lb) > worst:
+            worst, at = abs(la - lb), s
+    if worst > LOGPROB_DRIFT:
+        return [Failure("CR-OUT-2", f"responses[{i}].logprobs[{at}]", f"within {LOGPROB_DRIFT} of the bypass run",
+                        round(worst, 6), ex.output(i, f"log-probability drift {worst:.4f} nats at token {at}"),
+                        i, Verdict.QUALITY_WARNING)]
+    return []
+
+
+def _nan_check(i: int, r: dict) -> list[Failure]:
+    """CR-OUT-3: a read of foreign or poisoned KV shows up as NaN log-probabilities."""
+    for s, step in enumerate(r.get("logprobs") or []):
+        for c in step if isinstance(step, list) else []:
+            v = c.get("logprob") if isinstance(c, dict) else None
+            if isinstance(v, float) and (math.isnan(v) or math.isinf(v) and v > 0):
+                return [Failure("CR-OUT-3", f"responses[{i}].logprobs[{s}]", "a finite log-probability", str(v),
+                                "NaN output: the sequence read KV it neither computed nor reused (poisoned pages)", i)]
+    return []

@@ -1,0 +1,376 @@
+"""How a case runs: the steps of spec/RUNNING.md section 4, for any adapter.
+
+support -> engine -> (negative cases: refusal) -> templates -> run -> bypass replay ->
+prediction -> comparisons. Each step that cannot proceed settles the verdict with a reason;
+nothing here catches a crash to call it NOT_SUPPORTED.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+
+import reference
+
+from . import oracle
+from .adapters.base import (Adapter, AdapterError, BuildRefused, Engine, RunResult, fixed_engine_fit, is_greedy,
+                            missing_capabilities, observable, requirements)
+from .cases import Case, materialize, resolve_outputs, template_refs, with_policy
+from .compare import check_shape, compare_outputs, compare_profile, compare_requests
+from .errors import KvconformError
+from .explain import Explainer
+from .verdicts import CaseResult, Failure, Verdict
+
+# Keys of an engine description the oracle reads (spec/engine.md section 2): a bundled build
+# must write exactly what the build arguments derive.
+DESCRIPTION_KEYS = ("tokens_per_page", "max_input_len", "max_kv_cache_capacity", "max_batch_size",
+                    "kv_pool_pages", "kv_cache_dtype", "layer_kinds", "num_kv_heads", "head_dim",
+                    "recurrent", "vision", "audio", "deployment")
+
+
+class Settled(Exception):
+    """A step decided the verdict; the case stops there."""
+
+
+def run_case(case: Case, adapter: Adapter, manifest: dict | None, manifest_error: str = "") -> CaseResult:
+    """Run one case against one adapter and return its verdict with the evidence."""
+    result = CaseResult(case.id, case.rules, case.mandatory, case.source(), case.section)
+    start = time.monotonic()
+    try:
+        if manifest is None:
+            result.settle(Verdict.ERROR, f"no capability manifest: {manifest_error}")
+        else:
+            Runner(case, adapter, manifest, result).run()
+    except Settled:
+        pass
+    except AdapterError as e:
+        result.settle(Verdict.ERROR, str(e))
+        result.stderr_tail = e.stderr_tail
+    except KvconformError as e:
+        result.settle(Verdict.ERROR, str(e))
+    except Exception as e:  # the kit could not run the case: never a PASS
+        result.settle(Verdict.ERROR, f"{type(e).__name__}: {e}")
+        result.stderr_tail = "\n".join(traceback.format_exc().splitlines()[-12:])
+    result.duration_s = time.monotonic() - start
+    if result.verdict in (Verdict.PASS, Verdict.NOT_SUPPORTED):
+        result.stderr_tail = ""  # evidence only where something needs explaining
+    return result
+
+
+class Runner:
+    """The steps for one case; a step that decides the verdict raises Settled."""
+
+    def __init__(self, case: Case, adapter: Adapter, manifest: dict, result: CaseResult):
+        self.case, self.adapter, self.manifest, self.result = case, adapter, manifest, result
+
+    def settle(self, verdict: Verdict, reason: str, stderr: str = ""):
+        self.result.settle(verdict, reason)
+        if stderr:
+            self.result.stderr_tail = stderr
+        raise Settled
+
+    def fail(self, failure: Failure):
+        self.result.add(failure)
+        raise Settled
+
+    def run(self) -> None:
+        case = self.case
+        need = requirements(case.doc, case.engine_args, case.runtime)
+        missing = missing_capabilities(need, self.manifest)
+        if missing:
+            self.settle(Verdict.NOT_SUPPORTED, f"the backend does not declare {', '.join(missing)}")
+        handle, engine = self.engine()
+        self.result.engine = handle.key
+        flags = oracle.flags_of(case.runtime)
+        try:
+            refused = oracle.rejection(engine, flags)
+        except reference.OutOfScope as e:
+            self.settle(Verdict.NOT_SUPPORTED, f"outside spec {reference.SPEC_VERSION}: {e}")
+        if refused is None and flags.enable_context_reuse and (engine.deployment or {}).get("spec_decode") == "eagle":
+            self.settle(Verdict.NOT_SUPPORTED, f"attention-only EAGLE reuse is outside spec {reference.SPEC_VERSION} "
+                                               "(CR-SUP-6): the oracle cannot predict it")
+        wanted = (case.meta.get("expect") or {}).get("rejected")
+        if wanted and (refused is None or refused.rule != wanted["rule"]):
+            self.settle(Verdict.ERROR, f"oracle self-check: the case expects a refusal by {wanted['rule']}, the oracle "
+                                       f"{'accepts the deployment' if refused is None else 'refuses by ' + refused.rule}")
+        if case.negative:
+            return self.negative(handle, engine, flags)
+        doc = materialize(case.doc, case.base_dir, handle.directory)
+        replay = None
+        if template_refs(doc) and refused is None:
+            doc, replay = self.resolve_templates(handle, doc)
+        main = self.invoke(handle, doc, "run")
+        if refused is not None or main.outcome == "rejected":
+            return self.rejection(refused, main)
+        if main.outcome == "input_error":
+            self.fail(Failure(None, "input", "the file runs", f"refused as bad input: {main.message}",
+                              "the oracle accepts this request file, so the backend must run it"))
+        greedy = is_greedy(doc)
+        if replay is None and case.compare_outputs and greedy:
+            replay = self.invoke(handle, with_policy(doc, "bypass"), "bypass replay")
+            if replay.outcome != "ok":
+                self.fail(Failure("CR-OUT-1", "bypass replay", "the file runs", replay.outcome,
+                                  f"the same file under bypass must run: {replay.message}"))
+        self.compare(engine, flags, doc, main, replay if case.compare_outputs and greedy else None)
+
+    # --- step 2: the engine ---------------------------------------------------------------------------
+    def engine(self) -> tuple[Engine, object]:
+        args = self.case.engine_args
+        try:
+            derived = oracle.derive_engine(args)
+        except oracle.InputError as e:
+            return self.refused_build(f"{e.path}: {e.message}")
+        try:
+            handle = self.adapter.engine_for(args)
+        except BuildRefused as e:
+            self.fail(Failure(None, "build", "an engine", f"refused: {e}",
+                              "spec/engine.md accepts these build arguments"))
+        if handle.fixed:
+            fit = fixed_engine_fit(derived.to_config(), handle.config)
+            if fit.reasons:
+                self.settle(Verdict.NOT_SUPPORTED, "the fixed engine cannot stand in: " + "; ".join(fit.reasons))
+        else:
+            want = derived.to_config()
+            for key in DESCRIPTION_KEYS:
+                if _norm(want.get(key)) != _norm(handle.config.get(key)):
+                    self.result.add(Failure("CR-CAP-1" if key == "kv_pool_pages" else None,
+                                            f"{handle.directory or 'engine'}/config.json: {key}", want.get(key),
+                                            handle.config.get(key),
+                                            "spec/engine.md derives the description from the build arguments"))
+            if self.result.failures:
+                raise Settled
+        try:
+            return handle, oracle.engine_of(handle.config)
+        except oracle.InputError as e:
+            self.settle(Verdict.ERROR, f"the oracle cannot read the engine description: {e.path}: {e.message}")
+
+    def refused_build(self, message: str):
+        """The spec refuses these build arguments: the backend's build must refuse them too."""
+        try:
+            handle = self.adapter.engine_for(self.case.engine_args)
+        except BuildRefused as e:
+            self.result.details["build_refused"] = str(e)
+            raise Settled
+        if handle.fixed:
+            self.settle(Verdict.NOT_SUPPORTED, "a refused build cannot be tested with a fixed engine")
+        self.fail(Failure("CR-CAP-1" if "maxKVPoolPages" in message else None, "build", f"refused: {message}",
+                          "built", "spec/engine.md section 1 refuses these build arguments"))
+
+    # --- step 3: negative cases --------------------------------------------------------------------------
+    def negative(self, handle: Engine, engine, flags) -> None:
+        neg, case = self.case.negative, self.case
+        doc = materialize(case.doc, case.base_dir, handle.directory)
+        try:
+            oracle.parse(doc, case.base_dir, engine, flags)
+            self.settle(Verdict.ERROR, "negative case, but the oracle accepts the file (a case or oracle bug)")
+        except oracle.InputError as e:
+            if e.path != neg["path"]:
+                self.settle(Verdict.ERROR, f"negative case expects an input error at {neg['path']}, "
+                                           f"the oracle reports {e.path}: {e.message}")
+            expected = f"input error at {e.path}: {e.message}"
+        got = self.invoke(handle, doc, "run")
+        rule = next((r for r in case.rules), None)
+        if got.outcome != "input_error" or got.wrote_output and got.responses:
+            observed = got.outcome if got.outcome != "ok" else f"ran ({len(got.responses or [])} responses)"
+            self.fail(Failure(rule, "exit code", "2, nothing written", f"{got.exit_code}: {observed}",
+                              f"bad input is refused before anything runs: {expected}"))
+        self.result.details["refusal"] = {"path": got.error_path, "message": got.message[:300]}
+        if neg.get("message_contains") and got.error_path not in (None, neg["path"]):
+            self.result.details["refusal"]["note"] = f"the backend names {got.error_path}, the spec {neg['path']}"
+
+    # --- step 4: invocations ---------------------------------------------------------------------------
+    def invoke(self, handle: Engine, doc: dict, what: str) -> RunResult:
+        session = self.adapter.start(handle, self.case.runtime)
+        try:
+            got = session.run(doc, self.case.base_dir)
+        finally:
+            session.close()
+        return self.usable(got, what)
+
+    def usable(self, got: RunResult, what: str) -> RunResult:
+        if got.outcome == "timeout":
+            self.settle(Verdict.TIMEOUT, f"{what}: {got.message}", got.stderr_tail)
+        if got.outcome == "crash":
+            self.settle(Verdict.ERROR, f"{what}: {got.message}", got.stderr_tail)
+        if got.stderr_tail and not self.result.stderr_tail:
+            self.result.stderr_tail = got.stderr_tail
+        return got
+
+    def resolve_templates(self, handle: Engine, doc: dict) -> tuple[dict, RunResult]:
+        """Resolve `{{output:K}}` from a bypass run of the requests before each reference.
+
+        The bypass run goes batch group by batch group; its concatenated responses are the bypass
+        replay of the resolved file (CR-BATCH-3: a runtime instance sees earlier files' records),
+        so they are reused as the replay. Without sessions, each group re-runs the resolved prefix
+        on a fresh instance and the last run is the replay.
+        """
+        size = self.case.batch_size()
+        refs = template_refs(doc)
+        cuts = sorted({(i // size) * size for i in refs}) + [len(doc["requests"])]
+        texts: dict[int, str] = {}
+        responses: list = []
+        session = self.adapter.start(handle, self.case.runtime) if self.adapter.sessions else None
+        start, last = 0, None
+        try:
+            for cut in cuts:
+                doc = resolve_outputs(doc, texts, upto=cut)
+                part = dict(with_policy(doc, "bypass"), requests=doc["requests"][start if session else 0:cut])
+                if not part["requests"]:
+                    continue
+                if session:
+                    got = self.usable(session.run(part, self.case.base_dir), "bypass run for {{output:K}}")
+                else:
+                    got = self.invoke(handle, part, "bypass run for {{output:K}}")
+                if got.outcome != "ok":
+                    self.settle(Verdict.ERROR, f"the bypass run that resolves {{{{output:K}}}} ended "
+                                               f"{got.outcome}: {got.message}")
+                base = start if session else 0
+                shifted = [dict(r, request_idx=base + k) for k, r in enumerate(got.responses or [])]
+                responses = (responses + shifted) if session else shifted
+                for r in shifted:
+                    texts[r["request_idx"]] = r.get("output_text", "")
+                start, last = cut, got
+        finally:
+            if session:
+                session.close()
+        profile = last.profile if last else None
+        return doc, RunResult("ok", responses, profile, None, 0, wrote_output=True)
+
+    # --- step 5: refusals ------------------------------------------------------------------------------
+    def rejection(self, refused, main: RunResult) -> None:
+        if refused is None:
+            self.fail(Failure(None, "deployment", "accepted", f"refused (exit {main.exit_code}): {main.message}",
+                              "no CR-SUP rule or CR-HYB-2 refuses this engine and these flags"))
+        if main.outcome != "rejected":
+            self.fail(Failure(refused.rule, "deployment", f"refused: {refused.message}",
+                              f"{main.outcome} (exit {main.exit_code})",
+                              "the runtime must refuse before running any request"))
+        if observable(self.manifest, "rejection_messages") and not same_reason(refused.message, main.message):
+            self.fail(Failure(refused.rule, "rejection message", refused.message, main.message,
+                              "the message must name the same reason"))
+
+    # --- steps 6-7: prediction and comparison -----------------------------------------------------------
+    def compare(self, engine, flags, doc: dict, main: RunResult, replay: RunResult | None) -> None:
+        problems = shape_failures(main, replay, len(doc["requests"]))
+        if problems:
+            for p in problems:
+                self.result.add(p)
+            raise Settled
+        try:
+            prediction = oracle.predict(engine, flags, doc, self.case.base_dir, merged_transcripts(main, replay))
+        except reference.NeedsTranscript as e:
+            self.settle(Verdict.ERROR, f"the counts depend on generated tokens the backend does not expose: {e}")
+        except oracle.InputError as e:
+            self.fail(prediction_refused(e))
+        self.check_expect(engine, flags, doc, prediction)
+        for f in judge(engine, flags, self.manifest, prediction, main, replay):
+            self.result.add(f)
+
+    def check_expect(self, engine, flags, doc: dict, prediction) -> None:
+        """A case's hand-derived `expect` checks the oracle itself: a mismatch is the kit's ERROR."""
+        expect = self.case.meta.get("expect")
+        if not expect or "rejected" in expect:
+            return
+        given = self.case.meta.get("generated")
+        if given is not None:
+            tokens = [reference.parse_generated(g) for g in given]
+            prediction = oracle.predict(engine, flags, doc, self.case.base_dir, tokens)
+        for section in ("context_cache", "prefill"):
+            for key, value in _flatten(expect.get(section) or {}):
+                got = _dig(prediction.profile.get(section) or {}, key)
+                if got != value:
+                    self.settle(Verdict.ERROR, f"oracle self-check: the case expects {section}.{key} = {value}, "
+                                               f"the oracle predicts {got}")
+        for i, want in enumerate(expect.get("requests") or []):
+            if want is None or i >= len(prediction.responses):
+                continue
+            p = prediction.responses[i]
+            facts = dict(p.get("context_cache") or {}, status=p["status"], input_tokens=p["input_tokens"])
+            for key, value in want.items():
+                if facts.get(key) != value:
+                    self.settle(Verdict.ERROR, f"oracle self-check: the case expects request {i} {key} = {value}, "
+                                               f"the oracle predicts {facts.get(key)}")
+
+
+def shape_failures(main: RunResult, replay: RunResult | None, count: int) -> list[Failure]:
+    """Response count and order of the run and of the replay (garbage output is an ERROR)."""
+    out = []
+    for got, what in ((main, "run"), (replay, "bypass replay")):
+        if got is not None:
+            for p in check_shape(got.responses, count):
+                p.what = f"{what}: {p.what}"
+                out.append(p)
+    return out
+
+
+def merged_transcripts(main: RunResult, replay: RunResult | None) -> list:
+    """Generated tokens for the oracle: the run's own (its counters follow what it generated),
+    the replay's where the run exposes none (spec/RUNNING.md section 4 step 5)."""
+    generated = oracle.transcripts(main.responses)
+    if replay is not None:
+        backup = oracle.transcripts(replay.responses)
+        generated = [g if g is not None else b for g, b in zip(generated, backup)]
+    return generated
+
+
+def prediction_refused(e) -> Failure:
+    """The oracle refused the file or the transcript the backend produced."""
+    if e.path.startswith("$.generated["):
+        i = int(e.path.split("[")[1].split("]")[0])
+        return Failure("CR-BATCH-7", f"responses[{i}].output_ids", "a transcript that ends at <|eos|> or "
+                       "max_generate_length", e.message, "generation ends at the first of <|eos|>, a stop string "
+                       "or max_generate_length tokens", i)
+    return Failure(None, "input", f"refused (exit 2): {e.path}: {e.message}", "ran",
+                   "the spec refuses this request file, so the backend must refuse it before running anything")
+
+
+def judge(engine, flags, manifest: dict, prediction, main: RunResult, replay: RunResult | None,
+          start: int = 0, failed_before: int = 0) -> list[Failure]:
+    """Every comparison of a finished run with the oracle and the bypass replay (RUNNING.md step 7).
+
+    `start`: compare requests from this index on (earlier ones were judged already);
+    `failed_before`: batches of earlier request files that failed, for the backend's count.
+    """
+    ex = Explainer(engine, flags, prediction)
+    out = compare_requests(prediction.responses, main.responses, ex, observable(manifest, "per_request_metrics"),
+                           manifest.get("tokenizer") == "bytes-v1", start)
+    if replay is not None:
+        out += compare_outputs(main.responses, replay.responses, ex, observable(manifest, "output_ids"), start)
+    out += compare_profile(prediction.profile, main.profile, ex,
+                           flags.dump_profile and observable(manifest, "prefill_profile"))
+    failed = sum(1 for b in prediction.batches if b.get("status") != "ok") - failed_before
+    if main.failed_batches is not None:
+        if failed != main.failed_batches:
+            out.append(Failure("CR-CAP-8", "failed_batches", failed, main.failed_batches,
+                               f"{failed} batch(es) of this file fail (CR-BATCH-5, CR-SUP-8)"))
+    elif bool(failed) != bool(main.exit_code):
+        out.append(Failure("CR-CAP-8", "exit code", "non-zero" if failed else 0, main.exit_code,
+                           f"{failed} batch(es) of this file fail; the exit code is non-zero exactly then"))
+    return out
+
+
+def same_reason(expected: str, observed: str) -> bool:
+    """A refusal message names the same reason when it has most of the spec message's words."""
+    words = {w for w in _words(expected) if len(w) > 3}
+    return not words or len(words & set(_words(observed))) >= 0.6 * len(words)
+
+
+def _words(text: str) -> list[str]:
+    return "".join(c.lower() if c.isalnum() else " " for c in text or "").split()
+
+
+def _norm(value):
+    return {k: v for k, v in value.items() if v not in (None, False)} if isinstance(value, dict) else value
+
+
+def _flatten(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _flatten(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def _dig(d: dict, dotted: str):
+    for part in dotted.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d

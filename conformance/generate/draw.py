@@ -1,0 +1,227 @@
+"""Hypothesis strategies for generated request sets: an engine, then batches whose requests
+are drawn from shared pools, so that prefixes really recur.
+
+Sharing is the point: random text almost never shares a page, so every request is built from
+pools drawn once per example (system prompts and documents with lengths around page boundaries,
+questions, images with deliberate relatives: the same pixels in another encoding, equal bytes
+under transposed geometry, other pixels of equal size) or from an earlier request (an exact
+replay, a strict prefix, a continuation that feeds the earlier generated answer back, swapped
+image order).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hypothesis import strategies as st
+
+from reference.hybrid import slot_sizes
+
+from .. import oracle
+from .media import ENCODINGS, SIZES, ImageSpec, materialize
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+FAMILIES = {
+    # name: (model kinds it draws from, vision encoder)
+    "text": (("attention",), False),
+    "vision": (("attention",), True),
+    "hybrid": (("hybrid", "recurrent"), False),
+}
+
+
+@dataclass
+class Setup:
+    """Everything drawn once per example: the engine, the runtime flags, the file settings."""
+    engine_args: dict
+    runtime: dict
+    settings: dict
+    batch_size: int
+    adapters: list
+    segments: list[str] = field(default_factory=list)
+    questions: list[str] = field(default_factory=list)
+    images: list[ImageSpec] = field(default_factory=list)
+
+
+def family_requirements(family: str, model: str) -> list[str]:
+    need = [f"model:{model}"]
+    if FAMILIES[family][1]:
+        need.append("media:image")
+    return need
+
+
+def draw_setup(data, family: str, manifest: dict) -> Setup:
+    draw = data.draw
+    models, vision = FAMILIES[family]
+    models = [m for m in models if m in manifest.get("model_kinds", [])]
+    features = set(manifest.get("features", []))
+    observables = {k for k, v in manifest.get("observables", {}).items() if v}
+    pages = manifest.get("tokens_per_page", "any")
+    sizes = [p for p in ((4, 8, 16) if vision else (4, 8)) if pages == "any" or p in pages]
+    model = draw(st.sampled_from(models), label="model")
+    P = draw(st.sampled_from(sizes), label="tokens_per_page")
+    batch = draw(st.integers(1, 3), label="batch_size") if "batching" in features else 1
+    max_gen = draw(st.integers(1, 6), label="max_generate_length")
+    max_input = 96 if vision else 64
+    capacity = max_input + 8
+    minimum = 0 if model == "recurrent" else batch * math.ceil(capacity / P)
+    extra = draw(st.sampled_from([0, 0, 1, 4, 16]), label="extra_pool_pages")
+    args = {"maxInputLen": max_input, "maxKVCacheCapacity": capacity,
+            "maxKVPoolPages": 0 if model == "recurrent" or not extra else minimum + extra,
+            "maxBatchSize": batch, "tokensPerPage": P, "model": model}
+    if vision:
+        args["vision"] = True
+    adapters = [None]
+    if family == "text" and "lora" in features and draw(st.booleans(), label="lora"):
+        args["loraAdapters"] = ["a", "b"]
+        adapters += ["a", "b"]
+    runtime = {"enableContextReuse": draw(st.sampled_from([True, True, True, True, False]), label="reuse")}
+    records = draw(st.sampled_from([1024, 1024, 0, 1, 2, 3]), label="max_records")
+    if records != 1024:
+        runtime["contextCacheMaxRecords"] = records
+    if "warmup" in features:
+        warm = draw(st.sampled_from([0, 0, 0, 1, 2]), label="warmup")
+        if warm:
+            runtime["warmup"] = warm
+    if "prefill_profile" in observables:
+        runtime["dumpProfile"] = True
+    if model != "attention":
+        recurrent_slot, partial_slot = slot_sizes(oracle.derive_engine(args))
+        runtime["contextCacheRecurrentSnapshotPoolBytes"] = recurrent_slot * draw(st.integers(1, 6), label="rslots")
+        if model == "hybrid":
+            runtime["contextCachePartialKVSnapshotPoolBytes"] = partial_slot * draw(st.integers(1, 6), label="pslots")
+    settings = {
+        "batch_size": batch, "top_k": 1, "temperature": 1.0, "max_generate_length": max_gen,
+        "apply_chat_template": draw(st.booleans(), label="chat_template"),
+        "context_cache_lookup_policy": draw(st.sampled_from(["use_cache", "use_cache", "use_cache", "bypass"]),
+                                            label="lookup_policy"),
+        "context_cache_commit_policy": draw(st.sampled_from(["including_generated_tokens", "prefill_state_only"]),
+                                            label="commit_policy"),
+    }
+    if "logprobs" in observables and draw(st.booleans(), label="logprobs"):
+        settings["num_logprobs"] = 2
+    if len(adapters) > 1:
+        settings["available_lora_weights"] = {a: f"lora/{a}.safetensors" for a in adapters[1:]}
+    setup = Setup(args, runtime, settings, batch, adapters)
+    # Page-aligned lengths first: Hypothesis draws (and shrinks towards) early entries most.
+    boundary = [k * P + d for d in (0, -1, 1) for k in (1, 2, 3) if k * P + d > 0]
+    for _ in range(draw(st.integers(1, 3), label="segments")):
+        length = draw(st.sampled_from(boundary + [2, 5]), label="segment_length")
+        setup.segments.append(draw(st.text(LETTERS[:6], min_size=length, max_size=length), label="segment"))
+    for _ in range(draw(st.integers(1, 3), label="questions")):
+        setup.questions.append(draw(st.text(LETTERS, min_size=1, max_size=P + 1), label="question"))
+    if vision:
+        setup.images = draw_images(data)
+    return setup
+
+
+def draw_images(data) -> list[ImageSpec]:
+    """A pool with relatives: every later image derives from an earlier one half of the time."""
+    draw = data.draw
+    first = ImageSpec(draw(st.integers(1, 3), label="seed"), *draw(st.sampled_from(SIZES), label="size"))
+    pool = [first]
+    for _ in range(draw(st.integers(1, 3), label="images")):
+        base = draw(st.sampled_from(pool), label="image_base")
+        how = draw(st.sampled_from(["encoding", "transposed", "other_pixels", "new"]), label="relative")
+        if how == "encoding":
+            pool.append(base._replace(encoding=draw(st.sampled_from(ENCODINGS), label="encoding")))
+        elif how == "transposed":
+            pool.append(base._replace(height=base.width, width=base.height))
+        elif how == "other_pixels":
+            pool.append(base._replace(seed=base.seed + 10))
+        else:
+            pool.append(ImageSpec(draw(st.integers(1, 5), label="seed"), *draw(st.sampled_from(SIZES), label="size")))
+    return pool
+
+
+# --- requests ------------------------------------------------------------------------------------
+
+def estimate(messages: list, template: bool, max_gen: int) -> int:
+    """Input length in bytes-v1 tokens, counting a fed-back answer at its longest."""
+    n = 2 if template else 0
+    for m in messages:
+        n += 2 if template else 0
+        content = m["content"]
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        for p in parts:
+            if p["type"] == "text":
+                n += max_gen if "{{output:" in p["text"] else len(p["text"])
+            else:
+                spec = p["_spec"] if "_spec" in p else None
+                n += spec.placeholders if spec else 1
+    return n
+
+
+def recipes(setup: Setup, max_steps: int):
+    """The batches of an example as plain data Hypothesis shrinks well: a list of steps, each an
+    adapter and `batch_size` request recipes. A recipe names earlier requests and pool entries by
+    integers taken modulo what exists when it is built, so deleting a step keeps the rest valid."""
+    kinds = ["fresh", "replay", "prefix", "continue"] + (["swap"] if setup.images else [])
+    parts = ["segment", "question"] + (["image", "image"] if setup.images else [])
+    recipe = st.fixed_dictionaries({
+        "kind": st.sampled_from(kinds), "pick": st.integers(0, 63),
+        "system": st.one_of(st.none(), st.integers(0, 7)),
+        "parts": st.lists(st.tuples(st.sampled_from(parts), st.integers(0, 7)), min_size=1, max_size=3),
+        "question": st.integers(0, 7), "keep": st.integers(1, 3), "cut": st.integers(1, 64),
+    })
+    step = st.tuples(st.sampled_from(setup.adapters), st.lists(recipe, min_size=setup.batch_size,
+                                                               max_size=setup.batch_size))
+    return st.lists(step, min_size=1, max_size=max_steps)
+
+
+def build_request(recipe: dict, setup: Setup, earlier: list[dict], media_dir: Path) -> dict:
+    """One request from its recipe: fresh from the pools, or built on an earlier request."""
+    template, max_gen = setup.settings["apply_chat_template"], setup.settings["max_generate_length"]
+    kind = recipe["kind"]
+    if kind != "fresh" and earlier:
+        base = earlier[recipe["pick"] % len(earlier)]
+        messages = _copy(base["messages"])
+        if kind == "continue":
+            messages += [{"role": "assistant", "content": f"{{{{output:{base['_index']}}}}}"},
+                         {"role": "user", "content": _pick(setup.questions, recipe["question"])}]
+        elif kind == "prefix":
+            last = messages[-1]
+            parts = last["content"] if isinstance(last["content"], list) else [{"type": "text", "text": last["content"]}]
+            last["content"] = parts[:min(recipe["keep"], len(parts))]
+            tail = last["content"][-1]
+            if tail["type"] == "text" and len(tail["text"]) > 1 and "{{" not in tail["text"]:
+                last["content"][-1] = dict(tail, text=tail["text"][:1 + recipe["cut"] % len(tail["text"])])
+        elif kind == "swap" and isinstance(messages[-1]["content"], list):
+            messages[-1]["content"] = list(reversed(messages[-1]["content"]))
+        if estimate(messages, template, max_gen) <= setup.engine_args["maxInputLen"]:
+            return {"messages": messages}
+    messages = []
+    if recipe["system"] is not None:
+        messages.append({"role": "system", "content": _pick(setup.segments, recipe["system"])})
+    content = []
+    for part, k in recipe["parts"]:
+        if part == "segment":
+            content.append({"type": "text", "text": _pick(setup.segments, k)})
+        elif part == "question":
+            content.append({"type": "text", "text": _pick(setup.questions, k)})
+        else:
+            spec = _pick(setup.images, k)
+            content.append({"type": "image", "image": materialize(spec, media_dir), "_spec": spec})
+    messages.append({"role": "user", "content": content})
+    return {"messages": messages}
+
+
+def _pick(pool: list, k: int):
+    return pool[k % len(pool)]
+
+
+def _copy(messages: list) -> list:
+    out = []
+    for m in messages:
+        c = m["content"]
+        out.append({"role": m["role"], "content": [dict(p) for p in c] if isinstance(c, list) else c})
+    return out
+
+
+def strip_private(request: dict) -> dict:
+    """The request as written to a file: without the drawing bookkeeping (`_spec`, `_index`)."""
+    out = {k: v for k, v in request.items() if not k.startswith("_")}
+    out["messages"] = [{"role": m["role"], "content": [{k: v for k, v in p.items() if not k.startswith("_")}
+                                                       for p in m["content"]] if isinstance(m["content"], list)
+                        else m["content"]} for m in request["messages"]]
+    return out

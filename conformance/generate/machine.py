@@ -1,0 +1,180 @@
+"""One generated example: a drawn engine and a sequence of batches, checked after every batch.
+
+With a session-capable adapter each step sends one batch, as its own request file, to three
+runtime instances kept for the whole example: the backend under the drawn lookup policy, the
+backend under `bypass` (the replay of CR-OUT-1, and the source of `{{output:K}}` answers),
+and the oracle. After every step the backend's counters, per-request facts and outputs are
+judged exactly as a case is (`execute.judge`), with request indices of the whole example.
+A request file per step on one runtime instance is the same as one file holding all the
+batches (CR-BATCH-3), which is what the reproducer is: the trace written as one case file.
+
+Without sessions (the command adapter) the example is run once, at the end, as that case file.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import reference
+
+from .. import oracle
+from ..adapters.base import Adapter
+from ..cases import resolve_outputs, with_policy
+from ..execute import judge, merged_transcripts, prediction_refused, same_reason, shape_failures
+from ..verdicts import Failure, Verdict
+from .draw import Setup, build_request, strip_private
+
+
+class Mismatch(Exception):
+    """The backend disagreed with the oracle or its replay at some step."""
+
+    def __init__(self, failures: list[Failure]):
+        super().__init__("; ".join(f.line() for f in failures[:3]))
+        self.failures = failures
+
+
+def _shift(responses: list, offset: int, batch: int) -> list:
+    return [dict(r, request_idx=offset + k, batch_idx=batch) if isinstance(r, dict) else r
+            for k, r in enumerate(responses or [])]
+
+
+class Example:
+    """The state of one example; `step` runs one batch and raises Mismatch on a disagreement."""
+
+    def __init__(self, family: str, adapter: Adapter, manifest: dict, setup: Setup, media_dir: Path,
+                 base_dir: str):
+        self.family, self.adapter, self.manifest, self.setup = family, adapter, manifest, setup
+        self.media_dir, self.base_dir = media_dir, base_dir
+        self.handle = adapter.engine_for(setup.engine_args)
+        self.engine = oracle.engine_of(self.handle.config)
+        self.flags = oracle.flags_of(setup.runtime)
+        self.requests: list[dict] = []      # drawn requests (with `_index`, templates unresolved)
+        self.steps: list[list[dict]] = []
+        self.texts: dict[int, str] = {}     # bypass answers, for {{output:K}}
+        self.resolved: list[dict] = []
+        self.main_responses: list = []
+        self.replay_responses: list = []
+        self.predicted: list = []
+        self.generated: list = []
+        self.batches: list = []
+        self.sessions = None
+        self.warnings: list[Failure] = []
+        self.refused = oracle.rejection(self.engine, self.flags)
+
+    # --- drawing ----------------------------------------------------------------------------------
+    def add_step(self, lora, step_recipes: list[dict]) -> list[dict]:
+        """Build one batch from its recipes (requests of earlier batches may be built upon)."""
+        earlier = list(self.requests)
+        batch = []
+        for recipe in step_recipes:
+            r = build_request(recipe, self.setup, earlier, self.media_dir)
+            if lora:
+                r["lora_name"] = lora
+            r["_index"] = len(self.requests) + len(batch)
+            batch.append(r)
+        self.steps.append(batch)
+        self.requests += batch
+        return batch
+
+    # --- running ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.adapter.sessions:
+            self.sessions = (self.adapter.start(self.handle, self.setup.runtime),
+                             self.adapter.start(self.handle, self.setup.runtime),
+                             oracle.OracleSession(self.engine, self.flags) if self.refused is None else None)
+
+    def close(self) -> None:
+        for s in (self.sessions or ())[:2]:
+            s.close()
+
+    def doc_for(self, requests: list[dict]) -> dict:
+        return dict(self.setup.settings, requests=[strip_private(r) for r in requests])
+
+    def step(self, batch: list[dict]) -> None:
+        """Run one batch on the backend, its replay and the oracle, and judge it."""
+        offset, index = len(self.resolved), len(self.batches)
+        doc = resolve_outputs(self.doc_for(batch), self.texts)
+        main_s, replay_s, oracle_s = self.sessions
+        main = self._usable(main_s.run(doc, self.base_dir), "run")
+        if self.refused is not None or main.outcome == "rejected":
+            self._rejection(main)
+            return
+        replay = self._usable(replay_s.run(with_policy(doc, "bypass"), self.base_dir), "bypass replay")
+        if main.outcome != "ok" or replay.outcome != "ok":
+            raise Mismatch([Failure(None, "input", "the batch runs", f"{main.outcome}/{replay.outcome}: "
+                                    f"{main.message or replay.message}", "the oracle accepts this batch", offset)])
+        problems = shape_failures(main, replay, len(batch))
+        if problems:
+            raise Mismatch(problems)
+        generated = merged_transcripts(main, replay)
+        try:
+            predicted = oracle_s.run(doc, self.base_dir, generated)
+        except oracle.InputError as e:
+            raise Mismatch([prediction_refused(e)]) from None
+        except reference.NeedsTranscript as e:
+            raise Mismatch([Failure(None, "transcript", "generated tokens", None, str(e), verdict=Verdict.ERROR)])
+        self.resolved += doc["requests"]
+        self.main_responses += _shift(main.responses, offset, index)
+        self.replay_responses += _shift(replay.responses, offset, index)
+        self.predicted += _shift(predicted.responses, offset, index)
+        self.generated += generated
+        failed_before = sum(1 for b in self.batches if b.get("status") != "ok")
+        self.batches += [dict(b, batch_idx=index) for b in predicted.batches]
+        for r in self.replay_responses[offset:]:
+            self.texts[r["request_idx"]] = r.get("output_text", "")
+        whole = dict(self.setup.settings, requests=self.resolved)
+        prediction = oracle.Prediction(self.predicted, self.batches, predicted.profile,
+                                       oracle.parse(whole, self.base_dir, self.engine, self.flags), self.generated)
+        main_all = copy.copy(main)
+        main_all.responses = self.main_responses
+        replay_all = copy.copy(replay)
+        replay_all.responses = self.replay_responses
+        failures = judge(self.engine, self.flags, self.manifest, prediction, main_all, replay_all,
+                         start=offset, failed_before=failed_before)
+        for f in failures:
+            if f.what.startswith("profile."):
+                f.why += f" (after batch {index})"
+        if any(f.verdict >= Verdict.TIMEOUT for f in failures):
+            raise Mismatch(failures)
+        self.warnings += failures  # QUALITY_WARNING and UNSPECIFIED: reported, not shrunk
+
+    def _usable(self, got, what: str):
+        if got.outcome in ("timeout", "crash"):
+            verdict = Verdict.TIMEOUT if got.outcome == "timeout" else Verdict.ERROR
+            raise Mismatch([Failure(None, what, "a result", got.outcome, f"{got.message} {got.stderr_tail[-300:]}",
+                                    verdict=verdict)])
+        return got
+
+    def _rejection(self, main) -> None:
+        if self.refused is None:
+            raise Mismatch([Failure(None, "deployment", "accepted", f"refused: {main.message}",
+                                    "no CR-SUP rule or CR-HYB-2 refuses this engine and these flags")])
+        if main.outcome != "rejected":
+            raise Mismatch([Failure(self.refused.rule, "deployment", f"refused: {self.refused.message}",
+                                    main.outcome, "the runtime must refuse before running any request")])
+        if self.manifest.get("observables", {}).get("rejection_messages") and \
+                not same_reason(self.refused.message, main.message):
+            raise Mismatch([Failure(self.refused.rule, "rejection message", self.refused.message, main.message,
+                                    "the message must name the same reason")])
+
+    # --- the trace as a case file --------------------------------------------------------------------
+    def case_doc(self, case_id: str, description: str, rules: list[str]) -> dict:
+        """The example so far as one standalone case file (templates kept)."""
+        doc = self.doc_for(self.requests)
+        doc["_conformance"] = {
+            "id": case_id, "description": description, "rules": rules or ["CR-OUT-1"],
+            "engine": self.setup.engine_args, "runtime": self.setup.runtime,
+            "flags": ["generated", "regression"],
+        }
+        return doc
+
+
+def run_whole(example: Example, run_case_doc) -> None:
+    """Adapters without sessions: judge the whole example once, as the case file it would be."""
+    result = run_case_doc(example.case_doc("generated/pending", "generated example", ["CR-OUT-1"]))
+    if result.verdict >= Verdict.TIMEOUT:
+        raise Mismatch(result.failures or [Failure(None, "case", "PASS", str(result.verdict), result.reason,
+                                                   verdict=result.verdict)])
+    example.warnings += result.failures
+
+

@@ -1,0 +1,265 @@
+"""The report folder (spec/RUNNING.md section 7): report.json, junit.xml, summary.md, reproducers/.
+
+report.json is rewritten atomically after every case with `"complete": false`, so an
+interrupted run still leaves a valid report that says so; the final write sets it to true.
+"""
+from __future__ import annotations
+
+import copy
+import datetime
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+from tabulate import tabulate
+
+import reference
+
+from . import KIT_VERSION, RUNNING_VERSION
+from .cases import ROOT, SECTIONS
+from .compare import TOLERANCES
+from .schemas import schema_errors
+from .verdicts import CaseResult, Verdict, summarize
+
+SHORT = {"PASS": "PASS", "NOT_SUPPORTED": "N/S", "UNSPECIFIED": "UNSPEC", "QUALITY_WARNING": "QW",
+         "TIMEOUT": "TIMEOUT", "FAIL": "FAIL", "ERROR": "ERROR"}
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def environment() -> dict:
+    """Where the run happened: enough to reproduce it (VK-CTS's info record)."""
+    env = {"python": platform.python_version(), "platform": platform.platform(),
+           "kvconform_env": {k: v for k, v in os.environ.items() if k.startswith("KVCONFORM_")}}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        env["torch"] = torch.__version__
+        env["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    try:
+        env["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                           text=True, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        env["git_commit"] = None
+    return env
+
+
+class Report:
+    """Accumulates case results and writes the report folder."""
+
+    def __init__(self, folder: Path, adapter_name: str, manifest: dict | None, settings: dict, options: dict,
+                 shard: str | None = None):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.results: list[CaseResult] = []
+        self.doc = {
+            "format": "kvconform-report-v1", "kit_version": KIT_VERSION,
+            "spec_version": reference.SPEC_VERSION, "running_version": RUNNING_VERSION,
+            "semantics_profile": "edge-llm-0.10", "started": now(), "finished": None, "complete": False,
+            "shard": shard, "backend": {"adapter": adapter_name, "settings": settings},
+            "environment": environment(), "tolerances": TOLERANCES, "options": options,
+        }
+        if manifest is not None:
+            self.doc["backend"]["capabilities"] = manifest
+
+    def add(self, result: CaseResult) -> None:
+        self.results.append(result)
+        self.write(complete=False)
+
+    def json(self, complete: bool) -> dict:
+        doc = dict(self.doc, complete=complete, finished=now() if complete else None,
+                   summary=summarize(self.results), cases=[r.to_json() for r in self.results])
+        return doc
+
+    def write(self, complete: bool) -> None:
+        write_json_atomic(self.folder / "report.json", self.json(complete))
+
+    def finish(self) -> dict:
+        doc = self.json(True)
+        write_json_atomic(self.folder / "report.json", doc)
+        write_outputs(self.folder, doc, self.results)
+        return doc
+
+
+def write_json_atomic(path: Path, doc: dict) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def write_outputs(folder: Path, doc: dict, results: list[CaseResult]) -> None:
+    (folder / "junit.xml").write_text(junit(doc, results))
+    (folder / "summary.md").write_text(summary_markdown(doc, results))
+
+
+def check_report(doc: dict) -> list[tuple[str, str]]:
+    return schema_errors(doc, "report")
+
+
+# --- tables --------------------------------------------------------------------------------------
+
+def verdict_table(results: list[CaseResult], fmt: str = "simple") -> str:
+    """One row per spec section (plus generated), one column per verdict, and a total row."""
+    columns = [v for v in Verdict]
+    rows, totals = [], {v: 0 for v in columns}
+    groups: dict[str, list[CaseResult]] = {}
+    for r in results:
+        groups.setdefault(_group(r), []).append(r)
+    for name in sorted(groups, key=_group_order):
+        counts = {v: sum(1 for r in groups[name] if r.verdict == v) for v in columns}
+        for v in columns:
+            totals[v] += counts[v]
+        rows.append([name] + [counts[v] or "" for v in columns] + [len(groups[name])])
+    rows.append(["total"] + [totals[v] for v in columns] + [len(results)])
+    headers = ["section"] + [SHORT[str(v)] for v in columns] + ["cases"]
+    return tabulate(rows, headers=headers, tablefmt=fmt)
+
+
+def _group(r: CaseResult) -> str:
+    if r.id.startswith("generated/"):
+        return "generated"
+    return SECTIONS.get(r.section or "", r.section or "?")
+
+
+def _group_order(name: str):
+    order = list(SECTIONS.values())
+    return (order.index(name) if name in order else len(order), name)
+
+
+def problems_table(results: list[CaseResult], fmt: str = "simple", limit: int = 40, folder: str = "") -> str:
+    """The non-passing cases with their first problem and reproducer (paths prefixed with `folder`)."""
+    rows = []
+    for r in results:
+        if r.verdict in (Verdict.PASS, Verdict.NOT_SUPPORTED):
+            continue
+        f = r.first_failure()
+        detail = f.line() if f else r.reason
+        repro = str(Path(folder) / r.reproducer) if r.reproducer and folder else r.reproducer or ""
+        rows.append([r.id, str(r.verdict), _clip(detail, 140), repro])
+    if not rows:
+        return ""
+    more = f"\n... and {len(rows) - limit} more (see report.json)" if len(rows) > limit else ""
+    return tabulate(rows[:limit], headers=["case", "verdict", "first problem", "reproducer"], tablefmt=fmt) + more
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
+# --- junit.xml and summary.md ---------------------------------------------------------------------
+
+def junit(doc: dict, results: list[CaseResult]) -> str:
+    suites = ET.Element("testsuites", name="kvconform")
+    by_group: dict[str, list[CaseResult]] = {}
+    for r in results:
+        by_group.setdefault(_group(r), []).append(r)
+    for name in sorted(by_group, key=_group_order):
+        members = by_group[name]
+        suite = ET.SubElement(suites, "testsuite", name=name, tests=str(len(members)),
+                              failures=str(sum(r.verdict == Verdict.FAIL for r in members)),
+                              errors=str(sum(r.verdict in (Verdict.ERROR, Verdict.TIMEOUT) for r in members)),
+                              skipped=str(sum(r.verdict == Verdict.NOT_SUPPORTED for r in members)),
+                              time=f"{sum(r.duration_s for r in members):.3f}")
+        props = ET.SubElement(suite, "properties")
+        for key in ("kit_version", "spec_version", "running_version", "semantics_profile"):
+            ET.SubElement(props, "property", name=key, value=str(doc[key]))
+        ET.SubElement(props, "property", name="adapter", value=doc["backend"]["adapter"])
+        for r in members:
+            tc = ET.SubElement(suite, "testcase", classname=f"kvconform.{r.section or 'generated'}",
+                               name=r.id, time=f"{r.duration_s:.3f}")
+            cp = ET.SubElement(tc, "properties")
+            ET.SubElement(cp, "property", name="verdict", value=str(r.verdict))
+            ET.SubElement(cp, "property", name="rules", value=" ".join(r.rules))
+            ET.SubElement(cp, "property", name="mandatory", value=str(r.mandatory).lower())
+            text = "\n".join([r.reason] + [f.line() for f in r.failures] +
+                             ([f"reproducer: {r.reproducer}"] if r.reproducer else []) +
+                             ([r.stderr_tail] if r.stderr_tail else [])).strip()
+            message = _clip((r.first_failure().line() if r.first_failure() else r.reason) or str(r.verdict), 300)
+            if r.verdict == Verdict.FAIL:
+                ET.SubElement(tc, "failure", message=message, type="FAIL").text = text
+            elif r.verdict in (Verdict.ERROR, Verdict.TIMEOUT):
+                ET.SubElement(tc, "error", message=message, type=str(r.verdict)).text = text
+            elif r.verdict == Verdict.NOT_SUPPORTED:
+                ET.SubElement(tc, "skipped", message=_clip(r.reason, 300))
+            elif text:
+                ET.SubElement(tc, "system-out").text = f"{r.verdict}: {text}"
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def summary_markdown(doc: dict, results: list[CaseResult]) -> str:
+    s = doc["summary"]
+    caps = doc["backend"].get("capabilities") or {}
+    lines = [
+        f"# kvconform report: {'CONFORMANT' if s['conformant'] else 'NOT CONFORMANT'}", "",
+        f"- backend: `{doc['backend']['adapter']}` ({caps.get('backend', '?')} {caps.get('version', '')})".rstrip(),
+        f"- kit {doc['kit_version']}, spec {doc['spec_version']}, RUNNING {doc['running_version']}, "
+        f"semantics profile `{doc['semantics_profile']}`",
+        f"- started {doc['started']}, finished {doc['finished']}, complete: {doc['complete']}"
+        + (f", shard {doc['shard']}" if doc.get("shard") else ""),
+        f"- tolerances: near-tie top-2 gap < {TOLERANCES['near_tie_top2_gap_nats']} nats, log-probability drift "
+        f"<= {TOLERANCES['logprob_drift_nats']} nats; counters exact", "",
+        "## Verdicts per spec section", "", verdict_table(results, "github"), "",
+    ]
+    bad = [r for r in results if r.verdict not in (Verdict.PASS, Verdict.NOT_SUPPORTED)]
+    if bad:
+        lines += ["## Cases that need attention", ""]
+        for r in bad:
+            lines.append(f"### `{r.id}`: {r.verdict}" + ("" if r.mandatory else " (not mandatory)"))
+            lines.append("")
+            if r.reason:
+                lines.append(f"{r.reason}")
+                lines.append("")
+            for f in r.failures[:12]:
+                lines.append(f"- {f.line()}")
+            if len(r.failures) > 12:
+                lines.append(f"- ... {len(r.failures) - 12} more in report.json")
+            if r.reproducer:
+                lines += ["", f"Reproducer: `{r.reproducer}`"]
+            if r.stderr_tail:
+                lines += ["", "```", r.stderr_tail[-2000:], "```"]
+            lines.append("")
+    unsupported = [r for r in results if r.verdict == Verdict.NOT_SUPPORTED]
+    if unsupported:
+        lines += ["## Not supported", ""] + [f"- `{r.id}`: {r.reason}" for r in unsupported] + [""]
+    return "\n".join(lines)
+
+
+# --- reproducers -----------------------------------------------------------------------------------
+
+def write_reproducer(doc: dict, base_dir: str, folder: Path, name: str) -> Path:
+    """Write a standalone case file: media copied beside it under media/, paths made relative.
+
+    The file runs alone with `kvconform run --case FILE` and fails the same way.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    out = copy.deepcopy(doc)
+    for request in out.get("requests", []) if isinstance(out.get("requests"), list) else []:
+        for message in request.get("messages", []) if isinstance(request, dict) else []:
+            content = message.get("content") if isinstance(message, dict) else None
+            for item in content if isinstance(content, list) else []:
+                kind = item.get("type") if isinstance(item, dict) else None
+                if kind in ("image", "audio") and isinstance(item.get(kind), str) and item[kind]:
+                    src = Path(item[kind]) if os.path.isabs(item[kind]) else Path(base_dir) / item[kind]
+                    if src.is_file():
+                        data = src.read_bytes()
+                        target = folder / "media" / f"{hashlib.sha256(data).hexdigest()[:10]}-{src.name}"
+                        target.parent.mkdir(exist_ok=True)
+                        if not target.exists():
+                            shutil.copyfile(src, target)
+                        item[kind] = f"media/{target.name}"
+    path = folder / f"{_safe(name)}.json"
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    return path
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)

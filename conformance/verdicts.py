@@ -1,0 +1,134 @@
+"""Verdicts, failures and case results (spec/RUNNING.md section 6).
+
+A case collects Failures, each with its own verdict; the case's verdict is the worst of them
+(VK-CTS's result collector), PASS when there are none. A run is conformant when no mandatory
+case ends TIMEOUT, FAIL or ERROR.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Verdict(enum.IntEnum):
+    """In severity order: a higher value wins when a case observes several problems."""
+    PASS = 0
+    NOT_SUPPORTED = 1
+    UNSPECIFIED = 2
+    QUALITY_WARNING = 3
+    TIMEOUT = 4
+    FAIL = 5
+    ERROR = 6
+
+    def __str__(self) -> str:
+        return self.name
+
+
+NONCONFORMANT = frozenset({Verdict.TIMEOUT, Verdict.FAIL, Verdict.ERROR})
+
+
+@dataclass
+class Failure:
+    """One observed disagreement: which rule, which request, what, expected vs observed, why.
+
+    `what` names the observable the way a runtime engineer finds it in the files, e.g.
+    `profile.context_cache.hit_sequences` or `responses[3].context_cache.reused_tokens`.
+    """
+    rule: str | None
+    what: str
+    expected: Any
+    observed: Any
+    why: str
+    request: int | None = None
+    verdict: Verdict = Verdict.FAIL
+
+    def to_json(self) -> dict:
+        return {"rule": self.rule, "request": self.request, "what": self.what,
+                "expected": self.expected, "observed": self.observed, "why": self.why,
+                "verdict": str(self.verdict)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Failure":
+        return cls(d.get("rule"), d["what"], d.get("expected"), d.get("observed"), d["why"],
+                   d.get("request"), Verdict[d.get("verdict", "FAIL")])
+
+    def signature(self) -> tuple:
+        """What "fails the same way" compares: the rule, the observable and the request."""
+        return (self.rule, self.what, self.request)
+
+    def line(self) -> str:
+        where = f"request {self.request}: " if self.request is not None else ""
+        rule = f"[{self.rule}] " if self.rule else ""
+        return (f"{self.verdict} {rule}{where}{self.what}: expected {_short(self.expected)}, "
+                f"observed {_short(self.observed)}; {self.why}")
+
+
+@dataclass
+class CaseResult:
+    """The outcome of one case, as report.json records it."""
+    id: str
+    rules: list[str]
+    mandatory: bool = True
+    source: str | None = None
+    section: str | None = None
+    verdict: Verdict = Verdict.PASS
+    reason: str = ""
+    failures: list[Failure] = field(default_factory=list)
+    duration_s: float = 0.0
+    reproducer: str | None = None
+    engine: str | None = None
+    stderr_tail: str = ""
+    details: dict = field(default_factory=dict)
+
+    def add(self, failure: Failure) -> None:
+        self.failures.append(failure)
+        self.verdict = max(self.verdict, failure.verdict)
+
+    def settle(self, verdict: Verdict, reason: str) -> "CaseResult":
+        """Set a verdict decided without a Failure (NOT_SUPPORTED, ERROR of the run itself)."""
+        self.verdict = max(self.verdict, verdict)
+        self.reason = reason
+        return self
+
+    @property
+    def conformant(self) -> bool:
+        return not (self.mandatory and self.verdict in NONCONFORMANT)
+
+    def first_failure(self) -> Failure | None:
+        worst = [f for f in self.failures if f.verdict == self.verdict]
+        return worst[0] if worst else None
+
+    def to_json(self) -> dict:
+        out = {"id": self.id, "source": self.source, "section": self.section, "rules": self.rules,
+               "verdict": str(self.verdict), "mandatory": self.mandatory,
+               "duration_s": round(self.duration_s, 3), "reason": self.reason,
+               "failures": [f.to_json() for f in self.failures], "reproducer": self.reproducer}
+        if self.engine:
+            out["engine"] = self.engine
+        if self.stderr_tail:
+            out["stderr_tail"] = self.stderr_tail
+        if self.details:
+            out["details"] = self.details
+        return {k: v for k, v in out.items() if v is not None or k == "reproducer"}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "CaseResult":
+        r = cls(d["id"], list(d["rules"]), d["mandatory"], d.get("source"), d.get("section"),
+                Verdict[d["verdict"]], d.get("reason", ""),
+                [Failure.from_json(f) for f in d.get("failures", [])], d.get("duration_s", 0.0),
+                d.get("reproducer"), d.get("engine"), d.get("stderr_tail", ""), d.get("details", {}))
+        return r
+
+
+def summarize(results: list[CaseResult]) -> dict:
+    """{"verdicts": {name: count}, "conformant": bool} over the results."""
+    counts = {str(v): 0 for v in Verdict}
+    for r in results:
+        counts[str(r.verdict)] += 1
+    return {"verdicts": counts, "conformant": all(r.conformant for r in results)}
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -1,0 +1,96 @@
+"""Reports (spec/RUNNING.md section 7), sharding and merging, and the `kvconform run` command."""
+from __future__ import annotations
+
+import json
+from xml.etree import ElementTree as ET
+
+from conformance.cli import main as kvconform
+from conformance.execute import run_case
+from conformance.report import Report, check_report, verdict_table
+from conformance.verdicts import Verdict
+
+from conftest import case
+from mutants import MutantAdapter
+
+
+def test_report_files_are_valid(tmp_path, reference_adapter, reference_manifest):
+    report = Report(tmp_path / "r", "reference", reference_manifest, {}, {"seed": 0})
+    for case_id in ("sections/plan/boundary-p4-k1-exact", "sections/media/trim-split", "golden/sup-1-block-diffusion"):
+        report.add(run_case(case(case_id), reference_adapter, reference_manifest))
+    partial = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert partial["complete"] is False and not check_report(partial)
+    doc = report.finish()
+    assert doc["complete"] is True and not check_report(doc), check_report(doc)
+    assert doc["summary"] == {"verdicts": {**{v.name: 0 for v in Verdict}, "PASS": 3}, "conformant": True}
+    assert doc["tolerances"]["near_tie_top2_gap_nats"] == 0.05
+    suites = ET.parse(tmp_path / "r" / "junit.xml").getroot()
+    assert sum(int(s.get("tests")) for s in suites) == 3
+    summary = (tmp_path / "r" / "summary.md").read_text()
+    assert "CONFORMANT" in summary and "| 3 Media spans" in summary
+
+
+def test_a_failing_run_writes_reproducers_and_exits_1(tmp_path, monkeypatch):
+    import conformance.commands.run as run_command
+    monkeypatch.setattr(run_command, "make_adapter", lambda *a, **k: MutantAdapter("no_media_trim"))
+    code = kvconform(["run", "--backend", "reference", "--no-generated", "--no-progress", "-k", "media/trim",
+                      "--report", str(tmp_path / "rep")])
+    assert code == 1
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    failed = [c for c in doc["cases"] if c["verdict"] == "FAIL"]
+    assert failed and all(c["reproducer"] and (tmp_path / "rep" / c["reproducer"]).exists() for c in failed)
+    junit = ET.parse(tmp_path / "rep" / "junit.xml").getroot()
+    assert junit.iter("failure") and "CR-MEDIA-3" in (tmp_path / "rep" / "summary.md").read_text()
+    repro = tmp_path / "rep" / failed[0]["reproducer"]
+    code = kvconform(["run", "--backend", "reference", "--no-progress", "--case", str(repro),
+                      "--report", str(tmp_path / "again")])
+    assert code == 1, "the reproducer, run alone, fails the same way"
+    assert json.loads((tmp_path / "again" / "report.json").read_text())["cases"][0]["verdict"] == "FAIL"
+
+
+def test_shards_merge_into_the_whole_run(tmp_path, capsys):
+    common = ["run", "--backend", "reference", "--no-generated", "--no-progress", "--section", "PLAN"]
+    assert kvconform(common + ["--report", str(tmp_path / "whole")]) == 0
+    for i in (1, 2, 3):
+        assert kvconform(common + ["--shard", f"{i}/3", "--report", str(tmp_path / f"s{i}")]) == 0
+    assert kvconform(["merge", str(tmp_path / "merged")] + [str(tmp_path / f"s{i}") for i in (1, 2, 3)]) == 0
+    whole = json.loads((tmp_path / "whole" / "report.json").read_text())
+    merged = json.loads((tmp_path / "merged" / "report.json").read_text())
+    assert [c["id"] for c in merged["cases"]] == [c["id"] for c in whole["cases"]]
+    assert merged["summary"] == whole["summary"] and merged["complete"] and not check_report(merged)
+    # a missing shard leaves the merge incomplete
+    assert kvconform(["merge", str(tmp_path / "partial"), str(tmp_path / "s1"), str(tmp_path / "s2")]) == 1
+    assert json.loads((tmp_path / "partial" / "report.json").read_text())["complete"] is False
+
+
+def test_merge_refuses_overlapping_shards(tmp_path, capsys):
+    common = ["run", "--backend", "reference", "--no-generated", "--no-progress", "-k", "boundary-p4"]
+    kvconform(common + ["--report", str(tmp_path / "a")])
+    assert kvconform(["merge", str(tmp_path / "m"), str(tmp_path / "a"), str(tmp_path / "a")]) == 2
+    assert "more than one shard" in capsys.readouterr().err
+
+
+def test_verdict_table_groups_by_section(reference_adapter, reference_manifest):
+    results = [run_case(case(c), reference_adapter, reference_manifest)
+               for c in ("sections/id/chain-same-tail", "sections/plan/one-page-rewind")]
+    table = verdict_table(results)
+    assert "1 Cache identity" in table and "2 Planning" in table and "total" in table
+
+
+def test_list_and_bad_input(tmp_path, capsys):
+    assert kvconform(["run", "--list", "-k", "vlm_context_reuse"]) == 0
+    assert "vlm_context_reuse" in capsys.readouterr().out
+    assert kvconform(["run", "--shard", "4/3"]) == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"requests": []}')
+    assert kvconform(["run", "--case", str(bad)]) == 2
+    assert "not a case file" in capsys.readouterr().err
+
+
+def test_committed_cases_match_their_generator():
+    """tests/test_cases/{llm,vlm}_context_reuse.json and sections/ are written by tools/make_cases.py."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, "tools/make_cases.py", "--check"], cwd=root, capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr

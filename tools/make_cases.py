@@ -1,0 +1,520 @@
+#!/usr/bin/env python3
+"""Write the runner's curated cases: tests/test_cases/{llm,vlm}_context_reuse.json and
+tests/test_cases/sections/<section>/*.json.
+
+    python tools/make_cases.py            # rewrite them (they are committed)
+    python tools/make_cases.py --check    # exit 1 if a committed case differs from what this writes
+
+The cases complement the oracle's golden cases (tests/test_cases/golden/, hand-derived counts,
+mostly one generated token): they decode greedily for several tokens, so every case also
+checks CR-OUT-1 against a bypass replay, and they cover what needs a whole scenario: page
+boundaries at k*P-1, k*P, k*P+1, exact replays, multi-turn conversations that feed generated
+answers back (`{{output:K}}`, spec/RUNNING.md section 4), LoRA isolation, policy combinations,
+record limits, pool pressure, batching, hybrid and recurrent endpoints, malformed inputs.
+No case states an expected count except where derived by hand in its description (`expect`):
+the oracle computes every count.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "tests" / "test_cases"
+sys.path.insert(0, str(ROOT))
+
+from reference import engine_from_build_args  # noqa: E402
+from reference.hybrid import slot_sizes  # noqa: E402
+
+GREEDY = {"top_k": 1, "apply_chat_template": False, "max_generate_length": 4, "num_logprobs": 2}
+REUSE = {"enableContextReuse": True, "dumpProfile": True}
+TEXT4 = {"maxInputLen": 40, "maxKVCacheCapacity": 48, "maxKVPoolPages": 0, "tokensPerPage": 4}
+TEXT8 = {"maxInputLen": 64, "maxKVCacheCapacity": 80, "maxKVPoolPages": 0, "tokensPerPage": 8}
+VISION4 = dict(TEXT4, vision=True)
+LONG4 = {"maxInputLen": 96, "maxKVCacheCapacity": 112, "maxKVPoolPages": 0, "tokensPerPage": 4}
+STOPS = [chr(c) for c in range(32, 127, 3)]  # every third printable character: generation stops soon
+DOC = "the quick brown fox jumps over the lazy dog while five wizards box quickly"
+
+
+def user(*parts, system: str | None = None, lora: str | None = None) -> dict:
+    content = parts[0] if len(parts) == 1 and isinstance(parts[0], str) else [
+        {"type": "text", "text": p} if isinstance(p, str) else p for p in parts]
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
+    return {"messages": messages, **({"lora_name": lora} if lora else {})}
+
+
+def turns(*messages: tuple[str, str]) -> dict:
+    return {"messages": [{"role": r, "content": c} for r, c in messages]}
+
+
+def image(name: str, up: int = 2) -> dict:
+    return {"type": "image", "image": "../" * up + f"media/{name}"}
+
+
+def audio(name: str, up: int = 2) -> dict:
+    return {"type": "audio", "audio": "../" * up + f"media/{name}"}
+
+
+def hybrid_runtime(engine: dict, recurrent_slots: int = 8, partial_slots: int = 8) -> dict:
+    r, p = slot_sizes(engine_from_build_args(engine))
+    out = dict(REUSE, contextCacheRecurrentSnapshotPoolBytes=r * recurrent_slots)
+    if engine.get("model") == "hybrid":
+        out["contextCachePartialKVSnapshotPoolBytes"] = p * partial_slots
+    return out
+
+
+def fact(plan: str, matched: int, reused: int | None = None, **more) -> dict:
+    """A hand-derived per-request expectation (`expect.requests`): it checks the oracle itself."""
+    return {"plan": plan, "matched_tokens": matched, "reused_tokens": matched if reused is None else reused, **more}
+
+
+MISS = fact("no_reusable_prefix", 0)
+
+
+def case(cid: str, description: str, rules: list[str], requests: list[dict], engine: dict = TEXT4,
+         runtime: dict | None = None, settings: dict | None = None, **meta) -> dict:
+    doc = dict(GREEDY if settings is None else settings)
+    doc["requests"] = requests
+    block = {"id": cid, "description": description, "rules": rules}
+    if meta.get("requires"):
+        block["requires"] = meta.pop("requires")
+    block["engine"] = engine
+    block["runtime"] = REUSE if runtime is None else runtime
+    block.update(meta)
+    doc["_conformance"] = block
+    return doc
+
+
+# --- the two Edge-LLM-format cases ---------------------------------------------------------------
+
+def edge_llm_cases() -> dict[str, dict]:
+    words = ("Context reuse keeps the KV cache of a repeated prefix so the runtime skips its prefill. "
+             "The cache is content addressed, page aligned and isolated by LoRA adapter. ")
+    context = (words * 2) + "Question: which company builds TensorRT Edge-LLM? Output: NVIDIA\nOutput:"
+    prefix = context[:300]  # a strict prefix of at least two 128-token pages
+    llm = {
+        "batch_size": 1, "top_k": 1, "num_logprobs": 1, "max_generate_length": 2,
+        "apply_chat_template": False, "add_generation_prompt": False,
+        "context_cache_commit_policy": "prefill_state_only",
+        "requests": [user(context), user(prefix), user(context)],
+        "_conformance": {
+            "id": "llm_context_reuse",
+            "description": "Edge-LLM's llm_context_reuse.json in bytes-v1 with P = 128: a long context A, a strict "
+                           "prefix B of A spanning two pages, then A again. B reuses A's first two pages; the "
+                           "second A (the consumer) reuses what A (the producer) published and must generate "
+                           "exactly what the producer generated (and what a bypass replay generates).",
+            "rules": ["CR-PLAN-1", "CR-PUB-3", "CR-BATCH-3", "CR-OUT-1", "CR-MET-12"],
+            "engine": {"maxInputLen": 512, "maxKVCacheCapacity": 640, "maxKVPoolPages": 64, "tokensPerPage": 128},
+            "runtime": REUSE,
+            # by hand: no template, one byte per token; neither length is a multiple of 128
+            "expect": {"requests": [dict(MISS, input_tokens=len(context)),
+                                    fact("standard", len(prefix) // 128 * 128, input_tokens=len(prefix)),
+                                    fact("standard", len(context) // 128 * 128, input_tokens=len(context))],
+                       "prefill": {"reused_tokens": len(prefix) // 128 * 128 + len(context) // 128 * 128}},
+        },
+    }
+    q1, q2 = "What is in the picture?", "Which colours dominate?"
+    sys_prompt = "You answer questions about images in one short sentence."
+    a, b = image("img_a_32x32.png", 0), image("img_b_16x64.png", 0)
+
+    def vq(*parts):
+        return {"messages": [{"role": "system", "content": sys_prompt},
+                             {"role": "user", "content": [p if isinstance(p, dict) else {"type": "text", "text": p}
+                                                          for p in parts]}]}
+    vlm = {
+        "batch_size": 1, "temperature": 1.0, "top_p": 1.0, "top_k": 1, "max_generate_length": 8,
+        "context_cache_commit_policy": "prefill_state_only",
+        "requests": [vq(a, q1), vq(a, q2), vq(b, q1), vq(b, q1), vq(a, b, q1), vq(a, b, q1), vq(b, a, q1),
+                     {"messages": [{"role": "system", "content": sys_prompt}, {"role": "user", "content": q1}]}],
+        "_conformance": {
+            "id": "vlm_context_reuse",
+            "description": "Edge-LLM's vlm_context_reuse.json in bytes-v1 with P = 16 and a shared system prompt "
+                           "(3 full pages): image A + question; A + another question (hit through A); B + question "
+                           "(hit on the system pages only); B again (hit); A+B (hit through A); A+B again (hit); "
+                           "B+A (partial hit: the order of images is identity); text only (hit on the system pages). "
+                           "Every request but the last is media-aware.",
+            "rules": ["CR-ID-4", "CR-MEDIA-2", "CR-MEDIA-3", "CR-MEDIA-4", "CR-MET-3", "CR-OUT-1"],
+            "engine": {"maxInputLen": 160, "maxKVCacheCapacity": 192, "maxKVPoolPages": 64, "tokensPerPage": 16,
+                       "vision": True},
+            "runtime": REUSE,
+            # by hand: <bos><system> + 56 bytes + <end><user> = 60 template tokens (3 pages + 12); an image
+            # is 4 placeholders, so [image] ends at 64 = 4 pages; q1 and q2 share "Wh" (66 -> 64); a replay
+            # of n = 89 or 93 matches 5 pages (80); the boundary at 64 separates two items (no trim)
+            "expect": {"requests": [MISS, fact("standard", 64), fact("standard", 48), fact("standard", 80),
+                                    fact("standard", 64), fact("standard", 80), fact("standard", 64),
+                                    fact("standard", 48, media_aware=False)],
+                       "context_cache": {"admitted_sequences": 8, "hit_sequences": 7, "media_aware_sequences": 7}},
+        },
+    }
+    return {"llm_context_reuse.json": llm, "vlm_context_reuse.json": vlm}
+
+
+# --- sections ---------------------------------------------------------------------------------------
+
+def identity_cases() -> list[dict]:
+    same = [image(n) for n in ("img_a_16x16.png", "img_a_16x16_palette.png", "img_a_16x16.ppm",
+                               "img_a_16x16_rgba.png", "img_a_16x16_z0.png")]
+    return [
+        case("sections/id/chain-same-tail", "abcdwxyz then efghwxyz: page 1 holds wxyz in both but its identity "
+             "covers page 0, so the second request matches nothing.",
+             ["CR-ID-1", "CR-PLAN-1"], [user("abcdwxyz"), user("efghwxyz"), user("abcdwxyz")]),
+        case("sections/id/lora-isolation", "The same input under adapter a, adapter b, no adapter, then a again: "
+             "only the last one hits (a's pages); outputs differ per adapter but each equals its bypass replay.",
+             ["CR-ID-3", "CR-OUT-1"],
+             [user("abcdefghij", lora="a"), user("abcdefghij", lora="b"), user("abcdefghij"),
+              user("abcdefghij", lora="a")],
+             engine=dict(TEXT4, loraAdapters=["a", "b"]),
+             settings=dict(GREEDY, available_lora_weights={"a": "lora/a.safetensors", "b": "lora/b.safetensors"})),
+        case("sections/id/media-same-pixels", "Image A as RGB PNG, palette PNG, PPM, RGBA PNG (alpha dropped) and "
+             "uncompressed PNG, then a grey image as grey and as RGB PNG: equal decoded pixels and geometry are "
+             "one item, so every repeat hits through the image.",
+             ["CR-ID-4", "CR-MEDIA-1"],
+             [user("ab", img, "cdefghij") for img in same]
+             + [user("ab", image("img_g_16x16_gray.png"), "cdefghij"),
+                user("ab", image("img_g_16x16_rgb.png"), "cdefghij")],
+             engine=VISION4),
+        case("sections/id/media-transposed", "Equal RGB bytes as a 16x32 and a 32x16 image: different geometry, "
+             "different items; the second request shares only the page before the image.",
+             ["CR-ID-4"], [user("abcd", image("img_t_16x32.png"), "efghij"),
+                           user("abcd", image("img_t_32x16.png"), "efghij"),
+                           user("abcd", image("img_t_16x32.png"), "efghij")], engine=VISION4),
+        case("sections/id/media-other-pixels", "Two different images of equal size in the same position: the "
+             "page holding the image differs, so reuse stops before it.",
+             ["CR-ID-4"], [user("abc", image("img_a_16x16.png"), "defghijk"),
+                           user("abc", image("img_b_16x16.png"), "defghijk"),
+                           user("abc", image("img_a_16x16.png"), "defghijk")], engine=VISION4),
+        case("sections/id/media-swapped-order", "A then B, and B then A, with the same text: order is identity, so "
+             "the swapped request shares only the text before the images.",
+             ["CR-ID-4"], [user("abcd", image("img_a_16x16.png"), image("img_b_16x16.png"), "efgh"),
+                           user("abcd", image("img_b_16x16.png"), image("img_a_16x16.png"), "efgh"),
+                           user("abcd", image("img_a_16x16.png"), image("img_b_16x16.png"), "efgh")],
+             engine=VISION4),
+        case("sections/id/sampling-params-share", "Equal inputs with different per-request num_logprobs and stop "
+             "strings share pages (no salt in the identity).",
+             ["CR-ID-5", "CR-OUT-2"],
+             [user("abcdefghij"), dict(user("abcdefghij"), num_logprobs=1), dict(user("abcdefghij"), stop=["zz"])],
+             requires=["feature:stop_strings"]),
+    ]
+
+
+def planning_cases() -> list[dict]:
+    out = []
+    for P, engine in ((4, TEXT4), (8, TEXT8)):
+        seed = DOC[: 4 * P]
+        for k in (1, 2):
+            for d, name in ((-1, "minus1"), (0, "exact"), (1, "plus1")):
+                n = k * P + d
+                pages = n // P
+                prefix = (fact("full_input_rewind", n, n - P) if d == 0 else
+                          fact("standard", pages * P) if pages else MISS)
+                out.append(case(
+                    f"sections/plan/boundary-p{P}-k{k}-{name}",
+                    f"P = {P}: a {4 * P}-token document, then its prefix of n = {n} = {k}*P{d:+d} tokens twice. "
+                    f"The prefix matches floor(n/P) = {n // P} page(s); "
+                    + ("n is aligned, so the full match rewinds one page (full_input_rewind)"
+                       if d == 0 else "the partial page is recomputed")
+                    + "; the exact replay plans the same way and publishes an existing endpoint.",
+                    ["CR-PLAN-1", "CR-PLAN-2", "CR-PLAN-4", "CR-ID-2", "CR-PUB-4"],
+                    [user(seed), user(seed[:n]), user(seed[:n])], engine=engine,
+                    expect={"requests": [MISS, prefix, prefix]}))
+    out += [
+        case("sections/plan/exact-replays", "Aligned (8) and unaligned (10) inputs, each replayed twice in "
+             "separate batches: aligned replays are full-input rewinds keeping n - P; unaligned ones reuse "
+             "floor(n/P) pages.", ["CR-PLAN-2", "CR-PLAN-3", "CR-PUB-4"],
+             [user("abcdefgh"), user("abcdefgh"), user("abcdefgh"), user("ijklmnopqr"), user("ijklmnopqr"),
+              user("ijklmnopqr")]),
+        case("sections/plan/first-miss-stops", "Cache holds abcdefghijkl; abcdXXXXijklm matches one page: lookup "
+             "stops at the first missing page.", ["CR-PLAN-1"],
+             [user("abcdefghijkl"), user("abcdXXXXijklm"), user("abcdefghXXXXm")]),
+        case("sections/plan/one-page-rewind", "A one-page input replayed: matched 4, reused 0, still a hit "
+             "(full_input_rewind).", ["CR-PLAN-2", "CR-MET-2"], [user("abcd"), user("abcd")]),
+    ]
+    return out
+
+
+def media_cases() -> list[dict]:
+    wide = image("img_a_16x64.png")  # 4 placeholders
+    return [
+        case("sections/media/trim-split", "ab + A (4 placeholders at 2-5) + cd, replayed: the rewind to 4 would "
+             "split A at positions 3|4, so the plan gives back the page: nothing is reused.",
+             ["CR-MEDIA-3", "CR-MEDIA-4", "CR-MEDIA-5"], [user("ab", wide, "cd"), user("ab", wide, "cd")],
+             engine=VISION4, expect={"requests": [MISS, MISS]}),
+        case("sections/media/trim-offsets", "A 4-placeholder image starting at offsets 0 to 4 of a P = 4 page, "
+             "then a request with the same lead and image but another text right after it: the match ends at "
+             "the page boundary after page 0 or 1, which splits the image for offsets 1-3 (reuse drops to 0) and "
+             "not for offsets 0 and 4.",
+             ["CR-MEDIA-3", "CR-MEDIA-4", "CR-MEDIA-5"],
+             [r for lead in ("", "a", "ab", "abc", "abcd")
+              for r in (user(*([lead] if lead else []), wide, "efghijklm"), user(*([lead] if lead else []), wide, "XYZ"))],
+             engine=dict(VISION4, maxKVPoolPages=40),
+             expect={"requests": [MISS, fact("standard", 4), MISS, MISS, MISS, MISS, MISS, MISS, MISS,
+                                  fact("standard", 8)]}),
+        case("sections/media/restated-no-trim", "abc + A (1 placeholder) + defg, replayed: the rewind to 4 is "
+             "between A and d, nothing is trimmed, yet a media-aware plan is restated: standard, matched 4.",
+             ["CR-MEDIA-4"], [user("abc", image("img_a_16x16.png"), "defg"),
+                              user("abc", image("img_a_16x16.png"), "defg")], engine=VISION4,
+             expect={"requests": [MISS, fact("standard", 4)]}),
+        case("sections/media/adjacent-boundary", "ab + A (2 placeholders at 2-3) + B (4 at 4-7) + cdefgh, then "
+             "the same with C in place of B: the match ends at 4, between A and C, which splits neither item, so "
+             "the page is kept (standard, reused 4).",
+             ["CR-MEDIA-3", "CR-ID-4"],
+             [user("ab", image("img_t_16x32.png"), image("img_a_32x32.png"), "cdefgh"),
+              user("ab", image("img_t_16x32.png"), image("img_a_16x64.png"), "cdefgh")], engine=VISION4,
+             expect={"requests": [MISS, fact("standard", 4)]}),
+        case("sections/media/one-page-rewind", "A one-page media input replayed: r = 0 before trimming, so the "
+             "plan is not restated and stays a full_input_rewind with matched = P.",
+             ["CR-MEDIA-4", "CR-PLAN-2"], [user("abc", image("img_a_16x16.png")),
+                                           user("abc", image("img_a_16x16.png"))], engine=VISION4,
+             expect={"requests": [MISS, fact("full_input_rewind", 4, 0)]}),
+        case("sections/media/aware-under-bypass", "Media-aware sequences count under bypass as well.",
+             ["CR-MEDIA-2", "CR-MET-3", "CR-POL-2"],
+             [user("ab", image("img_a_16x16.png"), "cdefgh"), user("ab", image("img_a_16x16.png"), "cdefgh")],
+             engine=VISION4, settings=dict(GREEDY, context_cache_lookup_policy="bypass")),
+        case("sections/media/audio-outputs", "The same WAV clip twice, then another clip: reuse counts of audio "
+             "requests are unspecified (UNSPECIFIED, not FAIL), but greedy outputs must equal the bypass replay.",
+             ["CR-MEDIA-6", "CR-OUT-1"],
+             [user("ab", audio("audio_a_16k.wav"), "cd"), user("ab", audio("audio_a_16k.wav"), "cd"),
+              user("ab", audio("audio_c_16k.wav"), "cd")],
+             engine=dict(TEXT4, audio=True, maxInputLen=40)),
+    ]
+
+
+def publication_cases() -> list[dict]:
+    chat = dict(GREEDY, apply_chat_template=True, max_generate_length=6)
+    conversation = [
+        turns(("system", "Be brief."), ("user", "Name a colour.")),
+        turns(("system", "Be brief."), ("user", "Name a colour."), ("assistant", "{{output:0}}"),
+              ("user", "Another one?")),
+        turns(("system", "Be brief."), ("user", "Name a colour."), ("assistant", "{{output:0}}"),
+              ("user", "Another one?"), ("assistant", "{{output:1}}"), ("user", "And a third?")),
+    ]
+    return [
+        case("sections/pub/multi-turn-including", "Three turns, each feeding the previous greedy answer back as "
+             "an assistant message: under including_generated_tokens a turn reuses the pages of the previous "
+             "turn's decode-end record, generated tokens included.",
+             ["CR-PUB-2", "CR-BATCH-3", "CR-OUT-1"], conversation, settings=chat, engine=LONG4),
+        case("sections/pub/multi-turn-prefill-only", "The same conversation under prefill_state_only: only "
+             "prefill-end records exist, so each turn reuses at most the previous turn's input pages.",
+             ["CR-PUB-3", "CR-PUB-1", "CR-OUT-1"], conversation, engine=LONG4,
+             settings=dict(chat, context_cache_commit_policy="prefill_state_only")),
+        case("sections/pub/decode-end-boundaries", "Inputs of 7, 8 and 9 tokens generating up to 6 tokens: the "
+             "decode-end record holds floor((n + g - 1)/P) pages, crossing a page boundary or not.",
+             ["CR-PUB-2", "CR-CAP-9"], [user("abcdefg"), user("abcdefgh"), user("abcdefghi")],
+             settings=dict(GREEDY, max_generate_length=6)),
+        case("sections/pub/failed-batch-keeps-records", "Batch 1 publishes; batch 2 is too long and fails as a "
+             "whole; batch 3 still hits batch 1's record.",
+             ["CR-PUB-7", "CR-CAP-8", "CR-BATCH-5"],
+             [user("abcdefghij"), user("x" * 41), user("abcdefghijk")]),
+        case("sections/pub/short-input", "Inputs shorter than a page publish nothing at prefill end and are not "
+             "attempts; with generation they may publish at decode end.",
+             ["CR-PUB-1", "CR-PUB-2", "CR-PUB-8"], [user("abc"), user("abc"), user("ab")],
+             settings=dict(GREEDY, max_generate_length=3)),
+    ]
+
+
+def policy_cases() -> list[dict]:
+    body = [user("abcdefghij"), turns(("user", "abcdefghij"), ("assistant", "{{output:0}}"), ("user", "klm")),
+            user("abcdefghij")]
+    out = []
+    for lookup in ("use_cache", "bypass"):
+        for commit in ("including_generated_tokens", "prefill_state_only"):
+            out.append(case(
+                f"sections/pol/{lookup}-{commit}".replace("_", "-"),
+                f"lookup {lookup}, commit {commit}: a request, a continuation of its answer and a replay.",
+                ["CR-POL-1", "CR-POL-5", "CR-POL-2" if lookup == "bypass" else "CR-PUB-2"], body,
+                settings=dict(GREEDY, max_generate_length=5, context_cache_lookup_policy=lookup,
+                              context_cache_commit_policy=commit)))
+    out += [
+        case("sections/pol/warmup-batching", "--warmup 2 with batches of 2: the first batch runs twice under "
+             "bypass first (counted, never published, not in the prefill profile).",
+             ["CR-POL-4", "CR-MET-1", "CR-MET-12"],
+             [user("abcdefgh"), user("abcdefghij"), user("abcdefgh"), user("abcdefghij")],
+             engine=dict(TEXT4, maxBatchSize=2), runtime=dict(REUSE, warmup=2),
+             settings=dict(GREEDY, batch_size=2)),
+        case("sections/pol/reuse-disabled-outputs", "Without --enableContextReuse: no context_cache section, "
+             "prefill reuses nothing, outputs unchanged.", ["CR-POL-6", "CR-MET-12"],
+             [user("abcdefghij"), user("abcdefghij")], runtime={"dumpProfile": True}),
+        case("sections/pol/hidden-states-bypass", "Hidden-state output forces every request to bypass lookup.",
+             ["CR-POL-3"], [user("abcdefgh"), user("abcdefgh")],
+             runtime=dict(REUSE, outputHiddenStates=True)),
+    ]
+    return out
+
+
+def capacity_cases() -> list[dict]:
+    docs = [DOC[i:i + 12] for i in range(0, 48, 12)]
+    small = {"maxInputLen": 16, "maxKVCacheCapacity": 24, "maxKVPoolPages": 0, "tokensPerPage": 4}
+    out = [case(f"sections/cap/record-limit-{m}", f"--contextCacheMaxRecords {m}: every new record beyond {m} "
+                f"evicts the least recently used one (M = 0: inserted and evicted at once); replays show which "
+                f"prefixes survived.", ["CR-CAP-6", "CR-MET-8", "CR-MET-10"],
+                [user(docs[k]) for k in (0, 0, 1, 0, 2, 2, 1, 0)],
+                runtime=dict(REUSE, contextCacheMaxRecords=m)) for m in (0, 1, 3)]
+    out += [
+        case("sections/cap/pool-pressure", "A pool of 10 pages at P = 4 (the minimum is 6): documents and their "
+             "decode-end records compete for pages; admission and growth evict least recently used records.",
+             ["CR-CAP-4", "CR-CAP-3", "CR-CAP-9", "CR-CAP-10"],
+             [user(docs[0]), user(docs[1]), user(docs[0] + "xy"), user(docs[2]), user(docs[0]), user(docs[1])],
+             engine=dict(small, maxKVPoolPages=10), settings=dict(GREEDY, max_generate_length=6)),
+        case("sections/cap/pool-pressure-batch", "A batch of 2 on the minimum pool for batch size 2: the batch's "
+             "own prefill-end records are evicted by its decode growth.",
+             ["CR-CAP-4", "CR-CAP-9", "CR-BATCH-6"],
+             [user(docs[0]), user(docs[1]), user(docs[0]), user(docs[2])],
+             engine=dict(small, maxBatchSize=2), settings=dict(GREEDY, batch_size=2, max_generate_length=6)),
+        case("sections/cap/hit-does-not-touch", "Records A then B; a hit on A does not make A recent, so the next "
+             "eviction takes A first.", ["CR-CAP-5", "CR-CAP-4"],
+             [user(docs[0]), user(docs[1]), user(docs[0] + "z"), user(docs[2] + docs[3][:2]), user(docs[0])],
+             engine=dict(small, maxKVPoolPages=8)),
+        case("sections/cap/pool-below-minimum", "A pool of 5 pages where batch size 1 and capacity 24 need 6: the "
+             "build must refuse (and a runtime given such an engine must refuse it).",
+             ["CR-CAP-1", "CR-SUP-3"], [user("abcd")], engine=dict(small, maxKVPoolPages=5)),
+    ]
+    return out
+
+
+def batching_cases() -> list[dict]:
+    b3 = dict(TEXT4, maxBatchSize=3)
+    sysp = "You are terse."
+    return [
+        case("sections/batch/identical-in-batch", "Two identical requests in one batch both miss; the first "
+             "commits, the second publishes the same endpoint (existing). A third batch-mate differs.",
+             ["CR-BATCH-2", "CR-PUB-4"], [user("abcdefgh"), user("abcdefgh"), user("abcdefghij"), user("abcdefgh")],
+             engine=b3, settings=dict(GREEDY, batch_size=3)),
+        case("sections/batch/shared-system-prompt", "Batches of 3 sharing a system prompt: the first batch misses, "
+             "later batches reuse its pages.", ["CR-BATCH-3", "CR-BATCH-1"],
+             [user(q, system=sysp) for q in ("one?", "two?", "three?", "four?", "five?", "six?")],
+             engine=b3, settings=dict(GREEDY, batch_size=3, apply_chat_template=True)),
+        case("sections/batch/size-flag-overrides-file", "The file says batch_size 1, --batchSize 2 overrides it.",
+             ["CR-BATCH-1", "CR-BATCH-2"], [user("abcdefgh"), user("abcdefgh"), user("abcdefgh")],
+             engine=b3, runtime=dict(REUSE, batchSize=2)),
+        case("sections/batch/length-limits", "max_input_len 16, capacity 24, max_generate_length 8: 16 tokens "
+             "run; 17 tokens fail their batch; the other batches run.", ["CR-BATCH-5", "CR-CAP-8"],
+             [user("abcdefghijklmnop"), user("abcdefghijklmnopq"), user("abcdefghijklmnop")],
+             engine={"maxInputLen": 16, "maxKVCacheCapacity": 24, "maxKVPoolPages": 0, "tokensPerPage": 4},
+             settings=dict(GREEDY, max_generate_length=8)),
+        case("sections/batch/generation-too-long", "n + max_generate_length above the capacity fails the batch "
+             "before admission (the --maxGenerateLength flag overrides the file).",
+             ["CR-BATCH-5", "CR-CAP-8"], [user("abcdefghijklmnop"), user("abcdefgh")],
+             engine={"maxInputLen": 16, "maxKVCacheCapacity": 24, "maxKVPoolPages": 0, "tokensPerPage": 4},
+             runtime=dict(REUSE, maxGenerateLength=9)),
+        case("sections/batch/stop-strings", "Stop strings end generation (stop-words) and cut the text; "
+             "decode-end records hold every generated token.", ["CR-BATCH-7", "CR-PUB-2"],
+             [dict(user("abcdefgh"), stop=STOPS), dict(user("abcdefgh"), stop=STOPS), user("abcdefgh"),
+              dict(user("abcdefghijk"), stop=["zz", "q"])], settings=dict(GREEDY, max_generate_length=8),
+             requires=["feature:stop_strings"]),
+    ]
+
+
+def hybrid_cases() -> list[dict]:
+    hyb = {"maxInputLen": 40, "maxKVCacheCapacity": 48, "maxKVPoolPages": 0, "tokensPerPage": 4, "model": "hybrid"}
+    rec = dict(hyb, model="recurrent")
+    chat = dict(GREEDY, apply_chat_template=True, max_generate_length=5)
+    talk = [turns(("user", "hello there")), turns(("user", "hello there"), ("assistant", "{{output:0}}"),
+                                                  ("user", "and then?"))]
+    return [
+        case("sections/hyb/endpoints", "Hybrid: abcdefghij, abcdefghijkl (reuses exactly 10), abcdefghij again "
+             "(cannot reuse its own endpoint: a shorter one or nothing), abcdefgh (no checkpoint at 8).",
+             ["CR-HYB-3", "CR-HYB-5", "CR-HYB-6"],
+             [user("abcdefghij"), user("abcdefghijkl"), user("abcdefghij"), user("abcdefgh")],
+             engine=hyb, runtime=hybrid_runtime(hyb), settings=dict(GREEDY, context_cache_commit_policy="prefill_state_only")),
+        case("sections/hyb/multi-turn", "Hybrid conversation: the second turn restores the first turn's decode-end "
+             "checkpoint (input and generated tokens).", ["CR-HYB-3", "CR-HYB-5", "CR-PUB-2", "CR-OUT-1"],
+             talk, engine=hyb, runtime=hybrid_runtime(hyb), settings=chat),
+        case("sections/hyb/recurrent-multi-turn", "The same conversation on a pure recurrent model (no KV pages).",
+             ["CR-HYB-3", "CR-HYB-5", "CR-OUT-1"], talk, engine=rec, runtime=hybrid_runtime(rec), settings=chat),
+        case("sections/hyb/aligned-and-unaligned", "Checkpoints at L % P == 0 need no partial-KV slot, others "
+             "need one: 8, 9, 12 and 13 tokens, each extended later.", ["CR-HYB-4", "CR-HYB-1"],
+             [user("abcdefgh"), user("abcdefghi"), user("abcdefghijkl"), user("abcdefghijklm"),
+              user("abcdefghijklmn"), user("abcdefghijkz")],
+             engine=hyb, runtime=hybrid_runtime(hyb), settings=dict(GREEDY, context_cache_commit_policy="prefill_state_only")),
+        case("sections/hyb/slot-pressure", "One recurrent and one partial-KV slot, batches of 2, prefill-end "
+             "captures only: the second capture of a step cannot reserve a slot and is skipped; a later request "
+             "restores the surviving checkpoint; an identical replay cannot use its own endpoint.",
+             ["CR-HYB-4", "CR-HYB-6", "CR-CAP-4", "CR-MET-11"],
+             [user("abcdefghij"), user("zyxwvutsrq"), user("abcdefghijkl"), user("abcdefghij"),
+              user("zyxwvutsrqpo"), user("abcdefghijklmn")],
+             engine=dict(hyb, maxBatchSize=2), runtime=hybrid_runtime(hyb, 1, 1),
+             settings=dict(GREEDY, batch_size=2, context_cache_commit_policy="prefill_state_only")),
+    ]
+
+
+def output_cases() -> list[dict]:
+    long_doc = (DOC + " ") * 2
+    return [
+        case("sections/out/long-greedy", "A 64-token shared document with different questions, 8 greedy tokens "
+             "each with 3 log-probabilities: reuse must not change tokens (CR-OUT-1) and log-probabilities stay "
+             "within tolerance (CR-OUT-2).", ["CR-OUT-1", "CR-OUT-2"],
+             [user(long_doc[:64] + q) for q in (" why?", " how?", " who?", " why?")],
+             engine={"maxInputLen": 96, "maxKVCacheCapacity": 112, "maxKVPoolPages": 0, "tokensPerPage": 8}, settings=dict(GREEDY, max_generate_length=8, num_logprobs=3)),
+        case("sections/out/poisoned-pool-pressure", "Fresh pages poisoned with NaN under pool pressure and a "
+             "conversation: a read of a page the sequence does not own shows up as NaN or a changed token.",
+             ["CR-OUT-3", "CR-OUT-1"],
+             [user("abcdefghijkl"), turns(("user", "abcdefghijkl"), ("assistant", "{{output:0}}"), ("user", "m")),
+              user("mnopqrstuvwx"), user("abcdefghijkl")],
+             engine={"maxInputLen": 28, "maxKVCacheCapacity": 36, "maxKVPoolPages": 0, "tokensPerPage": 4},
+             runtime=dict(REUSE, poisonFreshPages=True), settings=dict(GREEDY, max_generate_length=6)),
+        case("sections/out/sampling-counters", "Non-greedy sampling: outputs are not compared, but decode-end "
+             "records follow what the run generated, so counters are still exact.", ["CR-PUB-2", "CR-MET-7"],
+             [user("abcdefghij"), user("abcdefghij")],
+             settings={"apply_chat_template": False, "max_generate_length": 5, "temperature": 1.0, "top_k": 50}),
+    ]
+
+
+def negative_cases() -> list[dict]:
+    def neg(cid, rules, requests, path, engine=TEXT4, settings=None, description=""):
+        return case(f"sections/neg/{cid}", description, rules, requests, engine=engine, settings=settings,
+                    negative={"phase": "parse", "path": path})
+    return [
+        neg("lora-not-available", ["CR-ID-3"], [user("abcd", lora="c")], "$.requests[0].lora_name",
+            engine=dict(TEXT4, loraAdapters=["a"]), settings=dict(GREEDY, available_lora_weights={"a": "lora/a.safetensors"}),
+            description="lora_name must name an adapter of available_lora_weights."),
+        neg("video-item", ["CR-MEDIA-1"], [{"messages": [{"role": "user", "content": [
+            {"type": "video", "frames": ["x.png"]}]}]}], "$.requests[0].messages[0].content[0].type",
+            engine=VISION4, description="video items are an input error in bytes-v1."),
+        neg("audio-8k", ["CR-MEDIA-6"], [user("ab", audio("bad_audio_8k.wav"))],
+            "$.requests[0].messages[0].content[1].audio", engine=dict(TEXT4, audio=True),
+            description="WAV audio must be 16 kHz mono 16-bit PCM."),
+        neg("image-bomb", ["CR-ID-4"], [user("ab", image("bad_bomb.png"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="A 100000x100000 header is refused before decoding."),
+        neg("image-jpeg", ["CR-ID-4"], [user("ab", image("bad_lossy.jpg"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="Lossy encodings are not accepted (identity is defined on decoded pixels)."),
+        neg("image-without-vision", ["CR-MEDIA-1"], [user("ab", image("img_a_16x16.png"))],
+            "$.requests[0].messages[0].content[1].image", description="A text engine cannot take an image."),
+        neg("later-request-empty", ["CR-BATCH-5"], [user("abcd"), user("")], "$.requests[1].messages",
+            description="An input of 0 tokens anywhere in the file refuses the whole file before anything runs."),
+    ]
+
+
+def all_cases() -> dict[str, dict]:
+    out = edge_llm_cases()
+    for group in (identity_cases(), planning_cases(), media_cases(), publication_cases(), policy_cases(),
+                  capacity_cases(), batching_cases(), hybrid_cases(), output_cases(), negative_cases()):
+        for doc in group:
+            out[doc["_conformance"]["id"] + ".json"] = doc
+    return out
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    stale = []
+    for rel, doc in all_cases().items():
+        path = CASES / rel
+        text = json.dumps(doc, indent=1) + "\n"
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(rel)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    if check:
+        for rel in stale:
+            print(f"stale: tests/test_cases/{rel} (run python tools/make_cases.py)")
+        return 1 if stale else 0
+    print(f"wrote {len(all_cases())} cases under {CASES}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
