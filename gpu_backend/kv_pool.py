@@ -25,6 +25,8 @@ class KVPool:
         # index_copy/index_select/index_fill are not implemented for FP8: work on an integer view
         self.raw = self.kv.view(_RAW[dtype])
         self.nan_bits = torch.tensor(float("nan"), dtype=dtype).view(_RAW[dtype]).item()
+        self._shape = (kv_heads, head_dim)
+        self._ws_raw = self._ws_f32 = None   # gather workspaces, grown to the largest read
 
     @property
     def nbytes(self) -> int:
@@ -45,15 +47,25 @@ class KVPool:
             self.raw.index_fill_(2, self.slots(page_ids, self.kv.device), self.nan_bits)
 
     def write(self, layer: int, slots, k, v) -> None:
-        """Store k, v [N, G, D] at token slots [N]."""
-        self.raw[layer, 0].index_copy_(0, slots, self._encode(k))
-        self.raw[layer, 1].index_copy_(0, slots, self._encode(v))
+        """Store k, v [N, G, D] at token slots [N] (one encode and one copy for both)."""
+        self.raw[layer].index_copy_(1, slots, self._encode(torch.stack([k, v])))
 
     def gather(self, layer: int, slots):
-        """Read keys and values at token slots [B, S] -> two float32 tensors [B, S, G, D]."""
+        """Read keys and values at token slots [B, S] -> two float32 tensors [B, S, G, D].
+
+        The result lives in a workspace reused by the next gather (the caller consumes it first,
+        as attention does layer by layer): a decode step then allocates nothing, where fresh
+        [2, B*S, G, D] buffers every layer and step cost page faults on the order of the copy."""
         B, S = slots.shape
-        kv = self.raw[layer].index_select(1, slots.reshape(-1)).view(self.dtype)  # [2, B*S, G, D]
-        kv = kv.to(torch.float32).view(2, B, S, *kv.shape[2:])
+        size = 2 * B * S * self._shape[0] * self._shape[1]
+        if self._ws_raw is None or self._ws_raw.numel() < size:
+            self._ws_raw = torch.empty(size, dtype=self.raw.dtype, device=self.kv.device)
+            self._ws_f32 = torch.empty(size, dtype=torch.float32, device=self.kv.device)
+        raw = self._ws_raw[:size].view(2, B * S, *self._shape)
+        out = self._ws_f32[:size].view(2, B * S, *self._shape)
+        torch.index_select(self.raw[layer], 1, slots.reshape(-1), out=raw)
+        out.copy_(raw.view(self.dtype))
+        kv = out.view(2, B, S, *self._shape)
         return kv[0], kv[1]
 
     def read_positions(self, slots):

@@ -16,32 +16,66 @@ def rms_norm(x, weight, eps: float = 1e-6):
 
 
 def lora_linear(x, weight, lora=None):
-    """x @ W^T, plus the adapter's low-rank delta (x @ A^T) @ B^T when one is active."""
-    y = x @ weight.T
+    """x @ W^T, plus the adapter's low-rank delta (x @ A^T) @ B^T when one is active.
+    (F.linear without bias is matmul(x, W.t()) inside ATen: the same values, one call.)"""
+    y = F.linear(x, weight)
     if lora is not None:
         a, b = lora
-        y = y + (x @ a.T) @ b.T
+        y = y + F.linear(F.linear(x, a), b)
     return y
 
 
+MLP_CHUNK = 1024   # rows (tokens) per SwiGLU chunk of a long prefill
+
+
+def _swiglu(x, gate, up, down):
+    # silu and the product in place: the same values as (silu(x Wg^T) * x Wu^T) Wd^T, with one
+    # [tokens, intermediate] buffer fewer alive
+    h = F.silu(F.linear(x, gate), inplace=True)
+    h.mul_(F.linear(x, up))
+    return F.linear(h, down)
+
+
 def swiglu(x, gate, up, down):
-    return (F.silu(x @ gate.T) * (x @ up.T)) @ down.T
+    """SwiGLU MLP. Every output row depends only on its input row, so a long prefill runs in
+    about MLP_CHUNK-row chunks: the [tokens, intermediate] activations (the peak of a long
+    prefill's memory) stay bounded by the chunk, not the prompt. The chunks are balanced (at
+    least 2/3 of MLP_CHUNK rows each), never a few-row remainder that a BLAS would route to
+    another kernel: the result equals the unchunked one (checked bit for bit on CPU)."""
+    rows = x.reshape(-1, x.shape[-1])
+    n = rows.shape[0]
+    if n <= 2 * MLP_CHUNK:
+        return _swiglu(x, gate, up, down)
+    k = -(-n // MLP_CHUNK)
+    bounds = [i * n // k for i in range(k + 1)]
+    out = torch.empty(n, down.shape[0], dtype=x.dtype, device=x.device)
+    for a, b in zip(bounds, bounds[1:]):
+        out[a:b] = _swiglu(rows[a:b], gate, up, down)
+    return out.view(*x.shape[:-1], down.shape[0])
 
 
 def rope_tables(positions, head_dim: int, theta: float):
-    """cos, sin of shape [B, T, D//2] for absolute positions [B, T]."""
+    """RoPE tables for apply_rope, of shape [B, T, 1, 2 * (D // 2)] for absolute positions [B, T]:
+    cos = (c, c) and sin = (-s, s), with c, s the cos and sin of position * theta^(-2i/D). Built
+    once per forward and shared by every layer, q and k."""
     rot = head_dim - head_dim % 2
     inv_freq = theta ** (-torch.arange(0, rot, 2, device=positions.device, dtype=torch.float32) / head_dim)
     angles = positions.to(torch.float32)[..., None] * inv_freq      # [B, T, D/2]
-    return torch.cos(angles), torch.sin(angles)
+    c, s = torch.cos(angles), torch.sin(angles)
+    return torch.cat([c, c], dim=-1)[:, :, None, :], torch.cat([-s, s], dim=-1)[:, :, None, :]
 
 
 def apply_rope(x, cos, sin):
-    """Rotate-half RoPE on x [B, T, heads, D]; with an odd D the last channel is not rotated."""
-    half = cos.shape[-1]
-    x1, x2, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
-    c, s = cos[:, :, None, :], sin[:, :, None, :]
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s, rest], dim=-1)
+    """Rotate-half RoPE on x [B, T, heads, D]; with an odd D the last channel is not rotated.
+
+    x * (c, c) + (x2, x1) * (-s, s) is (x1 c - x2 s, x2 c + x1 s) bit for bit (a + (-b) is
+    a - b in IEEE arithmetic), in four tensor ops instead of nine."""
+    rot = cos.shape[-1]
+    half = rot // 2
+    if rot == x.shape[-1]:
+        return x * cos + torch.cat([x[..., half:], x[..., :half]], dim=-1) * sin
+    xr = x[..., :rot]
+    return torch.cat([xr * cos + torch.cat([xr[..., half:], xr[..., :half]], dim=-1) * sin, x[..., rot:]], dim=-1)
 
 
 def causal_mask(q_pos, S: int):
@@ -54,12 +88,24 @@ def paged_attention(q, k_all, v_all, mask):
     """Causal attention of new queries over keys read through a page table.
 
     q: [B, T, H, D]; k_all, v_all: [B, S, G, D] (positions 0..S-1 of each sequence, padding
-    beyond a sequence's length points at an all-zero scratch page); mask: causal_mask().
+    beyond a sequence's length points at an all-zero scratch page); mask: causal_mask(), or None
+    when every row computes exactly positions 0..T-1 with T == S (a whole prompt from position
+    0, no padding): then the mask is the plain lower triangle and SDPA's is_causal applies it
+    without materialising a [T, S] mask (and skips the blocks above the diagonal).
     """
     out = F.scaled_dot_product_attention(
         q.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2),
-        attn_mask=mask, enable_gqa=q.shape[2] != k_all.shape[2])
+        attn_mask=mask, is_causal=mask is None, enable_gqa=q.shape[2] != k_all.shape[2])
     return out.transpose(1, 2)                                         # [B, T, H, D]
+
+
+def plain_causal(positions, S: int, all_valid: bool) -> bool:
+    """Whether causal_mask() would be the plain lower triangle: no padding (the caller says so),
+    T == S and every row at positions 0..T-1 (only then are the positions compared)."""
+    T = positions.shape[1]
+    if not all_valid or T != S or T == 1:
+        return False
+    return bool((positions == torch.arange(T, device=positions.device)).all())
 
 
 def causal_conv(x, state, weight, bias, lengths):

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from .layers import (apply_rope, causal_conv, causal_mask, lora_linear, paged_attention, rms_norm, rope_tables,
-                     ssd_scan, swiglu)
+from .layers import (apply_rope, causal_conv, causal_mask, lora_linear, paged_attention, plain_causal, rms_norm,
+                     rope_tables, ssd_scan, swiglu)
 
 PATCH, FRAME = 16, 320
 ATTN_PROJ = ("wq", "wk", "wv", "wo")
@@ -36,6 +36,8 @@ class ForwardBatch:
     media_index: torch.Tensor | None = None   # [M] flat indices into B*T of media positions
     media_embeds: torch.Tensor | None = None  # [M, hidden]
     lora: dict | None = None
+    all_valid: bool = False      # every [B, T] position is valid (no padding): set by the caller
+                                 # when it knows, so no boolean indexing (a device sync on CUDA)
 
 
 def weight_shapes(cfg: dict) -> dict:
@@ -129,7 +131,9 @@ class Model:
         cos = sin = mask = None
         if any(k == "attention" for k in self.kinds):
             cos, sin = rope_tables(fb.positions, self.D, self.theta)
-            mask = causal_mask(torch.where(fb.valid, fb.positions, 0), fb.read_slots.shape[1])
+            S = fb.read_slots.shape[1]
+            if not plain_causal(fb.positions, S, fb.all_valid):          # else None: SDPA is_causal
+                mask = causal_mask(torch.where(fb.valid, fb.positions, 0), S)
         for i, kind in enumerate(self.kinds):
             p = f"layers.{i}"
             h = rms_norm(x, w[f"{p}.norm1"])
@@ -154,7 +158,10 @@ class Model:
         k = lora_linear(h, w[f"{p}.wk"], self._lora(fb, f"{p}.wk")).view(B, T, G, D)
         v = lora_linear(h, w[f"{p}.wv"], self._lora(fb, f"{p}.wv")).view(B, T, G, D)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        kv_pool.write(layer, fb.write_slots, k[fb.valid], v[fb.valid])      # only real positions
+        if fb.all_valid:                                                    # only real positions
+            kv_pool.write(layer, fb.write_slots, k.reshape(B * T, G, D), v.reshape(B * T, G, D))
+        else:
+            kv_pool.write(layer, fb.write_slots, k[fb.valid], v[fb.valid])
         k_all, v_all = kv_pool.gather(layer, fb.read_slots)                 # [B, S, G, D] through the page table
         o = paged_attention(q, k_all, v_all, mask).reshape(B, T, H * D)
         return lora_linear(o, w[f"{p}.wo"], self._lora(fb, f"{p}.wo"))

@@ -1,0 +1,115 @@
+"""Shared helpers: timing, medians, machine description, load sampling."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def spread(xs):
+    """(min, max) of the repetitions, for the JSON."""
+    return [min(xs), max(xs)] if xs else []
+
+
+def loadavg():
+    try:
+        return list(os.getloadavg())
+    except OSError:
+        return None
+
+
+def machine() -> dict:
+    """What the numbers were measured on."""
+    info = {"platform": platform.platform(), "python": sys.version.split()[0], "cpus": os.cpu_count(),
+            "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                info["memory_gib"] = round(int(line.split()[1]) / 2 ** 20, 1)
+                break
+    except OSError:
+        pass
+    try:
+        import torch
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+        info["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except ImportError:
+        pass
+    info["loadavg_at_start"] = loadavg()
+    info["code"] = code_provenance()
+    return info
+
+
+def code_provenance() -> dict:
+    """Which commit, and where gpu_backend / reference / conformance were imported from."""
+    out = {}
+    try:
+        out["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                       timeout=10).stdout.strip() or None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "gpu_backend", "reference", "conformance"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=10).stdout
+        out["uncommitted_files"] = len(dirty.splitlines())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    import importlib.util
+    for pkg in ("gpu_backend", "reference", "conformance"):
+        spec = importlib.util.find_spec(pkg)
+        out[pkg] = os.path.dirname(spec.origin) if spec and spec.origin else None
+    return out
+
+
+class Timer:
+    """Accumulating wall-clock timer: `with t: ...`; t.total, t.count."""
+
+    def __init__(self):
+        self.total, self.count = 0.0, 0
+
+    def __enter__(self):
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.total += time.perf_counter() - self._t0
+        self.count += 1
+
+
+def venv_python() -> str:
+    """The interpreter to start subprocesses with: the one running the benchmark."""
+    return sys.executable
+
+
+def run_json(cmd, **kw) -> dict:
+    """Run a command that prints one JSON object as its last stdout line."""
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def child_env(**extra) -> dict:
+    """Environment of child processes: the caller's PYTHONPATH first (so a run pointed at another
+    copy of the packages keeps it), then the repository."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": (path + os.pathsep if path else "") + str(ROOT), **extra}
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)

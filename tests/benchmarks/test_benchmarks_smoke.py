@@ -1,0 +1,70 @@
+"""Smoke tests of the benchmark code (issue 6): every section runs end to end on tiny shapes and
+writes its JSON, table and plot. No timing is asserted anywhere: these only check that the code
+paths work and that the figures are internally consistent."""
+import json
+
+import pytest
+
+from benchmarks import report
+from benchmarks.trace import TraceModel, write_trace
+
+
+def test_trace_is_seeded_and_counts_tokens_exactly(tmp_path):
+    import reference
+    a = write_trace(tmp_path / "a.json", 40, seed=3)
+    b = write_trace(tmp_path / "b.json", 40, seed=3)
+    assert a == b and (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    doc = json.loads((tmp_path / "a.json").read_text())
+    parsed = reference.parse_request_file(doc, str(tmp_path))
+    assert sum(r.n for r in parsed.requests) == a["prompt_tokens"]
+    assert max(r.n for r in parsed.requests) <= TraceModel(3).max_tokens
+
+
+def test_trace_mean_is_near_2048():
+    m = TraceModel(0)
+    lengths = [m.tokens_of(*r) for r in m.requests(3000)]
+    assert 1900 < sum(lengths) / len(lengths) < 2200
+
+
+def test_quick_run_writes_json_table_and_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    from benchmarks.__main__ import main
+    assert main(["--quick", "--only", "oracle,reuse,paged,memory", "--name", "t", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "t.json").read_text())
+    assert set(res["sections"]) == {"oracle", "reuse", "paged", "memory"}
+    assert (tmp_path / "t.png").stat().st_size > 0
+    table = (tmp_path / "t.md").read_text()
+    assert "| item | measure | target | measured | status |" in table
+    o = res["sections"]["oracle"]["rows"]
+    assert all(r["trace"]["prompt_tokens"] > 0 and r["cli_tokens_per_s"] > 0 for r in o)
+    for row in res["sections"]["reuse"]["shapes"]["tiny"]["rows"]:
+        assert row["ttft_ms"]["warm"] > 0 and sum(row["warm_breakdown_share"].values()) == pytest.approx(1.0)
+    for row in res["sections"]["paged"]["shapes"]["tiny"]["rows"]:
+        assert row["tokens_per_s"]["paged"] > 0 and row["tokens_per_s"]["contiguous"] > 0
+    pool = res["sections"]["reuse"]["shapes"]["tiny"]["pool"]
+    assert pool["usable_bytes_equal_formula"]
+    assert {r["item"] for r in report.targets(res)} >= {"1", "2", "3", "5", "6"}
+
+
+def test_gpu_script_refuses_without_cuda_and_smokes_on_cpu(tmp_path):
+    import torch
+    from benchmarks.gpu import main
+    if not torch.cuda.is_available():
+        assert main(["--out", str(tmp_path)]) == 2
+    assert main(["--smoke", "--device", "cpu", "--only", "reuse,paged", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "gpu-smoke.json").read_text())
+    assert set(res["sections"]) == {"reuse", "paged"}
+
+
+def test_contiguous_baseline_decodes_like_the_paged_pool(tmp_path):
+    """The item-3 baseline is the same model: both stores give the same greedy tokens."""
+    import torch
+    from benchmarks import paged
+    from benchmarks.backend_util import TINY, ensure_engine
+    import gpu_backend
+    d = ensure_engine(str(tmp_path), "tiny", TINY, layers=2, max_input=200, capacity=256, pages=32, batch=2)
+    rt = gpu_backend.Runtime(d, device="cpu")
+    torch.manual_seed(0)
+    out = paged.model_level(rt, batch=2, n0=40, steps=6, reps=1)
+    assert out["tokens_per_s"]["paged"] > 0 and out["tokens_per_s"]["contiguous"] > 0
+    assert out["greedy_tokens_equal"]
