@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from pathlib import Path
 
 import reference
 
@@ -94,6 +95,8 @@ class Runner:
                                        f"{'accepts the deployment' if refused is None else 'refuses by ' + refused.rule}")
         if case.negative:
             return self.negative(handle, engine, flags)
+        if "_policy_switch" in case.doc:
+            return self.several_files()
         doc = materialize(case.doc, case.base_dir, handle.directory)
         replay = None
         if template_refs(doc) and refused is None:
@@ -111,6 +114,18 @@ class Runner:
                 self.fail(Failure("CR-OUT-1", "bypass replay", "the file runs", replay.outcome,
                                   f"the same file under bypass must run: {replay.message}"))
         self.compare(engine, flags, doc, main, replay if case.compare_outputs and greedy else None)
+
+    def several_files(self) -> None:
+        """A generated reproducer whose trace switched the lookup policy for one batch: one request
+        file cannot express that (CR-POL-1), so its batches run as successive request files on one
+        runtime instance (CR-BATCH-3), exactly as the generated test ran them."""
+        if not getattr(self.adapter, "sessions", False):
+            self.settle(Verdict.NOT_SUPPORTED, "the case sends several request files to one runtime instance "
+                                               "(_policy_switch); this adapter runs one file per process")
+        from .generate.machine import replay   # the generator builds on this module
+        base_dir = str(self.case.base_dir)
+        for failure in replay(self.case.doc, "replay", self.adapter, self.manifest, base_dir, Path(base_dir)):
+            self.result.add(failure)
 
     # --- step 2: the engine ---------------------------------------------------------------------------
     def engine(self) -> tuple[Engine, object]:

@@ -487,10 +487,40 @@ def negative_cases() -> list[dict]:
     ]
 
 
+def catalogue_cases() -> list[dict]:
+    """Cases added so that the suite catches every variant of the faulty-backend catalogue
+    (conformance/faulty_backends/, `kvconform selftest`); each says which defect needs it."""
+    import random
+    rng = random.Random(5)
+    docs = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(40)) for _ in range(256)]
+    b3 = dict(VISION4, maxBatchSize=3)
+    a, b = image("img_a_16x16.png"), image("img_b_16x64.png")
+    return [
+        case("sections/id/distinct-pages-birthday", "256 distinct 40-token inputs (2,560 distinct pages) in one "
+             "cache with room for all of them: every request misses and commits a 10-page record, no page is "
+             "shared. A digest too short to be collision resistant (CR-ID-6) is caught by the birthday bound "
+             "without knowing the backend's hash: 2,560 keys collide under a 16-bit digest with probability "
+             "1 - exp(-50), and a collision shows as a false hit, an existing publication, or a record that maps "
+             "another prefix's page (the pool's free count).",
+             ["CR-ID-6", "CR-ID-1", "CR-PUB-5", "CR-MET-9"], [user(d) for d in docs],
+             engine={"maxInputLen": 48, "maxKVCacheCapacity": 52, "maxKVPoolPages": 2700, "tokensPerPage": 4,
+                     "maxBatchSize": 8},
+             runtime=dict(REUSE, contextCacheMaxRecords=4096),
+             settings=dict(GREEDY, batch_size=8, max_generate_length=1, num_logprobs=0)),
+        case("sections/media/aware-in-batch", "Batches of 3 mixing media-aware and text-only requests, then "
+             "replays across batches: media_aware_sequences counts sequences (4), not batches.",
+             ["CR-MET-3", "CR-MEDIA-2", "CR-BATCH-2"],
+             [user("ab", a, "cdefgh"), user("ab", b, "cdefgh"), user("abcdefgh"),
+              user("ab", a, "cdefgh"), user("xyzw"), user("ab", b, "cd")],
+             engine=b3, settings=dict(GREEDY, batch_size=3)),
+    ]
+
+
 def all_cases() -> dict[str, dict]:
     out = edge_llm_cases()
     for group in (identity_cases(), planning_cases(), media_cases(), publication_cases(), policy_cases(),
-                  capacity_cases(), batching_cases(), hybrid_cases(), output_cases(), negative_cases()):
+                  capacity_cases(), batching_cases(), hybrid_cases(), output_cases(), negative_cases(),
+                  catalogue_cases()):
         for doc in group:
             out[doc["_conformance"]["id"] + ".json"] = doc
     return out

@@ -61,15 +61,17 @@ def _tail(text: str, lines: int = 25) -> str:
 
 
 class InprocessSession(Session):
-    def __init__(self, gpu_backend, engine: Engine, runtime: dict, device: str, timeout: float | None):
+    def __init__(self, gpu_backend, engine: Engine, runtime: dict, device: str, timeout: float | None,
+                 runtime_factory=None):
         self.gb, self.timeout = gpu_backend, timeout
+        factory = runtime_factory or gpu_backend.Runtime
         self.warmup = runtime.get("warmup", 0)
         self.infer_args = {INFER_ARGS[k]: v for k, v in runtime.items() if k in INFER_ARGS}
         kwargs = {RUNTIME_ARGS[k]: v for k, v in runtime.items() if k in RUNTIME_ARGS}
         self.rejected, self.runtime = None, None
         try:
             with time_limit(timeout):
-                self.runtime = gpu_backend.Runtime(engine.directory, device=device, **kwargs)
+                self.runtime = factory(engine.directory, device=device, **kwargs)
         except gpu_backend.DeploymentRejected as e:
             self.rejected = e.message if hasattr(e, "message") else str(e)
         except InvocationTimeout as e:
@@ -110,7 +112,10 @@ class InprocessAdapter(Adapter):
     name = "inprocess"
     sessions = True
 
-    def __init__(self, device: str = "auto", timeout: float | None = 120.0):
+    def __init__(self, device: str = "auto", timeout: float | None = 120.0, runtime_factory=None):
+        """`runtime_factory(engine_dir, device=..., **flags)` builds a runtime in place of
+        `gpu_backend.Runtime` (a subclass with one seeded defect: conformance/faulty_backends/)."""
+        self.runtime_factory = runtime_factory
         try:
             import gpu_backend
         except ImportError as e:
@@ -136,7 +141,7 @@ class InprocessAdapter(Adapter):
         return Engine(folder.name, config, str(folder))
 
     def start(self, engine: Engine, runtime: dict) -> Session:
-        return InprocessSession(self.gb, engine, runtime, self.device, self.timeout)
+        return InprocessSession(self.gb, engine, runtime, self.device, self.timeout, self.runtime_factory)
 
     def describe(self) -> dict:
         return {"device": self.device, "timeout_s": self.timeout}

@@ -23,7 +23,7 @@ from ..cases import load_case
 from ..engines import digest
 from ..report import write_reproducer
 from ..verdicts import CaseResult, Failure, Verdict
-from .draw import FAMILIES, draw_setup, recipes
+from .draw import FAMILIES, draw_setup, policy_switch, recipes
 from .machine import Example, Mismatch, run_whole
 
 RULES = {
@@ -49,7 +49,7 @@ def supported(family: str, manifest: dict) -> list[str]:
 def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workdir: Path,
                   run_case_fn: Callable, examples: int = 40, budget_s: float = 60.0, seed: int = 0,
                   max_steps: int = 6, reproducer_dir: Path | None = None,
-                  regressions_dir: Path | None = None) -> CaseResult:
+                  regressions_dir: Path | None = None, shrink: bool = True) -> CaseResult:
     result = CaseResult(f"generated/{family}", RULES[family], True, "conformance/generate", None)
     started = time.monotonic()
     if manifest is None:
@@ -78,7 +78,7 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
               suppress_health_check=list(HealthCheck), report_multiple_bugs=False, print_blob=False,
-              phases=[Phase.generate, Phase.shrink], verbosity=Verbosity.quiet)
+              phases=[Phase.generate, Phase.shrink] if shrink else [Phase.generate], verbosity=Verbosity.quiet)
     @hypothesis_seed(seed)
     @given(st.data())
     def example(data):
@@ -93,7 +93,10 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
         try:
             ex = Example(family, adapter, manifest, setup, media_dir, base_dir)
             ex.start()
-            for lora, step in data.draw(recipes(setup, max_steps), label="steps"):
+            steps = data.draw(recipes(setup, max_steps), label="steps")
+            if adapter.sessions and len(steps) > 1:
+                setup.switch_at = data.draw(policy_switch(setup, len(steps)), label="policy_switch")
+            for lora, step in steps:
                 batch = ex.add_step(lora, step)
                 if adapter.sessions:
                     ex.step(batch)
@@ -138,13 +141,14 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
     result.reproducer = str(path)
     if regressions_dir is not None:
         write_reproducer(doc, base_dir, regressions_dir, name)
-    rerun = run_case_fn(load_case(path))
+    rerun = run_case_fn(load_case(path))   # exactly what `kvconform run --case PATH` does
     signatures = {f.signature() for f in rerun.failures}
     first = result.first_failure()
     reproduced = rerun.verdict == result.verdict and (first is None or first.signature() in signatures)
     result.details.update(reproduced=reproduced, reproducer_verdict=str(rerun.verdict),
                           reproducer_requests=len(doc["requests"]))
-    result.reason = (f"shrunk to {len(doc['requests'])} request(s); the reproducer, run alone, "
+    result.reason = (f"{'shrunk to' if shrink else 'found with (not shrunk)'} {len(doc['requests'])} request(s); "
+                     "the reproducer, run alone, "
                      + ("fails the same way" if reproduced else f"ends {rerun.verdict} (not the same failure)"))
     result.duration_s = time.monotonic() - started
     return result

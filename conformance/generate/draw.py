@@ -41,6 +41,10 @@ class Setup:
     segments: list[str] = field(default_factory=list)
     questions: list[str] = field(default_factory=list)
     images: list[ImageSpec] = field(default_factory=list)
+    switch_at: int | None = None
+    """Policy switch: the request file of this step uses the other lookup policy (session adapters
+    only: one runtime instance then sees use_cache and bypass files, CR-BATCH-3). Drawn after the
+    steps (`policy_switch`), so the rest of an example is drawn as without it."""
 
 
 def family_requirements(family: str, model: str) -> list[str]:
@@ -113,6 +117,13 @@ def draw_setup(data, family: str, manifest: dict) -> Setup:
     if vision:
         setup.images = draw_images(data)
     return setup
+
+
+def policy_switch(setup: Setup, steps: int):
+    """The step whose request file runs under the other lookup policy, or None (most examples):
+    a bypass file after use_cache files meets records it must not look up (CR-POL-2), a
+    use_cache file after bypass files an empty cache."""
+    return st.sampled_from([None, None] + list(range(1, steps)))
 
 
 def draw_images(data) -> list[ImageSpec]:

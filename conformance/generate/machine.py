@@ -19,7 +19,7 @@ import reference
 
 from .. import oracle
 from ..adapters.base import Adapter
-from ..cases import resolve_outputs, with_policy
+from ..cases import materialize, resolve_outputs, with_policy
 from ..execute import judge, merged_transcripts, prediction_refused, same_reason, shape_failures
 from ..verdicts import Failure, Verdict
 from .draw import Setup, build_request, strip_private
@@ -87,13 +87,28 @@ class Example:
         for s in (self.sessions or ())[:2]:
             s.close()
 
-    def doc_for(self, requests: list[dict]) -> dict:
-        return dict(self.setup.settings, requests=[strip_private(r) for r in requests])
+    def doc_for(self, requests: list[dict], policy: str | None = None) -> dict:
+        doc = dict(self.setup.settings, requests=[strip_private(r) for r in requests])
+        if policy is not None:
+            doc["context_cache_lookup_policy"] = policy
+        return doc
+
+    def switched(self, index: int) -> bool:
+        """Whether step `index` is the drawn policy switch (session adapters only)."""
+        return bool(self.adapter.sessions) and index == self.setup.switch_at
+
+    def policy_for(self, index: int) -> str:
+        """The lookup policy of step `index`: the drawn one, the other one at the switch."""
+        policy = self.setup.settings.get("context_cache_lookup_policy", "use_cache")
+        if self.switched(index):
+            policy = "bypass" if policy == "use_cache" else "use_cache"
+        return policy
 
     def step(self, batch: list[dict]) -> None:
         """Run one batch on the backend, its replay and the oracle, and judge it."""
         offset, index = len(self.resolved), len(self.batches)
-        doc = resolve_outputs(self.doc_for(batch), self.texts)
+        doc = resolve_outputs(self.doc_for(batch, self.policy_for(index)), self.texts)
+        doc = materialize(doc, self.base_dir, self.handle.directory)   # LoRA paths name the engine's files
         main_s, replay_s, oracle_s = self.sessions
         main = self._usable(main_s.run(doc, self.base_dir), "run")
         if self.refused is not None or main.outcome == "rejected":
@@ -122,7 +137,8 @@ class Example:
         self.batches += [dict(b, batch_idx=index) for b in predicted.batches]
         for r in self.replay_responses[offset:]:
             self.texts[r["request_idx"]] = r.get("output_text", "")
-        whole = dict(self.setup.settings, requests=self.resolved)
+        whole = dict(self.setup.settings, requests=self.resolved, context_cache_lookup_policy=doc.get(
+            "context_cache_lookup_policy", "use_cache"))  # explanations follow this batch's policy
         prediction = oracle.Prediction(self.predicted, self.batches, predicted.profile,
                                        oracle.parse(whole, self.base_dir, self.engine, self.flags), self.generated)
         main_all = copy.copy(main)
@@ -166,6 +182,14 @@ class Example:
             "engine": self.setup.engine_args, "runtime": self.setup.runtime,
             "flags": ["generated", "regression"],
         }
+        k = self.setup.switch_at
+        if k is not None and self.adapter.sessions and k < len(self.steps):
+            # One request file cannot switch the lookup policy; the trace records where it did, and
+            # `replay` runs the batches as separate files on one runtime instance.
+            other = self.policy_for(k)
+            doc["_policy_switch"] = {"batch": k, "context_cache_lookup_policy": other}
+            doc["_conformance"]["description"] += (f" (Batch {k} ran as its own request file under {other} on the "
+                                                    "same runtime instance; see _policy_switch.)")
         return doc
 
 
@@ -178,3 +202,27 @@ def run_whole(example: Example, run_case_doc) -> None:
     example.warnings += result.failures
 
 
+
+
+def replay(doc: dict, family: str, adapter: Adapter, manifest: dict, base_dir: str, media_dir: Path) -> list[Failure]:
+    """Re-run a written trace batch by batch, one request file per batch on one runtime instance,
+    honouring its `_policy_switch` (which one request file cannot express). Returns the
+    failures of the first batch that disagrees, [] when none does."""
+    meta = doc["_conformance"]
+    settings = {k: v for k, v in doc.items() if k not in ("requests", "_conformance", "_policy_switch")}
+    size = settings.get("batch_size", 1)
+    setup = Setup(meta["engine"], dict(meta.get("runtime", {})), settings, size, [None],
+                  switch_at=(doc.get("_policy_switch") or {}).get("batch"))
+    ex = Example(family, adapter, manifest, setup, media_dir, base_dir)
+    ex.start()
+    try:
+        for k in range(0, len(doc["requests"]), size):
+            batch = [dict(r, _index=k + j) for j, r in enumerate(doc["requests"][k:k + size])]
+            ex.steps.append(batch)
+            ex.requests += batch
+            ex.step(batch)
+    except Mismatch as m:
+        return m.failures
+    finally:
+        ex.close()
+    return []

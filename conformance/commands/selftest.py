@@ -1,0 +1,348 @@
+"""`kvconform selftest`: does the suite catch real bugs? (issue 5)
+
+Runs the default suite (the curated cases of `kvconform run`, then its generated families)
+against:
+
+- the bundled backend (`inprocess`): must be conformant;
+- the oracle posing as a backend (`reference`): must PASS every case;
+- the `broken` adapter (every call raises): must end ERROR everywhere;
+- every faulty variant of `conformance/faulty_backends/` (the bundled backend with exactly one
+  defect): each must be caught, i.e. some case must end FAIL, ERROR or TIMEOUT. A variant's run
+  stops at its first such case; curated cases run cheapest first, the generated families last.
+
+It prints the kill matrix (variant, bug class, rule, the first case that caught it, which kind
+of check that is and which observable disagreed), the kill rate and the baselines, and writes
+`selftest.json` and `kill-matrix.md` into the report folder (default
+`kvconform-report-selftest/`). Exit code 0 when every variant is
+caught and every baseline is as required, 1 otherwise, 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+from tabulate import tabulate
+
+from ..errors import KvconformError
+
+BASELINES = {
+    "inprocess": "conformant: no mandatory case TIMEOUT, FAIL or ERROR",
+    "reference": "every case PASS",
+    "broken": "every case ERROR",
+}
+CHECK_KINDS = {"golden/": "golden case", "generated/": "generated set", "regressions/": "regression case"}
+# A variant that dies of one of these did not get caught: its own code is broken (say, an
+# overridden method whose signature changed in gpu_backend), and the gate says so.
+HARNESS_ERRORS = re.compile(r"\b(TypeError|AttributeError|NameError|ImportError|ModuleNotFoundError|SyntaxError)\b")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--variant", action="append", metavar="NAME",
+                        help="run only these variants (repeatable; default: the whole catalogue)")
+    parser.add_argument("--no-baselines", action="store_true",
+                        help="skip the bundled, reference and broken baselines (variants only)")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
+                        help="targets run at once, one process each (default: 2, or 1 on one core)")
+    parser.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"),
+                        help="device of the bundled backend and its variants (default cpu)")
+    parser.add_argument("--timeout", type=float, default=120.0, metavar="S", help="seconds per invocation")
+    parser.add_argument("--examples", type=int, default=300, metavar="N",
+                        help="generated examples per family at most (default 300, as kvconform run)")
+    parser.add_argument("--budget-seconds", type=float, default=180.0, metavar="S",
+                        help="cap on the generated families of one target (default 180, as kvconform run)")
+    parser.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0)")
+    parser.add_argument("--max-steps", type=int, default=6, metavar="N", help="batches per generated example")
+    parser.add_argument("--shrink", action="store_true",
+                        help="shrink a variant's failing generated example (default: the first one is enough)")
+    parser.add_argument("--generated-only", action="store_true",
+                        help="variants: run only the generated families, every family (evidence that the "
+                             "generator alone catches a defect); the gate is the default mode")
+    parser.add_argument("--report", default="kvconform-report-selftest", metavar="DIR",
+                        help="folder for selftest.json, kill-matrix.md and reproducers "
+                             "(default kvconform-report-selftest)")
+    parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
+    parser.add_argument("--no-progress", action="store_true", help="no line per finished target")
+
+
+# --- one target, in a worker process ---------------------------------------------------------------
+
+def case_cost(case) -> tuple:
+    """Cheap first: fewer requests, smaller generation budget (a proxy for run time)."""
+    doc = case.doc
+    n = len(doc.get("requests") or [])
+    gen = (case.runtime.get("maxGenerateLength") or doc.get("max_generate_length", 256)) if doc.get("requests") else 0
+    return (n * min(gen, 64) + n, case.id)
+
+
+def observable_of(failure, verdict: str, reason: str) -> str:
+    """Which observable disagreed: counter, per-request, output, rejection, exit status, crash."""
+    if failure is None:
+        return "crash" if verdict == "ERROR" else "timeout" if verdict == "TIMEOUT" else "-"
+    what, rule = failure.what, failure.rule or ""
+    if what.startswith("profile"):
+        return "counter"
+    if rule.startswith("CR-OUT") or ".output_ids" in what or ".output_text" in what or ".logprobs" in what:
+        return "output"
+    if what.startswith("responses"):
+        return "per-request"
+    if what in ("deployment", "rejection message"):
+        return "rejection"
+    if what in ("exit code", "failed_batches"):
+        return "exit status"
+    if failure.verdict.name == "ERROR":
+        return "crash"
+    return what.split(".")[0].split("[")[0]
+
+
+def check_of(case_id: str) -> str:
+    return next((kind for prefix, kind in CHECK_KINDS.items() if case_id.startswith(prefix)), "curated case")
+
+
+def summarize_result(r) -> dict:
+    first = r.first_failure()
+    kinds = sorted({observable_of(f, r.verdict.name, r.reason) for f in r.failures if f.verdict >= r.verdict}
+                   or {observable_of(None, r.verdict.name, r.reason)})
+    return {"case": r.id, "verdict": r.verdict.name, "check": check_of(r.id),
+            "observable": observable_of(first, r.verdict.name, r.reason), "observables": kinds,
+            "rule": first.rule if first and first.rule else (r.rules[0] if r.rules else None),
+            "failure": first.line() if first else r.reason, "reproducer": r.reproducer,
+            "duration_s": round(r.duration_s, 3)}
+
+
+def run_target(kind: str, name: str, opts: dict, part: str | None = None) -> dict:
+    """Run the default suite, or one `part` of it ("curated" or a generated family), against one
+    target. Variants stop at the first case that catches them (except with --generated-only)."""
+    import torch
+    torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and workers must not oversubscribe
+    from ..adapters import make_adapter
+    from ..execute import run_case
+    from ..generate import run_generated
+    from ..suite import make_plan
+    from ..verdicts import Verdict
+    import shutil
+    import tempfile
+
+    started = time.monotonic()
+    if kind == "variant":
+        from ..faulty_backends import CATALOGUE
+        adapter = CATALOGUE[name].adapter(device=opts["device"], timeout=opts["timeout"])
+    elif name == "inprocess":
+        adapter = make_adapter("inprocess", device=opts["device"], timeout=opts["timeout"])
+    else:
+        adapter = make_adapter(name)
+    try:
+        manifest, manifest_error = adapter.capabilities(), ""
+    except Exception as e:  # the broken adapter
+        manifest, manifest_error = None, f"{type(e).__name__}: {e}"
+    plan = make_plan(None, None, None, None, False, generated=True, curated=True, families=None, shard=None)
+    only_generated = kind == "variant" and opts.get("generated_only")
+    cases = sorted(plan.cases, key=case_cost) if part in (None, "curated") and not only_generated else []
+    families = [f for f in plan.families if part in (None, f)]
+    stop = kind == "variant" and not only_generated
+    results, killer = [], None
+    for case in cases:
+        r = run_case(case, adapter, manifest, manifest_error)
+        results.append(r)
+        if stop and r.verdict >= Verdict.TIMEOUT:
+            killer = r
+            break
+    if killer is None:
+        workdir = Path(tempfile.mkdtemp(prefix="kvconform-selftest-"))
+        reproducers = Path(opts["report"]) / "reproducers" / name.replace(":", "-")
+        try:
+            for family in families:
+                r = run_generated(family, adapter, manifest, workdir=workdir, examples=opts["examples"],
+                                  budget_s=opts["budget_s"] / max(1, len(plan.families)), seed=opts["seed"],
+                                  max_steps=opts["max_steps"], reproducer_dir=reproducers,
+                                  run_case_fn=lambda c: run_case(c, adapter, manifest, manifest_error),
+                                  shrink=opts["shrink"] or kind != "variant")
+                results.append(r)
+                if kind == "variant" and r.verdict >= Verdict.TIMEOUT:
+                    killer = killer or r
+                    if stop:
+                        break
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+    adapter.close()
+    out = {"kind": kind, "name": name, "part": part, "duration_s": round(time.monotonic() - started, 2),
+           "cases_run": len(results), "verdicts": {}}
+    for r in results:
+        out["verdicts"][r.verdict.name] = out["verdicts"].get(r.verdict.name, 0) + 1
+    if kind == "variant":
+        broken = killer is not None and killer.verdict == Verdict.ERROR and \
+            HARNESS_ERRORS.search(f"{killer.reason}\n{killer.stderr_tail}")
+        out["killed"] = killer is not None and not broken
+        out["kill"] = summarize_result(killer) if killer else None
+        if broken:
+            out["invalid"] = f"the variant itself is broken: {killer.reason[:300]}"
+        if only_generated:
+            out["families"] = {r.id.split("/")[1]: r.verdict.name for r in results}
+    else:
+        if name == "inprocess":
+            bad = [r for r in results if not r.conformant]
+        elif name == "reference":
+            bad = [r for r in results if r.verdict != Verdict.PASS]
+        else:
+            bad = [r for r in results if r.verdict != Verdict.ERROR]
+        out["ok"] = not bad
+        out["problems"] = [f"{r.id}: {r.verdict.name} "
+                           + (r.first_failure().line() if r.first_failure() else r.reason)[:200] for r in bad[:10]]
+    return out
+
+
+# --- the command -------------------------------------------------------------------------------------
+
+def _catalogue():
+    try:
+        from ..faulty_backends import CATALOGUE
+    except ImportError as e:
+        raise KvconformError(f"the faulty backends need the bundled backend and torch: {e}") from None
+    return CATALOGUE
+
+
+def kill_table(variants: list[dict], catalogue, fmt: str = "simple") -> str:
+    rows = []
+    for v in variants:
+        meta = catalogue[v["name"]]
+        k = v.get("kill") or {}
+        caught = k.get("case", "SURVIVED") if not v.get("invalid") else "INVALID (variant crashed)"
+        rows.append([v["name"], meta.group, meta.bug_class, ", ".join(meta.rules[:2]),
+                     caught, k.get("rule", "") or "", k.get("check", ""),
+                     k.get("observable", ""), k.get("verdict", "")])
+    return tabulate(rows, headers=["variant", "group", "bug class", "violates", "caught by (first case)",
+                                   "failing rule", "check", "observable", "verdict"], tablefmt=fmt)
+
+
+def kill_markdown(doc: dict, catalogue) -> str:
+    lines = [f"Kill rate: **{doc['kill_rate']['killed']}/{doc['kill_rate']['total']}** "
+             f"({doc['kill_rate']['percent']:.0f}%), selftest wall time {doc['wall_s']:.0f} s "
+             f"(`--jobs {doc['settings']['jobs']}`, {os.cpu_count()} cores).", "",
+             "| variant | bug class | violates | mirrors | caught by | failing rule | check | observable |",
+             "|---|---|---|---|---|---|---|---|"]
+    for v in doc["variants"]:
+        meta = catalogue[v["name"]]
+        k = v.get("kill") or {}
+        lines.append(f"| `{v['name']}` | {meta.bug_class} | {', '.join(meta.rules)} | {meta.mirrors} | "
+                     f"{'`' + k['case'] + '`' if k else '**SURVIVED**'} | {k.get('rule') or ''} | "
+                     f"{k.get('check', '')} | {k.get('observable', '')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(args) -> int:
+    catalogue = _catalogue()
+    if args.list:
+        for v in catalogue.values():
+            print(f"{v.name}\t{v.group}\t{','.join(v.rules)}\t{v.bug_class}")
+        return 0
+    names = args.variant or list(catalogue)
+    unknown = [n for n in names if n not in catalogue]
+    if unknown:
+        raise KvconformError(f"unknown variant(s) {', '.join(unknown)} (kvconform selftest --list)")
+    if args.jobs < 1:
+        raise KvconformError("--jobs must be at least 1")
+    folder = Path(args.report)
+    folder.mkdir(parents=True, exist_ok=True)
+    opts = {"device": args.device, "timeout": args.timeout, "examples": args.examples,
+            "budget_s": args.budget_seconds, "seed": args.seed, "max_steps": args.max_steps,
+            "shrink": args.shrink, "generated_only": args.generated_only, "report": str(folder)}
+    from ..generate.draw import FAMILIES
+    parts = ["curated", *FAMILIES]           # a baseline runs as parts, so that workers share it
+    targets = ([] if args.no_baselines else [("baseline", b, part) for b in BASELINES for part in parts])
+    targets += [("variant", n, None) for n in names]
+    started = time.monotonic()
+    _prebuild(args.device)
+    print(f"kvconform selftest: {len(names)} variant(s)" + ("" if args.no_baselines else " + 3 baselines")
+          + f", --jobs {args.jobs}", file=sys.stderr)
+    results: dict = {}
+    finished = []
+
+    def done(res: dict) -> None:
+        finished.append(res)
+        key = (res["kind"], res["name"])
+        if key in results:                   # another part of a baseline
+            merged = results[key]
+            for k, n in res["verdicts"].items():
+                merged["verdicts"][k] = merged["verdicts"].get(k, 0) + n
+            merged["cases_run"] += res["cases_run"]
+            merged["duration_s"] = round(merged["duration_s"] + res["duration_s"], 2)
+            merged["ok"] = merged["ok"] and res["ok"]
+            merged["problems"] += res["problems"]
+        else:
+            results[key] = dict(res, verdicts=dict(res["verdicts"]), problems=list(res.get("problems", [])))
+        if args.no_progress:
+            return
+        if res["kind"] == "variant":
+            k = res.get("kill")
+            note = f"caught by {k['case']} ({k['verdict']}, {k['observable']})" if k else "SURVIVED"
+            if res.get("invalid"):
+                note = "INVALID: " + res["invalid"]
+            if res.get("families"):
+                note += " [" + ", ".join(f"{f} {v}" for f, v in res["families"].items()) + "]"
+        else:
+            note = "as required" if res["ok"] else "NOT as required: " + "; ".join(res["problems"][:2])
+        what = res["name"] + (f" ({res['part']})" if res.get("part") else "")
+        print(f"  [{len(finished)}/{len(targets)}] {what}: {note} ({res['duration_s']:.1f} s)", file=sys.stderr)
+
+    if args.jobs == 1:
+        for kind, name, part in targets:
+            done(run_target(kind, name, opts, part))
+    else:
+        ctx = multiprocessing.get_context("spawn")   # no fork after torch has started threads
+        with ProcessPoolExecutor(args.jobs, mp_context=ctx, initializer=_worker_init) as pool:
+            futures = [pool.submit(run_target, kind, name, opts, part) for kind, name, part in targets]
+            for f in as_completed(futures):
+                done(f.result())
+    wall = time.monotonic() - started
+    variants = [results[("variant", n)] for n in names]
+    baselines = {b: results[("baseline", b)] for b in BASELINES if ("baseline", b) in results}
+    killed = sum(1 for v in variants if v["killed"])
+    doc = {"format": "kvconform-selftest-v1", "wall_s": round(wall, 1),
+           "settings": dict(opts, jobs=args.jobs, cores=os.cpu_count()),
+           "kill_rate": {"killed": killed, "total": len(variants), "percent": 100.0 * killed / max(1, len(variants))},
+           "baselines": {b: dict(r, expected=BASELINES[b]) for b, r in baselines.items()},
+           "variants": [dict(v, group=catalogue[v["name"]].group, bug_class=catalogue[v["name"]].bug_class,
+                             rules=list(catalogue[v["name"]].rules), mirrors=catalogue[v["name"]].mirrors,
+                             summary=catalogue[v["name"]].summary, component=catalogue[v["name"]].component)
+                        for v in variants]}
+    (folder / "selftest.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (folder / "kill-matrix.md").write_text(kill_markdown(doc, catalogue))
+    print()
+    print(kill_table(variants, catalogue))
+    if baselines:
+        print()
+        print(tabulate([[b, BASELINES[b], r["cases_run"],
+                         ", ".join(f"{k} {n}" for k, n in sorted(r["verdicts"].items())),
+                         "yes" if r["ok"] else "NO"] for b, r in baselines.items()],
+                       headers=["baseline", "required", "cases", "verdicts", "ok"]))
+        for b, r in baselines.items():
+            for p in r["problems"]:
+                print(f"  {b}: {p}")
+    ok = killed == len(variants) and all(r["ok"] for r in baselines.values())
+    survivors = [v["name"] + (" (invalid)" if v.get("invalid") else "") for v in variants if not v["killed"]]
+    print(f"\nkill rate {killed}/{len(variants)} ({doc['kill_rate']['percent']:.0f}%)"
+          + (f"; SURVIVED: {', '.join(survivors)}" if survivors else "")
+          + f"; {wall:.0f} s; {folder}/selftest.json, {folder}/kill-matrix.md")
+    print("SELFTEST PASSED" if ok else "SELFTEST FAILED")
+    return 0 if ok else 1
+
+
+def _worker_init() -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _prebuild(device: str) -> None:
+    """Build every engine of the default suite once, before the workers start (they share the
+    engine cache; a build is a few seconds in all)."""
+    import torch
+    torch.set_num_threads(1)
+    from ..adapters import make_adapter
+    from ..suite import make_plan, prebuild
+    plan = make_plan(None, None, None, None, False, generated=False, curated=True, families=None, shard=None)
+    prebuild(make_adapter("inprocess", device=device), plan.cases, progress=False)

@@ -1,0 +1,46 @@
+"""Support-matrix defects: deployments and requests the runtime must refuse or bypass (CR-SUP,
+CR-POL-3)."""
+from __future__ import annotations
+
+from gpu_backend.runtime import Runtime
+
+from .registry import variant
+
+
+@variant("fp8-kv-accepted", "support")
+class Fp8KvAccepted(Runtime):
+    """An FP8-KV engine is accepted with context reuse: the start-up check reads the KV dtype
+    from the default (FP16) instead of the engine.
+
+    Bug class: quantized-kv-reuse. Violates: CR-SUP-2.
+    Mirrors: TensorRT-LLM #2699 (wrong outputs with FP8 KV-cache reuse); Edge-LLM 0.10 refuses
+    non-FP16 KV with context reuse.
+    """
+
+    def _check_deployment(self, tp_size, rec_slots, pkv_slots):
+        dtype, self.cfg["kv_cache_dtype"] = self.cfg["kv_cache_dtype"], "fp16"         # DEFECT
+        try:
+            super()._check_deployment(tp_size, rec_slots, pkv_slots)
+        finally:
+            self.cfg["kv_cache_dtype"] = dtype
+
+
+@variant("hidden-states-not-bypassed", "support")
+class HiddenStatesNotBypassed(Runtime):
+    """With hidden-state output, requests still look up and publish: the forced bypass of
+    CR-POL-3 is not applied, so cached positions have no hidden states of their own.
+
+    Bug class: feature-requires-bypass. Violates: CR-POL-3.
+    Mirrors: vLLM #3251 / #8268 (prompt_logprobs with prefix caching: shape mismatch or wrong
+    values, because cached positions have no logits).
+    """
+
+    def _run_batch(self, batch, rf, *, warmup):
+        self._file_bypass = warmup or rf.lookup_policy == "bypass"                    # DEFECT
+        return super()._run_batch(batch, rf, warmup=warmup)
+
+    def _admit(self, r, bypass, warmup):
+        return super()._admit(r, self._file_bypass, warmup)
+
+    def _publish(self, seqs, point, bypass, state, rows):
+        return super()._publish(seqs, point, self._file_bypass, state, rows)

@@ -1,0 +1,86 @@
+"""`kvconform selftest` (issue 5): the suite must catch every faulty backend of the catalogue,
+pass the bundled backend and the oracle, and fail the broken adapter everywhere, within the
+default budget on this repository's 2-core machine."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conformance.cli import main as kvconform
+from conformance.commands.selftest import check_of, observable_of
+from conformance.faulty_backends import CATALOGUE
+from conformance.faulty_backends.registry import variant
+from conformance.verdicts import Failure, Verdict
+from gpu_backend.prefix_cache import ContextCache
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_selftest_kills_every_variant_at_the_default_budget(tmp_path):
+    started = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "conformance.cli", "selftest", "--no-progress",
+                        "--report", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    wall = time.monotonic() - started
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    assert "SELFTEST PASSED" in p.stdout and "kill rate" in p.stdout
+    doc = json.loads((tmp_path / "selftest.json").read_text())
+    assert [v["name"] for v in doc["variants"]] == list(CATALOGUE)
+    survivors = [v["name"] for v in doc["variants"] if not v["killed"]]
+    assert not survivors and doc["kill_rate"]["percent"] == 100.0
+    for v in doc["variants"]:
+        assert v["kill"]["verdict"] in ("FAIL", "ERROR", "TIMEOUT"), v
+        assert v["kill"]["check"] and v["kill"]["observable"], v
+    assert set(doc["baselines"]) == {"inprocess", "reference", "broken"}
+    assert all(b["ok"] for b in doc["baselines"].values()), {k: b["problems"] for k, b in doc["baselines"].items()}
+    assert doc["baselines"]["reference"]["verdicts"] == {"PASS": doc["baselines"]["reference"]["cases_run"]}
+    assert doc["baselines"]["broken"]["verdicts"] == {"ERROR": doc["baselines"]["broken"]["cases_run"]}
+    matrix = (tmp_path / "kill-matrix.md").read_text()
+    assert all(f"`{name}`" in matrix for name in CATALOGUE)
+    assert wall < 600, f"the selftest took {wall:.0f} s"
+
+
+def test_a_surviving_variant_fails_the_selftest(tmp_path, capsys):
+    """The gate can fail: a 'variant' without a defect survives, and the selftest says so."""
+    @variant("no-defect-for-test", "planning")
+    class NoDefect(ContextCache):
+        """A variant that changes nothing (a check of the gate itself).
+
+        Bug class: none. Violates: CR-PLAN-1. Mirrors: nothing (an equivalent mutant, #0).
+        """
+        def plan(self, ident, n, *, bypass, same_item):
+            return super().plan(ident, n, bypass=bypass, same_item=same_item)
+    try:
+        code = kvconform(["selftest", "--variant", "no-defect-for-test", "--no-baselines", "--jobs", "1",
+                          "--examples", "2", "--no-progress", "--report", str(tmp_path)])
+    finally:
+        del CATALOGUE["no-defect-for-test"]
+    out = capsys.readouterr().out
+    assert code == 1 and "SURVIVED: no-defect-for-test" in out and "SELFTEST FAILED" in out
+    doc = json.loads((tmp_path / "selftest.json").read_text())
+    assert doc["kill_rate"] == {"killed": 0, "total": 1, "percent": 0.0}
+    assert doc["variants"][0]["cases_run"] > 100, "a survivor ran the whole suite, generated families included"
+
+
+def test_selftest_bad_input_and_list(capsys):
+    assert kvconform(["selftest", "--variant", "no-such-variant"]) == 2
+    capsys.readouterr()
+    assert kvconform(["selftest", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in CATALOGUE)
+
+
+def test_kill_evidence_is_classified():
+    counter = Failure("CR-MET-2", "profile.context_cache.hit_sequences", 1, 2, "why")
+    facts = Failure("CR-PLAN-2", "responses[1].context_cache.plan", "a", "b", "why", 1)
+    output = Failure("CR-OUT-1", "responses[2].output_ids", [1], [2], "why", 2)
+    refused = Failure("CR-SUP-2", "deployment", "refused", "ok", "why")
+    assert [observable_of(f, "FAIL", "") for f in (counter, facts, output, refused)] == \
+        ["counter", "per-request", "output", "rejection"]
+    assert observable_of(None, "ERROR", "run: Runtime.infer raised IndexError") == "crash"
+    ids = ("golden/x", "sections/id/y", "generated/text", "regressions/gen-1", "vlm_context_reuse")
+    assert [check_of(i) for i in ids] == ["golden case", "curated case", "generated set", "regression case",
+                                          "curated case"]
+    assert Verdict.TIMEOUT < Verdict.FAIL
