@@ -16,4 +16,10 @@ class KvconformError(Exception):
 
     def __str__(self) -> str:
         parts = [p for p in (self.file, self.json_path) if p]
-        return ": ".join(parts + [self.message])
+        return ": ".join(parts + [self.message]).translate(_ONE_LINE)
+
+
+# Control characters (a newline in a media path, a NUL in a JSON string) are escaped so the
+# message stays one line whatever the input held.
+_ONE_LINE = {i: f"\\x{i:02x}" for i in list(range(32)) + [127]}
+_ONE_LINE.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})

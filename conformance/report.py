@@ -1,7 +1,9 @@
 """The report folder (spec/RUNNING.md section 7): report.json, junit.xml, summary.md, reproducers/.
 
-report.json is rewritten atomically after every case with `"complete": false`, so an
-interrupted run still leaves a valid report that says so; the final write sets it to true.
+report.json is rewritten atomically (temporary file, fsync, rename) after every case with
+`"complete": false`, so an interrupted or killed run still leaves a valid report of the cases
+finished so far that says so, which `kvconform run --resume` continues; the final write sets it
+to true. A report folder that exists is never replaced without `--force`.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -24,6 +27,7 @@ import reference
 from . import KIT_VERSION, RUNNING_VERSION
 from .cases import ROOT, SECTIONS
 from .compare import TOLERANCES
+from .errors import KvconformError
 from .schemas import schema_errors
 from .verdicts import CaseResult, Verdict, summarize
 
@@ -51,8 +55,32 @@ def environment() -> dict:
     return env
 
 
+OUTPUTS = ("report.json", "junit.xml", "summary.md", "reproducers")
+
+
+def claim_report_folder(folder: Path, force: bool,
+                        hint: str = "pass --force to replace it or --resume to continue an interrupted run") -> None:
+    """A report folder is never overwritten by accident: one that exists and is not empty is
+    refused unless `force`, which removes the previous run's files (and only those)."""
+    if folder.exists() and not folder.is_dir():
+        raise KvconformError("exists and is not a folder", str(folder))
+    if not folder.exists() or not any(folder.iterdir()):
+        return
+    if not force:
+        raise KvconformError(f"the report folder exists; {hint}", str(folder))
+    for name in OUTPUTS:
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+    for stale in folder.glob(".report.json.*.tmp"):
+        stale.unlink()
+
+
 class Report:
     """Accumulates case results and writes the report folder."""
+    VERSIONS = {"kit_version": KIT_VERSION, "spec_version": reference.SPEC_VERSION, "running_version": RUNNING_VERSION}
 
     def __init__(self, folder: Path, adapter_name: str, manifest: dict | None, settings: dict, options: dict,
                  shard: str | None = None):
@@ -69,9 +97,26 @@ class Report:
         if manifest is not None:
             self.doc["backend"]["capabilities"] = manifest
 
+    def resume(self, previous: dict) -> set[str]:
+        """Continue an interrupted report: its finished cases and its start time are kept.
+        Returns the ids already finished."""
+        self.results = [CaseResult.from_json(c) for c in previous["cases"]]
+        self.doc["started"] = previous.get("started") or self.doc["started"]
+        self.doc["options"] = dict(self.doc["options"], resumed=list((previous.get("options") or {})
+                                                                      .get("resumed", [])) + [now()])
+        for stale in self.folder.glob(".report.json.*.tmp"):   # a write cut short by a kill -9
+            stale.unlink()
+        return {r.id for r in self.results}
+
     def add(self, result: CaseResult) -> None:
         self.results.append(result)
         self.write(complete=False)
+
+    def interrupted(self) -> None:
+        """The partial report, complete: false, with its junit.xml and summary.md."""
+        doc = self.json(False)
+        write_json_atomic(self.folder / "report.json", doc)
+        write_outputs(self.folder, doc, self.results)
 
     def json(self, complete: bool) -> dict:
         doc = dict(self.doc, complete=complete, finished=now() if complete else None,
@@ -89,14 +134,28 @@ class Report:
 
 
 def write_json_atomic(path: Path, doc: dict) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
+    """Write a temporary file in the same folder, flush it to disk, then rename it over `path`:
+    a reader, a kill -9 or a power cut sees the old file or the new one, never half of one."""
+    write_text_atomic(path, json.dumps(doc, indent=1, default=str) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def write_outputs(folder: Path, doc: dict, results: list[CaseResult]) -> None:
-    (folder / "junit.xml").write_text(junit(doc, results))
-    (folder / "summary.md").write_text(summary_markdown(doc, results))
+    write_text_atomic(folder / "junit.xml", junit(doc, results))
+    write_text_atomic(folder / "summary.md", summary_markdown(doc, results))
 
 
 def check_report(doc: dict) -> list[tuple[str, str]]:

@@ -6,6 +6,7 @@ so a user can find the problem without a traceback.
 from __future__ import annotations
 
 import json
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,8 @@ def read_json(path: str | Path) -> Any:
         raise KvconformError("file not found", str(path))
     if p.is_dir():
         raise KvconformError("is a directory, expected a JSON file", str(path))
+    if not p.is_file():  # a FIFO would block the read, a device such as /dev/zero never ends
+        raise KvconformError("not a regular file, expected a JSON file", str(path))
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
@@ -43,11 +46,26 @@ def read_json(path: str | Path) -> Any:
     except OSError as e:
         raise KvconformError(f"cannot read: {e.strerror}", str(path)) from None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
     except json.JSONDecodeError as e:
         raise KvconformError(f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}", str(path)) from None
     except RecursionError:
         raise KvconformError("invalid JSON: nested too deeply", str(path)) from None
+    except ValueError as e:  # NaN / Infinity, or an integer of more than 4300 digits
+        raise KvconformError(f"invalid JSON: {e}", str(path)) from None
+
+
+def _not_json(name: str):
+    """Python's json module accepts NaN, Infinity and -Infinity; JSON (RFC 8259) does not, and a
+    NaN slips through every `minimum` of a schema (all comparisons with NaN are false)."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]} is out of range for a 64-bit float")
+    return value
 
 
 @lru_cache(maxsize=None)

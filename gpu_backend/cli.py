@@ -11,6 +11,7 @@ import os
 import sys
 
 from .errors import BackendInputError, DeploymentRejected
+from .inputs import read_json_file
 
 PROG = "gpu_backend"
 
@@ -116,13 +117,7 @@ def _check_outputs(a) -> None:
 def _infer(a) -> int:
     from .runtime import Runtime
     _check_outputs(a)
-    try:
-        with open(a.inputFile, "rb") as f:
-            doc = json.loads(f.read().decode("utf-8"))
-    except FileNotFoundError:
-        raise BackendInputError("--inputFile", f"no such file: {a.inputFile}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise BackendInputError("$", f"not a JSON file: {e}", file=a.inputFile) from None
+    doc = read_json_file(a.inputFile, "a JSON file", missing_flag="--inputFile")
     rt = Runtime(a.engineDir, enable_context_reuse=a.enableContextReuse, max_records=a.contextCacheMaxRecords,
                  recurrent_snapshot_bytes=a.contextCacheRecurrentSnapshotPoolBytes,
                  partial_kv_snapshot_bytes=a.contextCachePartialKVSnapshotPoolBytes, tp_size=a.tpSize,

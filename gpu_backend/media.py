@@ -8,6 +8,8 @@ decompressed, so a decompression bomb is refused without being decoded.
 """
 import io
 import math
+import os
+import stat
 import struct
 import warnings
 import wave
@@ -50,13 +52,22 @@ class MediaItem:
 
 
 def _read(path) -> bytes:
+    """The bytes of a regular file. Anything else is refused from its metadata before it is
+    opened: opening a FIFO blocks until a writer appears, and a device such as /dev/zero never
+    ends."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise MediaError(f"no such file: {path}") from None
+    except (OSError, ValueError) as e:           # ValueError: a NUL byte or a lone surrogate in the path
+        raise MediaError(f"cannot read {path!r}: {getattr(e, 'strerror', None) or e}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise MediaError(f"{path} is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise MediaError(f"{path} is not a regular file")
     try:
         with open(path, "rb") as f:
             return f.read()
-    except IsADirectoryError:
-        raise MediaError(f"{path} is a directory") from None
-    except FileNotFoundError:
-        raise MediaError(f"no such file: {path}") from None
     except OSError as e:
         raise MediaError(f"cannot read {path}: {e.strerror or e}") from None
 
@@ -81,6 +92,7 @@ def _decode_png(data: bytes, max_placeholders: int) -> np.ndarray:
         raise MediaError(f"unsupported PNG encoding (colour type {ctype}, bit depth {depth})")
     if interlace != 0:
         raise MediaError("interlaced PNG is not supported")
+    entries = _check_png_structure(data, W, H, depth, ctype)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -88,6 +100,10 @@ def _decode_png(data: bytes, max_placeholders: int) -> np.ndarray:
             im.load()
             if im.size != (W, H):
                 raise MediaError("PNG header and image data disagree")
+            if ctype == 3:
+                top = int(np.asarray(im).max())
+                if top >= entries:
+                    raise MediaError(f"PNG palette index {top} is outside its {entries}-entry palette")
             if im.mode in ("LA", "La"):
                 im = im.getchannel(0)
             rgb = np.array(im.convert("RGB"), dtype=np.uint8)
@@ -96,6 +112,55 @@ def _decode_png(data: bytes, max_placeholders: int) -> np.ndarray:
     except (OSError, ValueError, SyntaxError, EOFError, zlib.error, MemoryError) as e:
         raise MediaError(f"cannot decode PNG: {e}") from None
     return rgb
+
+
+_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+
+
+def _check_png_structure(data: bytes, W: int, H: int, depth: int, ctype: int) -> int:
+    """What Pillow tolerates and the contract refuses (spec/tokenizer.md: an undecodable file is
+    an input error, and the pixels must be the ones every decoder yields): a chunk cut short or
+    with a bad CRC, a palette image without PLTE, and image data that is not exactly H rows
+    (Pillow pads short data and ignores extra data). Returns the number of palette entries."""
+    pos, idat, palette, first = 8, [], None, True
+    while pos < len(data):
+        if pos + 12 > len(data):
+            raise MediaError("PNG is truncated inside a chunk header")
+        length, kind = int.from_bytes(data[pos:pos + 4], "big"), data[pos + 4:pos + 8]
+        end = pos + 12 + length
+        if end > len(data):
+            raise MediaError(f"PNG chunk {kind!r} is truncated")
+        body = data[pos + 8:end - 4]
+        if zlib.crc32(kind + body) != int.from_bytes(data[end - 4:end], "big"):
+            raise MediaError(f"PNG chunk {kind!r} has a bad CRC")
+        if first and (kind != b"IHDR" or length != 13):
+            raise MediaError("PNG does not start with a 13-byte IHDR chunk")
+        if first and (body[10] != 0 or body[11] != 0):
+            raise MediaError("PNG compression or filter method is not 0")
+        first = False
+        if kind == b"IDAT":
+            idat.append(body)
+        elif kind == b"PLTE" and palette is None:
+            palette = body
+        elif kind == b"IEND":
+            break
+        pos = end
+    if ctype == 3 and (not palette or len(palette) % 3):
+        raise MediaError("palette PNG without a valid PLTE chunk")
+    if not idat:
+        raise MediaError("PNG has no image data (IDAT)")
+    stride = (W * _CHANNELS[ctype] * depth + 7) // 8
+    expected = H * (stride + 1)
+    try:
+        raw = zlib.decompressobj().decompress(b"".join(idat), expected + 1)   # bounded: no bomb
+    except zlib.error as e:
+        raise MediaError(f"PNG image data is corrupt: {e}") from None
+    if len(raw) != expected:
+        raise MediaError(f"PNG image data holds {len(raw)} bytes, {H} rows need {expected}")
+    filters = raw[::stride + 1]
+    if max(filters) > 4:
+        raise MediaError(f"PNG row {next(i for i, f in enumerate(filters) if f > 4)} has an unknown filter type")
+    return len(palette) // 3 if palette else 0
 
 
 def _decode_ppm(data: bytes, max_placeholders: int) -> np.ndarray:
@@ -110,7 +175,7 @@ def _decode_ppm(data: bytes, max_placeholders: int) -> np.ndarray:
         j = i
         while j < len(data) and data[j:j + 1].isdigit():
             j += 1
-        if j == i:
+        if j == i or j - i > 9:             # a 10-digit size is beyond any limit (and int() of 4301 digits raises)
             raise MediaError("malformed PPM header")
         fields.append(int(data[i:j]))
         i = j
@@ -150,9 +215,9 @@ def decode_audio(path, max_placeholders: int) -> MediaItem:
                                  f" need PCM 16-bit mono {SAMPLE_RATE} Hz")
             if frames == 0:
                 raise MediaError("WAV file has no samples")
-            if math.ceil(frames / FRAME) > max_placeholders:
-                raise MediaError(f"audio of {frames} samples needs {math.ceil(frames / FRAME)} placeholders,"
-                                 f" more than max_input_len {max_placeholders}")
+            # No placeholder limit here: a WAV file holds its samples uncompressed (no bomb), and
+            # an input longer than max_input_len fails its batch at run time (CR-BATCH-5); only
+            # images are refused from their header (spec/tokenizer.md section 3).
             pcm = w.readframes(frames)
     except MediaError:
         raise

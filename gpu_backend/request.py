@@ -5,7 +5,9 @@ anything runs, so a bad file produces one `BackendInputError` naming the JSON pa
 output (exit 2). Unknown keys are ignored, so case files may carry kit metadata.
 Length limits are not input errors: they fail their batch at run time (CR-BATCH-5).
 """
+import math
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,8 +65,12 @@ def _is_int(v):
     return type(v) is int
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _is_num(v):
-    return type(v) in (int, float)
+    """A finite JSON number (a NaN passes every range check, an infinite temperature gives NaN)."""
+    return type(v) is int or (type(v) is float and math.isfinite(v))
 
 
 class _Checker:
@@ -120,7 +126,10 @@ class _Checker:
             self.fail(path, f"the engine has no {'vision' if kind == 'image' else 'audio'} encoder"
                             f" (build with --{'vision' if kind == 'image' else 'audio'})")
         full = ref if os.path.isabs(ref) else os.path.join(self.base_dir, ref)
-        key = (kind, os.path.realpath(full))
+        try:
+            key = (kind, os.path.realpath(full))
+        except ValueError:                       # a NUL byte or a lone surrogate: no such file can exist
+            self.fail(path, f"not a usable file path: {ref[:200]!r}")
         if key not in self.media_cache:
             try:
                 decode = decode_image if kind == "image" else decode_audio
@@ -129,9 +138,16 @@ class _Checker:
                 self.fail(path, str(e))
         return self.media_cache[key]
 
+    def text(self, value, path):
+        """Text is tokenized as UTF-8 bytes: a lone surrogate (a JSON \\ud800 escape) has none."""
+        bad = _SURROGATE.search(value)
+        if bad is not None:
+            self.fail(path, f"not valid Unicode: lone surrogate U+{ord(bad.group()):04X} at offset {bad.start()}")
+        return value
+
     def content(self, content, path):
         if isinstance(content, str):
-            return [("text", content)]
+            return [("text", self.text(content, path))]
         if not isinstance(content, list):
             self.fail(path, "expected a string or a list of content items")
         items = []
@@ -143,7 +159,7 @@ class _Checker:
             if kind == "text":
                 if not isinstance(item.get("text"), str):
                     self.fail(f"{p}.text", "expected a string")
-                items.append(("text", item["text"]))
+                items.append(("text", self.text(item["text"], f"{p}.text")))
             elif kind in ("image", "audio"):
                 if kind == "image" and "do_resize" in item and type(item["do_resize"]) is not bool:
                     self.fail(f"{p}.do_resize", "expected a boolean")
@@ -153,7 +169,7 @@ class _Checker:
         return items
 
 
-def parse_request_file(doc, *, engine: dict, base_dir: str, lora_check, engine_dir: str,
+def parse_request_file(doc, *, engine: dict, base_dir: str, lora_check,
                        batch_size: int | None = None, max_generate_length: int | None = None) -> RequestFile:
     """Validate `doc` (the parsed JSON) completely and return the runnable requests.
 
@@ -221,7 +237,7 @@ def parse_request_file(doc, *, engine: dict, base_dir: str, lora_check, engine_d
             if not isinstance(lora, str) or not lora:
                 c.fail(f"{p}.lora_name", "expected a non-empty string")
             if lora not in lora_paths:
-                lora_paths[lora] = _resolve_lora(c, lora, available, engine, base_dir, engine_dir, f"{p}.lora_name")
+                lora_paths[lora] = _resolve_lora(c, lora, available, base_dir, f"{p}.lora_name")
         save_sys = c.bool_field(r, "save_system_prompt_kv_cache", p, False)
         c.bool_field(r, "disable_spec_decode", p, False)
         stop = r.get("stop", [])
@@ -250,23 +266,16 @@ def parse_request_file(doc, *, engine: dict, base_dir: str, lora_check, engine_d
     return RequestFile(requests, batches, lookup, commit, lora_paths)
 
 
-def _resolve_lora(c, name, available, engine, base_dir, engine_dir, path):
-    """An adapter named by `available_lora_weights` (file resolved against the request file's
-    directory, then the engine directory), else one of the engine's own adapters."""
-    if name in available:
-        ref = available[name]
-        candidates = [ref] if os.path.isabs(ref) else [os.path.join(base_dir, ref), os.path.join(engine_dir, ref)]
-        where = f"$.available_lora_weights[{name!r}]"
-        file = next((f for f in candidates if os.path.isfile(f)), None)
-        if file is None:
-            c.fail(where, f"no such LoRA file: {ref}")
-    elif name in (engine.get("lora_adapters") or {}):
-        file = os.path.join(engine_dir, engine["lora_adapters"][name].get("path", f"lora/{name}.safetensors"))
-        where = path
-        if not os.path.isfile(file):
-            c.fail(path, f"the engine's LoRA file for {name!r} is missing: {file}")
-    else:
-        c.fail(path, f"unknown LoRA adapter {name!r} (not in available_lora_weights nor in the engine)")
+def _resolve_lora(c, name, available, base_dir, path):
+    """The adapter file `available_lora_weights` names (CR-BATCH-4); a relative path is
+    resolved against the request file's directory, like media paths."""
+    if name not in available:
+        c.fail(path, f"LoRA adapter {name!r} is not in available_lora_weights (CR-BATCH-4)")
+    ref = available[name]
+    file = ref if os.path.isabs(ref) else os.path.join(base_dir, ref)
+    where = f"$.available_lora_weights[{name!r}]"
+    if not os.path.isfile(file):
+        c.fail(where, f"no such LoRA file: {ref}")
     try:
         c.lora_check(name, file)
     except ValueError as e:

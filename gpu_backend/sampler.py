@@ -35,6 +35,11 @@ def masked_logits(logits: torch.Tensor, biases: list) -> torch.Tensor:
 def sample_row(row: torch.Tensor, temperature: float, top_k: int, top_p: float, gen: torch.Generator) -> int:
     """Temperature, then top-k (0: off), then nucleus top-p, then one draw from `gen`."""
     logits = row / temperature
+    if not torch.isfinite(logits.max()):
+        # A tiny temperature overflows the division (5e-324 is a valid JSON number >= 0, and 0
+        # in float32): shift by the maximum first, in float64, the same distribution without an
+        # inf - inf = NaN in softmax; the maximum stays 0, everything else goes to -inf.
+        logits = (row.double() - row.max().double()) / temperature
     if top_k > 0:
         kth = torch.topk(logits, min(top_k, int(_ALLOWED.sum()))).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -42,6 +47,7 @@ def sample_row(row: torch.Tensor, temperature: float, top_k: int, top_p: float, 
     if top_p < 1.0:
         p, idx = torch.sort(probs, descending=True, stable=True)
         drop = (torch.cumsum(p, 0) - p) >= top_p          # keep the smallest prefix reaching top_p
+        drop[0] = False      # never empty: a top_p below float32's range (1e-300 > 0) rounds to 0
         p[drop] = 0
         probs = torch.zeros_like(probs).scatter_(0, idx, p)
     return int(torch.multinomial(probs, 1, generator=gen).item())

@@ -118,10 +118,12 @@ def _decode_wav(path: str) -> MediaItem:
             raw = w.readframes(frames)
     except (wave.Error, EOFError, struct.error) as e:
         raise DecodeError(f"not a 16-bit PCM WAV file: {e}") from None
-    pcm = array("h")
-    pcm.frombytes(raw[: len(raw) // 2 * 2])
-    if len(pcm) == 0:
+    if frames == 0:
         raise DecodeError("WAV file has 0 samples")
+    if len(raw) != 2 * frames:        # the data chunk declares more samples than the file holds
+        raise DecodeError(f"WAV data is truncated: {len(raw) // 2} of {frames} declared samples present")
+    pcm = array("h")
+    pcm.frombytes(raw)
     if sys.byteorder == "big":
         pcm.byteswap()
     samples = array("f", [x / 32768.0 for x in pcm])
@@ -264,7 +266,7 @@ def _ppm(data: bytes):
         start = pos
         while pos < len(data) and data[pos:pos + 1].isdigit():
             pos += 1
-        if start == pos:
+        if start == pos or pos - start > 9:    # 10 digits exceed every limit; int() refuses 4301
             raise DecodeError("malformed PPM header")
         fields.append(int(data[start:pos]))
     if pos >= len(data) or not data[pos:pos + 1].isspace():

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from .errors import InputError
 
 MAX_POOL_PAGES = 2 ** 30 - 1
+MAX_LAYERS = 65536      # an implementation limit of the description (layer_kinds is a list)
+MAX_TOKENS_PER_PAGE = 2 ** 31 - 1
 SPEC_METHODS = ("eagle", "mtp", "dflash", "dspark", "gemma4-mtp")
 
 BUILD_DEFAULTS = {
@@ -164,6 +166,9 @@ def engine_from_build_args(args: dict, where: str = "$._conformance.engine") -> 
         raise InputError(f"{where}.numKVHeads",
                          f"numKVHeads {a['numKVHeads']} does not divide numHeads {a['numHeads']}")
     model, layers = a["model"], a["numLayers"]
+    if layers > MAX_LAYERS:
+        raise InputError(f"{where}.numLayers", f"numLayers {layers} is above the {MAX_LAYERS} layers an engine "
+                                               "description can list")
     if model == "hybrid" and layers < 2:
         raise InputError(f"{where}.numLayers", "a hybrid model needs at least 2 layers")
     if model == "attention":
@@ -237,6 +242,9 @@ def engine_from_config(config: dict) -> EngineConfig:
     for key in _REQUIRED_INTS:
         if type(config[key]) is not int or config[key] < 1:
             raise InputError(f"$.{key}", "must be an integer >= 1")
+    if config["tokens_per_page"] > MAX_TOKENS_PER_PAGE:     # page keys encode P in 32 bits (CR-ID-6)
+        raise InputError("$.tokens_per_page", f"{config['tokens_per_page']} is above the {MAX_TOKENS_PER_PAGE} "
+                                              "tokens a page can hold")
     if type(config["kv_pool_pages"]) is not int or config["kv_pool_pages"] < 0:
         raise InputError("$.kv_pool_pages", "must be an integer >= 0")
     if config["kv_cache_dtype"] not in ("fp16", "fp8"):

@@ -6,6 +6,7 @@ Every error is an InputError carrying the JSON path of the offending value, e.g.
 the same), so a case file with a `_conformance` block parses like a plain request file.
 """
 
+import re
 from dataclasses import dataclass, field
 from array import array
 
@@ -54,6 +55,18 @@ def _check(cond: bool, path: str, message: str) -> None:
         raise InputError(path, message)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_text(text: str, path: str) -> None:
+    """Text is tokenized as its UTF-8 bytes (spec/tokenizer.md section 2): a JSON string holding a
+    lone UTF-16 surrogate (an escape such as \\ud800) has none, so it is an input error."""
+    bad = _SURROGATE.search(text)
+    if bad is not None:
+        raise InputError(path, f"not valid Unicode: lone surrogate U+{ord(bad.group()):04X} at offset "
+                               f"{bad.start()} (text must be encodable as UTF-8)")
+
+
 def _is_int(value) -> bool:
     return type(value) is int
 
@@ -83,6 +96,7 @@ def parse_request_file(doc, base_dir: str, engine=None, batch_size: int | None =
     _check(type(template) is bool, "$.apply_chat_template", "must be a boolean")
     gen_prompt = doc.get("add_generation_prompt", True)
     _check(type(gen_prompt) is bool, "$.add_generation_prompt", "must be a boolean")
+    _logit_bias(doc, "$")
     lora = doc.get("available_lora_weights", {})
     _check(isinstance(lora, dict) and all(isinstance(v, str) and v for v in lora.values()),
            "$.available_lora_weights", "must map adapter names to weight paths")
@@ -118,11 +132,8 @@ def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: d
     if name is not None:
         _check(isinstance(name, str) and name, f"{path}.lora_name", "must be a non-empty string")
         _check(name in lora, f"{path}.lora_name",
-               f"LoRA adapter {name!r} is not in available_lora_weights")
-        if engine is not None:
-            _check(name in engine.lora_adapters, f"{path}.lora_name",
-                   f"LoRA adapter {name!r} is not one of the engine's adapters "
-                   f"{sorted(engine.lora_adapters)}")
+               f"LoRA adapter {name!r} is not in available_lora_weights (CR-BATCH-4)")
+    _logit_bias(r, path)
     legacy = r.get("save_system_prompt_kv_cache", False)
     _check(type(legacy) is bool, f"{path}.save_system_prompt_kv_cache", "must be a boolean")
     stop = r.get("stop", [])
@@ -135,6 +146,21 @@ def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: d
     return Request(i, prompt.tokens, prompt.spans, name, legacy, stop)
 
 
+def _logit_bias(obj: dict, path: str) -> None:
+    """`logit_bias` maps token ids (decimal strings) below the vocabulary size to a bias in
+    [-100, 100]; a bias on a token the vocabulary does not have is an input error."""
+    if "logit_bias" not in obj:
+        return
+    bias = obj["logit_bias"]
+    _check(isinstance(bias, dict) and len(bias) <= 1024, f"{path}.logit_bias",
+           "must be an object of at most 1024 token-id: bias entries")
+    for key, value in bias.items():
+        _check(key.isascii() and key.isdigit() and int(key) < VOCAB_SIZE, f"{path}.logit_bias",
+               f"key {key[:40]!r} is not a token id below {VOCAB_SIZE}")
+        _check(type(value) in (int, float) and -100 <= value <= 100, f"{path}.logit_bias[{key!r}]",
+               "must be a number in [-100, 100]")
+
+
 def _message(m, path: str) -> None:
     _check(isinstance(m, dict), path, "a message must be an object")
     _check("role" in m and "content" in m, path, "a message needs 'role' and 'content'")
@@ -142,6 +168,7 @@ def _message(m, path: str) -> None:
            f"unknown role {m['role']!r}")
     content = m["content"]
     if isinstance(content, str):
+        _check_text(content, f"{path}.content")
         return
     _check(isinstance(content, list), f"{path}.content", "must be a string or an array of items")
     for k, item in enumerate(content):
@@ -154,6 +181,8 @@ def _message(m, path: str) -> None:
         value = item[kind]
         _check(isinstance(value, str) and (kind == "text" or value), f"{where}.{kind}",
                "must be a string" if kind == "text" else "must be a non-empty file path")
+        if kind == "text":
+            _check_text(value, f"{where}.text")
 
 
 def parse_generated(entry, path: str = "$") -> list[int] | None:

@@ -65,21 +65,34 @@ def tail(text: str, lines: int = 25) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def run_process(argv: list[str], timeout: float, cwd: str) -> tuple[int | None, str]:
-    """(exit code or None on timeout, stderr+stdout tail); the whole process group is killed on timeout."""
+TAIL_BYTES = 64 * 1024
+
+
+def run_process(argv: list[str], timeout: float, cwd: str, env: dict | None = None) -> tuple[int | None, str]:
+    """(exit code or None on timeout, stderr+stdout tail).
+
+    The process runs in its own session; when it ends (or on timeout) its whole process group
+    is killed, so a child it left behind (a server, a `sleep &`) neither outlives the case nor
+    holds anything open. Only the last TAIL_BYTES of its output are read back: a backend that
+    floods stderr costs disk, not the kit's memory."""
     with open(os.path.join(cwd, "stderr.txt"), "w+b") as err:
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=err, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, stdout=err, stderr=subprocess.STDOUT, env=env,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as e:               # not found, not executable: the kit cannot run the case
+            raise AdapterError(f"cannot start {argv[0]}: {e.strerror or e}") from None
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            rc = None
+        finally:                           # also on Ctrl-C: the backend must not outlive the kit
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
-            rc = None
-        err.seek(0)
+        size = err.seek(0, os.SEEK_END)
+        err.seek(max(0, size - TAIL_BYTES))
         return rc, tail(err.read().decode("utf-8", "replace"))
 
 
@@ -102,7 +115,7 @@ class CommandSession(Session):
                                            "--outputFile", files["output.json"],
                                            "--profileOutputFile", files["profile.json"]]
                 + runtime_flags(self.runtime, files["hidden_states.safetensors"]) + self.adapter.extra_args)
-        rc, err = run_process(argv, self.adapter.timeout, work)
+        rc, err = run_process(argv, self.adapter.timeout, work, self.adapter.child_env)
         return self.read(rc, err, files["output.json"], files["profile.json"], argv)
 
     def read(self, rc, err, output_file, profile_file, argv) -> RunResult:
@@ -160,8 +173,13 @@ class CommandAdapter(Adapter):
         self.build_command = (shlex.split(build_command) if build_command
                               else BUNDLED + ["build"] if bundled and not engine_dir else None)
         self.timeout, self.extra_args = timeout, list(extra_args or [])
+        # The kit's engines are tiny: one torch thread is fastest, and --jobs workers must not
+        # oversubscribe the cores (benchmarks/README.md, item 4). External runtimes keep theirs.
+        self.child_env = ({**os.environ, "OMP_NUM_THREADS": "1"}
+                          if bundled and "OMP_NUM_THREADS" not in os.environ else None)
         self.own_workdir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="kvconform-command-")
+        os.makedirs(self.workdir, exist_ok=True)
         self.fixed = None
         if engine_dir:
             description = engine_config or os.path.join(engine_dir, "config.json")
@@ -204,11 +222,19 @@ class CommandAdapter(Adapter):
 
         def build(folder: Path) -> None:
             argv = self.build_command + ["--engineDir", str(folder)] + build_flags(build_args)
-            rc, err = run_process(argv, self.timeout, str(self.workdir))
+            rc, err = run_process(argv, self.timeout, str(self.workdir), self.child_env)
+            if rc is None:
+                raise AdapterError(f"the build command did not finish within {self.timeout:g} s", err)
             if rc == 2:
                 raise BuildRefused((err.splitlines() or ["build refused"])[-1])
+            if rc < 0:
+                raise AdapterError(f"the build command was killed by signal {-rc}", err)
             if rc != 0:
                 raise AdapterError(f"the build command exited {rc}", err)
+            # checked before the folder is cached: a bad build must not be reused by later runs
+            config, problem = _read_checked(str(folder / "config.json"), "engine")
+            if problem:
+                raise AdapterError(f"the build command exited 0 but its engine is unusable: {problem}", err)
         salt = "command:" + " ".join(self.build_command)
         if self.build_command[:3] == BUNDLED:  # the bundled builder: its code is part of the key
             salt += ":" + source_digest(Path(__file__).resolve().parents[2] / "gpu_backend")

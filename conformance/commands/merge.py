@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import KvconformError
-from ..report import check_report, verdict_table, write_json_atomic, write_outputs
+from ..report import check_report, claim_report_folder, verdict_table, write_json_atomic, write_outputs
 from ..schemas import read_json
 from ..verdicts import CaseResult, summarize
 
@@ -22,6 +22,7 @@ SAME = ("kit_version", "spec_version", "running_version", "semantics_profile")
 def add_arguments(parser) -> None:
     parser.add_argument("output", metavar="OUT", help="the merged report folder")
     parser.add_argument("shards", nargs="+", metavar="DIR", help="report folders written with --shard I/N")
+    parser.add_argument("--force", action="store_true", help="replace OUT if it holds an earlier report")
 
 
 def merge(docs: list[dict]) -> dict:
@@ -63,6 +64,9 @@ def main(args) -> int:
         docs.append(doc)
     merged = merge(docs)
     out = Path(args.output)
+    if any(out.resolve() == folder.resolve() for folder in folders):
+        raise KvconformError("the merged report cannot be written into one of its shards", str(out))
+    claim_report_folder(out, args.force, hint="pass --force to replace it")
     out.mkdir(parents=True, exist_ok=True)
     for folder in folders:
         if (folder / "reproducers").is_dir():

@@ -4,11 +4,15 @@ With no arguments: the bundled backend through its Python API (`inprocess`; `ref
 torch or the backend cannot be imported), every curated case under tests/test_cases, and the
 generated families, then a verdict table per spec section and a report folder. Exit code 0 only
 when the backend is conformant (no mandatory case TIMEOUT, FAIL or ERROR), 1 otherwise, 2 on bad
-input.
+input, 128 + the signal number when Ctrl-C, SIGTERM or SIGHUP interrupts it (report.json then
+holds the finished cases with `"complete": false`, and `--resume` continues it). An existing,
+non-empty report folder is refused unless `--force` or `--resume` says what to do with it.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -16,7 +20,8 @@ from pathlib import Path
 from ..adapters import NAMES, AdapterError, default_backend, make_adapter
 from ..cases import parse_shard
 from ..errors import KvconformError
-from ..report import Report, problems_table, verdict_table
+from ..report import Report, check_report, claim_report_folder, problems_table, verdict_table
+from ..schemas import read_json
 from ..suite import execute, make_plan
 
 
@@ -63,9 +68,85 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out = parser.add_argument_group("report")
     out.add_argument("--report", default="kvconform-report", metavar="DIR", help="report folder (default kvconform-report)")
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
+    again = out.add_mutually_exclusive_group()
+    again.add_argument("--force", action="store_true", help="replace the report folder if it exists")
+    again.add_argument("--resume", action="store_true",
+                       help="continue the interrupted run recorded in the report folder: keep its finished "
+                            "cases, run the rest with the options it recorded")
+
+
+def _one_torch_thread() -> None:
+    """Run the in-process backend's CPU ops on one thread unless OMP_NUM_THREADS says otherwise.
+
+    The kit's engines are tiny: each torch op is microseconds of work, below what intra-op
+    threads repay, and when another process holds a core the OpenMP workers wait for it.
+    Measured on 2 shared cores (benchmarks/README.md, issue 6): the default run took 194 s with
+    torch's default 2 threads and 62 s with one.
+    """
+    if os.environ.get("OMP_NUM_THREADS"):
+        return
+    import torch
+    torch.set_num_threads(1)
+
+
+# Options that decide what a run does; `--resume` takes them from the interrupted run's report.
+RESUMED = ("case", "keyword", "section", "rule", "slow", "shard", "no_generated", "generated_only", "families",
+           "examples", "budget_seconds", "seed", "max_steps", "save_regressions", "backend", "device", "timeout",
+           "executable", "engine_dir", "engine_config", "build_command", "capabilities", "backend_arg")
+
+
+def _resume_options(args) -> dict:
+    """The interrupted report, after restoring its options into `args` (a different explicit
+    option is refused: a resumed run must be the same run)."""
+    path = Path(args.report) / "report.json"
+    doc = read_json(path)
+    problems = check_report(doc)
+    if problems:
+        raise KvconformError(f"cannot resume from an invalid report: {problems[0][1]}", str(path), problems[0][0])
+    if doc["complete"]:
+        raise KvconformError("the run is complete: nothing to resume (pass --force to run it again)", str(path))
+    for key in ("kit_version", "spec_version", "running_version"):
+        if doc[key] != Report.VERSIONS[key]:
+            raise KvconformError(f"written by {key} {doc[key]}, this kit is {Report.VERSIONS[key]}: run it again "
+                                 "with --force", str(path))
+    saved = doc.get("options") or {}
+    defaults = argparse.ArgumentParser()
+    add_arguments(defaults)
+    defaults = vars(defaults.parse_args([]))
+    for key in RESUMED:
+        if key not in saved:
+            continue
+        mine = getattr(args, key)
+        if mine != defaults[key] and mine != saved[key]:
+            flag = "--" + key.replace("_", "-")
+            raise KvconformError(f"--resume continues the run recorded here, which ran with {flag} "
+                                 f"{saved[key]!r}; leave {flag} out", str(path))
+        setattr(args, key, saved[key])
+    return doc
+
+
+def _signals_interrupt():
+    """SIGTERM and SIGHUP end the run like Ctrl-C: the partial report is kept and says so.
+    Returns a function that restores the previous handlers."""
+    def handler(signum, frame):
+        raise Interrupted(signum)
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            previous[sig] = signal.signal(sig, handler)
+        except ValueError:        # not the main thread: leave signals alone
+            pass
+    return lambda: [signal.signal(sig, old) for sig, old in previous.items()]
+
+
+class Interrupted(KeyboardInterrupt):
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def main(args) -> int:
+    resumed = _resume_options(args) if args.resume else None
     shard = parse_shard(args.shard)
     plan = make_plan(args.case, args.keyword, args.section, args.rule, args.slow,
                      generated=not args.no_generated, curated=not args.generated_only,
@@ -78,7 +159,11 @@ def main(args) -> int:
         for family in plan.families:
             print(f"generated/{family}\tgenerated")
         return 0
+    if not args.resume:
+        claim_report_folder(Path(args.report), args.force)
     backend = args.backend or default_backend()
+    if backend == "inprocess":
+        _one_torch_thread()
     try:
         adapter = make_adapter(backend, device=args.device, timeout=args.timeout, executable=args.executable,
                                engine_dir=args.engine_dir, engine_config=args.engine_config,
@@ -92,19 +177,29 @@ def main(args) -> int:
         manifest = None
     options = {k: v for k, v in vars(args).items() if k not in ("func",) and not callable(v)}
     report = Report(Path(args.report), backend, manifest, adapter.describe(), options, args.shard)
+    if resumed is not None:
+        done = report.resume(resumed)
+        plan.cases = [c for c in plan.cases if c.id not in done]
+        plan.families = [f for f in plan.families if f"generated/{f}" not in done]
+        print(f"kvconform run: resuming {report.folder}: {len(done)} case(s) already finished", file=sys.stderr)
     start = time.monotonic()
     print(f"kvconform run: backend {backend}, {len(plan.cases)} case(s)"
           + (f", generated {','.join(plan.families)} (seed {args.seed}, {args.budget_seconds:g} s)" if plan.families else "")
           + (f", shard {args.shard}" if shard else ""), file=sys.stderr)
+    restore = _signals_interrupt()
     try:
-        results = execute(plan, adapter, report, progress=not args.no_progress, jobs=args.jobs)
-    except KeyboardInterrupt:
-        report.write(complete=False)
+        execute(plan, adapter, report, progress=not args.no_progress, jobs=args.jobs)
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", signal.SIGINT)
+        report.interrupted()
         print(verdict_table(report.results))
-        print(f"interrupted: partial report in {report.folder}/report.json (complete: false)", file=sys.stderr)
-        return 130
+        print(f"interrupted ({signal.Signals(signum).name}): partial report of {len(report.results)} case(s) in "
+              f"{report.folder}/report.json (complete: false); continue it with --resume", file=sys.stderr)
+        return 128 + signum
     finally:
+        restore()
         adapter.close()
+    results = report.results
     doc = report.finish()
     print()
     print(verdict_table(results))

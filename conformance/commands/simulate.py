@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -91,7 +92,8 @@ def main(args) -> int:
             raise KvconformError(e.message, args.transcript, e.path.replace("$.generated", "$.responses", 1)) from None
         raise KvconformError(e.message, args.inputFile, e.path) from None
     except (reference.NeedsTranscript, reference.OutOfScope) as e:
-        raise KvconformError(str(e), args.inputFile) from None
+        which = re.match(r"request (\d+): ", str(e))      # the request whose counts cannot be predicted
+        raise KvconformError(str(e), args.inputFile, f"$.requests[{which.group(1)}]" if which else "$") from None
     predictions["input_file"] = os.path.abspath(args.inputFile)
     if predictions["rejected"] is not None:
         rejected = predictions["rejected"]

@@ -86,7 +86,7 @@ def detect_kind(doc) -> str | None:
         return None
     if "_conformance" in doc:
         return "case"
-    if doc.get("format") in _FORMATS:
+    if isinstance(doc.get("format"), str) and doc["format"] in _FORMATS:  # a list here is unhashable
         return _FORMATS[doc["format"]]
     if "requests" in doc:
         return "request"
@@ -109,6 +109,8 @@ def check_case(doc: dict, base_dir: str, file: str) -> list[tuple[str | None, st
     engine block that builds, runtime flags, `generated` and `expect` shaped like the requests,
     and a request file that parses, or fails exactly as `negative` declares."""
     errors = schemas.schema_errors(doc, "request")
+    if not isinstance(doc, dict) or not isinstance(doc.get("_conformance"), dict):  # --kind case on anything
+        return [e for e in errors if e[0] in ("$", "$._conformance")] or [("$", "a case needs a _conformance block")]
     block_errors = [e for e in errors if e[0].startswith("$._conformance")]
     if block_errors:
         return block_errors

@@ -62,6 +62,20 @@ def test_shards_merge_into_the_whole_run(tmp_path, capsys):
     assert json.loads((tmp_path / "partial" / "report.json").read_text())["complete"] is False
 
 
+def test_merge_never_overwrites_without_force(tmp_path, capsys):
+    common = ["run", "--backend", "reference", "--no-generated", "--no-progress", "-k", "boundary-p4"]
+    assert kvconform(common + ["--shard", "1/1", "--report", str(tmp_path / "s1")]) == 0
+    shard = (tmp_path / "s1" / "report.json").read_bytes()
+    assert kvconform(["merge", str(tmp_path / "s1"), str(tmp_path / "s1"), "--force"]) == 2
+    assert "into one of its shards" in capsys.readouterr().err
+    assert (tmp_path / "s1" / "report.json").read_bytes() == shard
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "report.json").write_text("{}")
+    assert kvconform(["merge", str(tmp_path / "m"), str(tmp_path / "s1")]) == 2
+    assert "--force" in capsys.readouterr().err and (tmp_path / "m" / "report.json").read_text() == "{}"
+    assert kvconform(["merge", str(tmp_path / "m"), str(tmp_path / "s1"), "--force"]) == 0
+
+
 def test_merge_refuses_overlapping_shards(tmp_path, capsys):
     common = ["run", "--backend", "reference", "--no-generated", "--no-progress", "-k", "boundary-p4"]
     kvconform(common + ["--report", str(tmp_path / "a")])
