@@ -12,7 +12,6 @@ input), then runs its batches strictly in file order. Each batch follows CR-BATC
 A batch that cannot run fails as a whole (CR-CAP-8); the others still run.
 """
 import bisect
-import json
 import math
 import os
 import time
@@ -25,6 +24,7 @@ from safetensors.torch import load_file
 
 from . import sampler
 from .errors import BackendInputError, BatchFailure, DeploymentRejected
+from .inputs import check_engine_config, read_json_file
 from .identity import SequenceIdentity
 from .kv_pool import KVPool
 from .model import ForwardBatch, Model
@@ -53,13 +53,9 @@ def resolve_device(device: str) -> torch.device:
 
 def load_engine_config(engine_dir) -> dict:
     path = os.path.join(engine_dir, "config.json")
-    try:
-        with open(path) as f:
-            cfg = json.load(f)
-    except FileNotFoundError:
-        raise BackendInputError("$", "no engine here (config.json is missing)", file=path) from None
-    except (OSError, ValueError) as e:
-        raise BackendInputError("$", f"unreadable engine config: {e}", file=path) from None
+    if not os.path.lexists(path):
+        raise BackendInputError("$", "no engine here (config.json is missing)", file=path)
+    cfg = read_json_file(path, "a JSON engine config")
     if not isinstance(cfg, dict):
         raise BackendInputError("$", "expected a JSON object", file=path)
     for key, typ in _CONFIG_KEYS.items():
@@ -79,6 +75,7 @@ def load_engine_config(engine_dir) -> dict:
         raise BackendInputError("$.kv_pool_pages", "must be at least 0", file=path)
     if cfg["kv_cache_dtype"] not in ("fp16", "fp8"):
         raise BackendInputError("$.kv_cache_dtype", "expected fp16 or fp8", file=path)
+    check_engine_config(cfg, path)
     cfg.setdefault("rope_theta", 10000.0)
     cfg.setdefault("deployment", {})
     cfg.setdefault("lora_adapters", {})
@@ -116,6 +113,12 @@ class Sequence:
 
 
 class Runtime:
+    # The components a runtime builds, as class attributes so a subclass can substitute one
+    # (conformance/faulty_backends/ injects single defects this way; behaviour is unchanged).
+    model_class = Model
+    cache_class = ContextCache
+    identity_class = SequenceIdentity
+
     def __init__(self, engine_dir, *, enable_context_reuse=False, max_records=1024, recurrent_snapshot_bytes=0,
                  partial_kv_snapshot_bytes=0, tp_size=1, device="auto", poison_fresh_pages=False,
                  output_hidden_states=False, dump_profile=False, seed=0, check_invariants=False):
@@ -147,7 +150,7 @@ class Runtime:
         self.seed, self.check = seed, check_invariants
         weights = os.path.join(self.engine_dir, cfg.get("weights", "model.safetensors"))
         try:
-            self.model = Model(cfg, weights, self.device)
+            self.model = self.model_class(cfg, weights, self.device)
         except (OSError, SafetensorError, KeyError, ValueError, RuntimeError) as e:
             raise BackendInputError("$.weights", f"cannot load the engine weights: {e}",
                                     file=os.path.join(self.engine_dir, "config.json")) from None
@@ -163,10 +166,10 @@ class Runtime:
                 raise BackendInputError("$.kv_pool_pages", f"cannot allocate a KV pool of {pages} pages: {e}",
                                         file=os.path.join(self.engine_dir, "config.json")) from None
         self.snapshots = SnapshotStore()
-        self.cache = ContextCache(P=self.P, kind=self.kind, num_pages=pages, rec_slots=rec_slots, pkv_slots=pkv_slots,
-                                  max_records=max_records, enabled=self.reuse,
-                                  on_page_allocate=self.kv.on_allocate if self.kv else None,
-                                  on_slot_free=self.snapshots.drop)
+        self.cache = self.cache_class(P=self.P, kind=self.kind, num_pages=pages, rec_slots=rec_slots,
+                                      pkv_slots=pkv_slots, max_records=max_records, enabled=self.reuse,
+                                      on_page_allocate=self.kv.on_allocate if self.kv else None,
+                                      on_slot_free=self.snapshots.drop)
         self.loras: dict = {}
         self._media_cache: dict = {}
         self.prefill_stats = {"runs": 0, "reused": 0, "computed": 0, "seconds": 0.0}
@@ -250,7 +253,7 @@ class Runtime:
                 raise BackendInputError(flag, f"expected a {'non-negative' if flag == '--warmup' else 'positive'}"
                                               f" integer, got {v!r}")
         rf = parse_request_file(request, engine=self.cfg, base_dir=str(base_dir), lora_check=self._load_lora,
-                                engine_dir=self.engine_dir, batch_size=batch_size,
+                                batch_size=batch_size,
                                 max_generate_length=max_generate_length)
         for name, path in rf.lora_paths.items():
             self._load_lora(name, path)
@@ -326,7 +329,7 @@ class Runtime:
                                    f" exceed max_kv_cache_capacity {cfg['max_kv_cache_capacity']}")
 
     def _admit(self, r, bypass, warmup) -> Sequence:
-        ident = SequenceIdentity(r.ids, r.spans, self.P, r.lora_name)
+        ident = self.identity_class(r.ids, r.spans, self.P, r.lora_name)
         starts = [sp.start for sp in r.spans]
 
         def same_item(a, b):
@@ -380,7 +383,7 @@ class Runtime:
             ids=to(ids), positions=to(pos), lengths=to(np.asarray(lens, np.int64)), valid=to(valid),
             write_slots=to(np.concatenate(writes)) if writes else None, read_slots=to(read), rec_state=rec_state,
             media_index=to(np.concatenate(m_idx)) if m_idx else None,
-            media_embeds=torch.cat(m_emb) if m_emb else None, lora=lora)
+            media_embeds=torch.cat(m_emb) if m_emb else None, lora=lora, all_valid=all(n == T for n in lens))
         with torch.inference_mode():
             return self.model.forward(fb, self.kv), lens
 
@@ -416,8 +419,7 @@ class Runtime:
         the paged pool and the recurrent state carry, as prefill and decode run. Uses private
         pages (evicting records like decode growth if the pool is full); looks nothing up and
         publishes nothing. For diagnosis and tests."""
-        rf = parse_request_file(request, engine=self.cfg, base_dir=str(base_dir), lora_check=self._load_lora,
-                                engine_dir=self.engine_dir)
+        rf = parse_request_file(request, engine=self.cfg, base_dir=str(base_dir), lora_check=self._load_lora)
         r = rf.requests[0]
         n = r.n
         sizes = list(chunks or [n])
@@ -503,7 +505,7 @@ class Runtime:
                 ids=to(np.asarray([[s.generated[-1]] for s in active], np.int64)), positions=to(pos[:, None]),
                 lengths=to(np.ones(B, np.int64)), valid=torch.ones(B, 1, dtype=torch.bool, device=dev),
                 write_slots=to(np.asarray(writes, np.int64)) if writes else None, read_slots=to(read),
-                rec_state=state, lora=self._lora(active))
+                rec_state=state, lora=self._lora(active), all_valid=True)
             with torch.inference_mode():
                 logits = self.model.logits(self.model.forward(fb, self.kv)[:, 0])  # (6)
             self._take(active, logits)

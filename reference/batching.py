@@ -49,7 +49,7 @@ def check_before_admission(requests, engine, flags, max_generate_length: int) ->
 
 
 class BatchRunner:
-    """Runs batches against one cache (None when reuse is disabled, CR-POL-6)."""
+    """Runs batches against one cache (without reuse: a plain page pool, CR-POL-6)."""
 
     def __init__(self, engine, flags, cache, metrics, prefill):
         self.engine, self.flags, self.cache = engine, flags, cache
@@ -66,10 +66,6 @@ class BatchRunner:
         check_before_admission(requests, self.engine, self.flags, max_generate_length)
         seqs = [self._sequence(slot, r, generated[slot], parsed, max_generate_length, warmup)
                 for slot, r in enumerate(requests)]
-        if self.cache is None:
-            if not warmup:
-                self.prefill.ran((s.n, 0) for s in seqs)
-            return seqs
         for i, seq in enumerate(seqs):                                   # (1)
             if not self._admit(seq):
                 for earlier in seqs[:i]:
@@ -101,6 +97,11 @@ class BatchRunner:
             evicted = self.cache.evicted
             for seq in active:                                           # (5)
                 if not self.cache.grow(seq.pages, self._pages_for(seq.n + step)):
+                    if unknown:
+                        raise NeedsTranscript(
+                            f"request {unknown[0].request.index}: decode growth runs out of pages, "
+                            "so whether the batch fails depends on how many tokens each request "
+                            "generates; give a transcript")
                     for s in active:
                         self._release(s)
                     raise BatchFailed("CR-CAP-8", f"request {seq.request.index}: decode growth "

@@ -14,8 +14,10 @@ def bypasses_lookup(file_policy: str, flags, warmup: bool) -> bool:
     CR-POL-1/CR-POL-2: the file's `context_cache_lookup_policy` applies to every sequence.
     CR-POL-3: hidden-state output forces bypass for every request of the run.
     CR-POL-4: warmup runs of the first batch are bypass.
+    CR-POL-6: without context reuse every sequence behaves as a bypass: its pages are private
+    and come from the same pool (CR-CAP-3), but nothing is looked up or published.
     """
-    return warmup or flags.output_hidden_states or file_policy == BYPASS
+    return warmup or flags.output_hidden_states or file_policy == BYPASS or not reuse_enabled(flags)
 
 
 def includes_generated(commit_policy: str) -> bool:
@@ -25,5 +27,6 @@ def includes_generated(commit_policy: str) -> bool:
 
 def reuse_enabled(flags) -> bool:
     """CR-POL-6: without --enableContextReuse nothing is looked up or published, the profile
-    has no context_cache section, the snapshot budgets have no effect, and prefill reuses 0."""
+    has no context_cache section, the snapshot budgets have no effect, and prefill reuses 0;
+    the page pool still bounds admission and decode growth (CR-CAP-3, CR-CAP-8, CR-CAP-9)."""
     return flags.enable_context_reuse

@@ -3,6 +3,7 @@
 Every expected number is derived by hand in the comment above it, from spec/context-reuse.md,
 with P = 4 and the chat template off (one character = one token).
 """
+import os
 import pytest
 
 from conftest import counters, facts, run, runtime, texts
@@ -71,6 +72,7 @@ def test_lora_adapter_is_part_of_identity(engine):
     out = []
     for name in ("a", "b", None, "a"):
         doc = texts("abcdefgh")
+        doc["available_lora_weights"] = {a: os.path.join(rt.engine_dir, "lora", f"{a}.safetensors") for a in "ab"}
         if name:
             doc["requests"][0]["lora_name"] = name
         out.append(plan_of(run(rt, doc)))

@@ -49,10 +49,15 @@ DOC = {"apply_chat_template": False, "temperature": 0, "max_generate_length": 3,
                         {"type": "text", "text": "cdefgh"}]}], "lora_name": "a"}]}
 
 
+def with_adapters(doc, engine_dir):
+    """The request file with its LoRA adapter named in available_lora_weights (CR-BATCH-4)."""
+    return dict(doc, available_lora_weights={"a": str(engine_dir / "lora" / "a.safetensors")})
+
+
 def test_build_and_infer_write_valid_files(cli_engine, tmp_path):
     schema_validator("engine").validate(json.loads((cli_engine / "config.json").read_text()))
     assert (cli_engine / "lora" / "b.safetensors").is_file()
-    inp = write(tmp_path / "in.json", DOC)
+    inp = write(tmp_path / "in.json", with_adapters(DOC, cli_engine))
     p = cli("infer", "--engineDir", cli_engine, "--inputFile", inp, "--outputFile", tmp_path / "out.json",
             "--enableContextReuse", "--profileOutputFile", tmp_path / "prof.json", "--dumpProfile",
             "--poisonFreshPages", "--checkInvariants", "--warmup", 1, "--device", "cpu")
@@ -68,7 +73,7 @@ def test_build_and_infer_write_valid_files(cli_engine, tmp_path):
 
 def test_hidden_states_file(cli_engine, tmp_path):
     from safetensors.torch import load_file
-    inp = write(tmp_path / "in.json", DOC)
+    inp = write(tmp_path / "in.json", with_adapters(DOC, cli_engine))
     p = cli("infer", "--engineDir", cli_engine, "--inputFile", inp, "--outputFile", tmp_path / "out.json",
             "--outputHiddenStates", tmp_path / "hs.safetensors", "--enableContextReuse",
             "--profileOutputFile", tmp_path / "prof.json")
@@ -108,12 +113,12 @@ def test_bad_input_exit_2(cli_engine, tmp_path, content, needle):
 
 
 def test_usage_errors_exit_2(cli_engine, tmp_path):
-    inp = write(tmp_path / "in.json", DOC)
+    inp = write(tmp_path / "in.json", with_adapters(DOC, cli_engine))
     assert "unrecognized arguments" in one_line_error(cli("infer", "--engineDir", cli_engine, "--inputFile", inp,
                                                           "--outputFile", tmp_path / "o.json", "--bogus"), 2)
     line = one_line_error(cli("infer", "--engineDir", cli_engine, "--inputFile", inp, "--outputFile", inp), 2)
     assert "refusing to overwrite an input file" in line
-    assert json.loads(inp.read_text()) == DOC
+    assert json.loads(inp.read_text()) == with_adapters(DOC, cli_engine)
     line = one_line_error(cli("infer", "--engineDir", tmp_path / "nothing", "--inputFile", inp,
                               "--outputFile", tmp_path / "o.json"), 2)
     assert "config.json" in line
@@ -150,7 +155,7 @@ def test_cuda_request_without_cuda_is_a_usage_error(cli_engine, tmp_path):
     import torch
     if torch.cuda.is_available():
         pytest.skip("a CUDA device exists here")
-    inp = write(tmp_path / "in.json", DOC)
+    inp = write(tmp_path / "in.json", with_adapters(DOC, cli_engine))
     p = cli("infer", "--engineDir", cli_engine, "--inputFile", inp, "--outputFile", tmp_path / "o.json",
             "--device", "cuda")
     assert "--device: cuda was requested" in one_line_error(p, 2)

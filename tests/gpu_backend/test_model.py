@@ -37,11 +37,10 @@ def test_forward_matches_numpy_float64(engine, kind, lora, media):
     req = {"messages": [{"role": "user", "content": _content(media)}]}
     if lora:
         req["lora_name"] = lora
-    doc = {"requests": [req]}
+    doc = {"requests": [req], "available_lora_weights": {"a": f"{d}/lora/a.safetensors"}}
     # prefill chunks of 9 and 5 positions, then one position at a time: both paths, state carried
     got = rt.teacher_forced_logits(doc, MEDIA, chunks=[9, 5]).double().numpy()
-    r = parse_request_file(doc, engine=rt.cfg, base_dir=str(MEDIA), lora_check=lambda *a: None,
-                           engine_dir=str(d)).requests[0]
+    r = parse_request_file(doc, engine=rt.cfg, base_dir=str(MEDIA), lora_check=lambda *a: None).requests[0]
     ref = NumpyModel(rt.cfg, f"{d}/model.safetensors", f"{d}/lora/a.safetensors" if lora else None)
     want = ref.logits(list(r.ids), [(s.start, s.modality, s.data) for s in r.spans])
     assert got.shape == want.shape == (r.n, 320)
@@ -55,6 +54,7 @@ def test_lora_changes_the_logits(engine):
     doc = texts("abcdefghijkl")
     base = rt.teacher_forced_logits(doc, MEDIA)
     doc["requests"][0]["lora_name"] = "a"
+    doc["available_lora_weights"] = {"a": f"{d}/lora/a.safetensors"}
     tuned = rt.teacher_forced_logits(doc, MEDIA)
     assert (base - tuned).abs().max() > 1.0
 
@@ -144,7 +144,6 @@ def test_odd_head_dim_matches_numpy(engine):
     rt = Runtime(d)
     doc = texts("odd heads, still paged")
     got = rt.teacher_forced_logits(doc, MEDIA, chunks=[7]).double().numpy()
-    r = parse_request_file(doc, engine=rt.cfg, base_dir=str(MEDIA), lora_check=lambda *a: None,
-                           engine_dir=str(d)).requests[0]
+    r = parse_request_file(doc, engine=rt.cfg, base_dir=str(MEDIA), lora_check=lambda *a: None).requests[0]
     want = NumpyModel(rt.cfg, f"{d}/model.safetensors").logits(list(r.ids))
     assert np.abs(got - want).max() <= LOGIT_ATOL

@@ -10,8 +10,7 @@ from gpu_backend.tokenizer import token_entry
 def ids_of(engine_dir, doc, **kw):
     import json
     cfg = json.loads((engine_dir / "config.json").read_text())
-    rf = parse_request_file(doc, engine=cfg, base_dir=str(MEDIA), lora_check=lambda *a: None,
-                            engine_dir=str(engine_dir), **kw)
+    rf = parse_request_file(doc, engine=cfg, base_dir=str(MEDIA), lora_check=lambda *a: None, **kw)
     return [r.ids.tolist() for r in rf.requests]
 
 
@@ -53,7 +52,8 @@ BAD = [
      "$.requests[0].messages"),
     ({"requests": [{"messages": [{"role": "user", "content": "x"}], "lora_name": "nope"}]},
      "$.requests[0].lora_name"),
-    ({"batch_size": 2, "requests": [{"messages": [{"role": "user", "content": "x"}], "lora_name": "a"},
+    ({"batch_size": 2, "available_lora_weights": {"a": "ENGINE/lora/a.safetensors"},
+      "requests": [{"messages": [{"role": "user", "content": "x"}], "lora_name": "a"},
                                     {"messages": [{"role": "user", "content": "y"}]}]}, "$.requests[1].lora_name"),
     ({"batch_size": 3, "requests": [{"messages": [{"role": "user", "content": "x"}]}]}, "$.batch_size"),
     ({"available_lora_weights": {"a": "missing.safetensors"},
@@ -68,6 +68,8 @@ BAD = [
 @pytest.mark.parametrize("doc, path", BAD)
 def test_bad_request_files_are_refused_before_anything_runs(engine, doc, path):
     rt = runtime(engine(vision=True, audio=True, loraAdapters=["a"]))
+    weights = doc.get("available_lora_weights", {})
+    doc = dict(doc, available_lora_weights={k: v.replace("ENGINE", rt.engine_dir) for k, v in weights.items()})
     with pytest.raises(BackendInputError) as e:
         run(rt, doc)
     assert e.value.path == path and "\n" not in e.value.message
@@ -132,7 +134,7 @@ def test_lora_from_available_weights(engine, tmp_path):
     doc = texts("abcdefgh", available_lora_weights={"x": str(tmp_path / "mine.safetensors")})
     doc["requests"][0]["lora_name"] = "x"
     res = run(rt, doc)
-    doc2 = texts("abcdefgh")
+    doc2 = texts("abcdefgh", available_lora_weights={"a": str(d / "lora" / "a.safetensors")})
     doc2["requests"][0]["lora_name"] = "a"
     res2 = run(rt, doc2)                    # same weights, another name: another identity (CR-ID-3)
     assert res2["responses"][0]["context_cache"]["plan"] == "no_reusable_prefix"

@@ -73,7 +73,6 @@ ok = {"messages": [{"role": "user", "content": "abc"}]}
      "$.requests[0].messages[0].content[0].audio"),
     ({"apply_chat_template": False, "requests": [ok, {"messages": [user("")]}]}, "$.requests[1].messages"),
     ({"requests": [dict(ok, lora_name="a")]}, "$.requests[0].lora_name"),
-    ({"requests": [dict(ok, lora_name="c")], "available_lora_weights": {"c": "c.safetensors"}}, "$.requests[0].lora_name"),
     ({"batch_size": 2, "available_lora_weights": {"a": "x", "b": "y"},
       "requests": [dict(ok, lora_name="a"), dict(ok, lora_name="b")]}, "$.requests[1].lora_name"),
     ({"batch_size": 2, "available_lora_weights": {"a": "x"}, "requests": [ok, dict(ok, lora_name="a")]}, "$.requests[1].lora_name"),
@@ -108,3 +107,12 @@ def test_generated_entries():
     for bad in ([320], "é", [True]):
         with pytest.raises(reference.InputError):
             parse_generated(bad)
+
+
+def test_a_listed_adapter_need_not_be_one_the_engine_was_built_with():
+    """CR-BATCH-4: availability is decided by available_lora_weights alone; the oracle never
+    reads adapter weights (spec/engine.md section 2), so an adapter file supplied at run time
+    under a new name is the runtime's to load or refuse."""
+    ok = {"messages": [{"role": "user", "content": "abcdefgh"}]}
+    doc = {"available_lora_weights": {"c": "c.safetensors"}, "requests": [dict(ok, lora_name="c")]}
+    assert [r.lora_name for r in reference.parse_request_file(doc, str(MEDIA), ENGINE).requests] == ["c"]
