@@ -35,23 +35,25 @@ NOT_COMPARED = {"planning_nanoseconds"}
 PREFILL_KEYS = ("total_runs", "reused_tokens", "computed_tokens")
 
 
-def _leaves(d: dict, prefix: str = ""):
+def leaves(d: dict, prefix: str = ""):
+    """(dotted key, value) for every leaf of a nested dict: `{"a": {"b": 1}}` -> `("a.b", 1)`."""
     for k, v in d.items():
         if isinstance(v, dict):
-            yield from _leaves(v, f"{prefix}{k}.")
+            yield from leaves(v, f"{prefix}{k}.")
         else:
             yield f"{prefix}{k}", v
 
 
-def _get(d, dotted: str):
+def dotted_get(d, dotted: str):
+    """The value at a dotted key, or MISSING."""
     for part in dotted.split("."):
         if not isinstance(d, dict) or part not in d:
-            return _MISSING
+            return MISSING
         d = d[part]
     return d
 
 
-_MISSING = object()
+MISSING = object()
 
 
 def check_shape(responses, count: int) -> list[Failure]:
@@ -84,13 +86,13 @@ def compare_profile(expected: dict, observed: dict | None, ex: Explainer, prefil
                            "present" if have is not None else "absent",
                            "the context_cache section is present exactly when --enableContextReuse is on"))
     elif want is not None:
-        for key, value in _leaves(want):
+        for key, value in leaves(want):
             if key.split(".")[-1] in NOT_COMPARED:
                 continue
-            got = _get(have, key)
-            if got is _MISSING or not isinstance(got, int) or isinstance(got, bool):
+            got = dotted_get(have, key)
+            if got is MISSING or not isinstance(got, int) or isinstance(got, bool):
                 out.append(Failure(COUNTER_RULES.get(key.split(".")[0]), f"profile.context_cache.{key}", value,
-                                   None if got is _MISSING else got, "missing or not an integer",
+                                   None if got is MISSING else got, "missing or not an integer",
                                    verdict=Verdict.ERROR))
             elif got != value:
                 out.append(Failure(COUNTER_RULES.get(key.split(".")[0]), f"profile.context_cache.{key}",

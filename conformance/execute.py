@@ -16,7 +16,7 @@ from . import oracle
 from .adapters.base import (Adapter, AdapterError, BuildRefused, Engine, RunResult, fixed_engine_fit, is_greedy,
                             missing_capabilities, observable, requirements)
 from .cases import Case, materialize, resolve_outputs, template_refs, with_policy
-from .compare import check_shape, compare_outputs, compare_profile, compare_requests
+from .compare import MISSING, check_shape, compare_outputs, compare_profile, compare_requests, dotted_get, leaves
 from .errors import KvconformError
 from .explain import Explainer
 from .verdicts import CaseResult, Failure, Verdict
@@ -290,8 +290,9 @@ class Runner:
             tokens = [reference.parse_generated(g) for g in given]
             prediction = oracle.predict(engine, flags, doc, self.case.base_dir, tokens)
         for section in ("context_cache", "prefill"):
-            for key, value in _flatten(expect.get(section) or {}):
-                got = _dig(prediction.profile.get(section) or {}, key)
+            for key, value in leaves(expect.get(section) or {}):
+                got = dotted_get(prediction.profile.get(section) or {}, key)
+                got = None if got is MISSING else got
                 if got != value:
                     self.settle(Verdict.ERROR, f"oracle self-check: the case expects {section}.{key} = {value}, "
                                                f"the oracle predicts {got}")
@@ -375,17 +376,3 @@ def _words(text: str) -> list[str]:
 
 def _norm(value):
     return {k: v for k, v in value.items() if v not in (None, False)} if isinstance(value, dict) else value
-
-
-def _flatten(d: dict, prefix: str = ""):
-    for k, v in d.items():
-        if isinstance(v, dict):
-            yield from _flatten(v, f"{prefix}{k}.")
-        else:
-            yield f"{prefix}{k}", v
-
-
-def _dig(d: dict, dotted: str):
-    for part in dotted.split("."):
-        d = d.get(part) if isinstance(d, dict) else None
-    return d
