@@ -6,7 +6,7 @@ import pytest
 
 from conformance.cases import CASES_DIR, materialize, resolve_outputs, template_refs, with_policy
 
-from conftest import ALL_CASES
+from case_helpers import ALL_CASES
 
 FAILING_RULES = {"CR-BATCH-5", "CR-CAP-8", "CR-SUP-8"}
 MINE = [c for c in ALL_CASES if not c.id.startswith("golden/")]

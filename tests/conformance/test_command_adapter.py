@@ -13,7 +13,7 @@ from conformance.adapters.command import CommandAdapter, build_flags, runtime_fl
 from conformance.execute import run_case
 from conformance.verdicts import Verdict
 
-from conftest import ALL_CASES, case
+from case_helpers import ALL_CASES, case
 
 FAKE = Path(__file__).with_name("fake_llm_inference.py")
 

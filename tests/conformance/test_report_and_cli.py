@@ -9,7 +9,7 @@ from conformance.execute import run_case
 from conformance.report import Report, check_report, verdict_table
 from conformance.verdicts import Verdict
 
-from conftest import case
+from case_helpers import case
 from mutants import MutantAdapter
 
 

@@ -11,7 +11,7 @@ from conformance.adapters.base import fixed_engine_fit, missing_capabilities, re
 from conformance.execute import run_case
 from conformance.verdicts import Verdict
 
-from conftest import ALL_CASES, case
+from case_helpers import ALL_CASES, case
 from mutants import MutantAdapter
 from conformance.adapters.reference import ReferenceAdapter
 

@@ -1,23 +1,14 @@
-"""Shared fixtures: tiny engines built once per session, request-file helpers.
+"""Shared fixtures of the backend tests: tiny engines built once per session.
 
-Engines use P = 4 and the chat template off in most tests, so one ASCII character is one
-token and every expected count below can be derived by hand from spec/context-reuse.md.
+Plain helpers live in backend_helpers.py (a unique module name: `from conftest import ...`
+would pick up another folder's conftest when several test folders run together).
 """
 import json
-from pathlib import Path
 
 import pytest
-import torch
 
-from gpu_backend import Runtime, build_engine
-
-torch.set_num_threads(1)
-ROOT = Path(__file__).resolve().parents[2]
-MEDIA = ROOT / "tests" / "test_cases" / "media"
-SCHEMAS = ROOT / "spec" / "schemas"
-BUDGET = 1 << 20           # snapshot budgets that give plenty of slots
-
-_DEFAULTS = dict(maxInputLen=40, maxKVCacheCapacity=48, maxKVPoolPages=0, tokensPerPage=4, maxBatchSize=2)
+from backend_helpers import DEFAULT_BUILD_ARGS
+from gpu_backend import build_engine
 
 
 @pytest.fixture(scope="session")
@@ -26,7 +17,7 @@ def engine(tmp_path_factory):
     built = {}
 
     def make(**kw):
-        args = {**_DEFAULTS, **kw}
+        args = {**DEFAULT_BUILD_ARGS, **kw}
         key = json.dumps(args, sort_keys=True)
         if key not in built:
             d = tmp_path_factory.mktemp("engine")
@@ -34,42 +25,3 @@ def engine(tmp_path_factory):
             built[key] = d
         return built[key]
     return make
-
-
-def runtime(engine_dir, **kw):
-    """A runtime with invariant checks on; reuse on and generous snapshot budgets by default."""
-    kw.setdefault("enable_context_reuse", True)
-    kw.setdefault("recurrent_snapshot_bytes", BUDGET)
-    kw.setdefault("partial_kv_snapshot_bytes", BUDGET)
-    kw.setdefault("check_invariants", True)
-    return Runtime(engine_dir, **kw)
-
-
-def texts(*contents, gen=1, **top):
-    """A request file: one user message per request, chat template off, greedy."""
-    doc = {"apply_chat_template": False, "temperature": 0, "max_generate_length": gen,
-           "requests": [{"messages": [{"role": "user", "content": c}]} for c in contents]}
-    doc.update(top)
-    return doc
-
-
-def run(rt, doc, **kw):
-    return rt.infer(doc, str(MEDIA), **kw)
-
-
-def counters(rt):
-    return rt.profile()["context_cache"]
-
-
-def facts(result, i=0):
-    return result["responses"][i]["context_cache"]
-
-
-def schema_validator(name):
-    """A jsonschema validator for spec/schemas/NAME.schema.json with the shared definitions."""
-    import jsonschema
-    from referencing import Registry, Resource
-    docs = {p.name: json.loads(p.read_text()) for p in SCHEMAS.glob("*.schema.json")}
-    registry = Registry().with_resources((d["$id"], Resource.from_contents(d)) for d in docs.values())
-    schema = docs[f"{name}.schema.json"]
-    return jsonschema.Draft202012Validator(schema, registry=registry)

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from conftest import run, runtime, texts
+from backend_helpers import run, runtime, texts
 from gpu_backend import BackendInputError, DeploymentRejected, Runtime
 
 MSG = {

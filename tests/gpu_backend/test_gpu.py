@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from conftest import MEDIA, runtime, texts
+from backend_helpers import MEDIA, runtime, texts
 
 pytestmark = pytest.mark.gpu
 

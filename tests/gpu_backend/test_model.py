@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import MEDIA, texts
+from backend_helpers import MEDIA, texts
 from gpu_backend import Runtime
 from gpu_backend.engine_build import make_config
 from gpu_backend.request import parse_request_file
@@ -71,7 +71,7 @@ def test_weights_are_a_function_of_seed_and_arguments(tmp_path, engine):
 
 
 def test_config_follows_engine_md(engine):
-    from conftest import schema_validator
+    from backend_helpers import schema_validator
     import json
     d = engine(model="hybrid", numLayers=3, vision=True, loraAdapters=["a", "b"], maxKVPoolPages=40)
     cfg = json.loads((d / "config.json").read_text())

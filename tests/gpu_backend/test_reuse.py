@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from conftest import MEDIA, runtime
+from backend_helpers import MEDIA, runtime
 
 LOGPROB_TOL = 0.02                 # spec/RUNNING.md section 5
 KINDS = ("attention", "recurrent", "hybrid")
