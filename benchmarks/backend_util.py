@@ -90,29 +90,21 @@ class Probe:
     def __init__(self, rt):
         self.rt = rt
         self.gather = self.forward = 0.0
-        dev = rt.device
-        kv, model = rt.kv, rt.model
-        real_gather, real_forward = kv.gather, model.forward
+        rt.kv.gather = self._timed(rt.kv.gather, "gather")       # instance attributes shadow the methods
+        rt.model.forward = self._timed(rt.model.forward, "forward")
 
-        def gather(*a, **k):
+    def _timed(self, real, total: str):
+        """`real`, adding its synchronised wall time to the attribute `total`."""
+        dev = self.rt.device
+
+        def call(*a, **k):
             sync(dev)
             t0 = time.perf_counter()
-            out = real_gather(*a, **k)
+            out = real(*a, **k)
             sync(dev)
-            self.gather += time.perf_counter() - t0
+            setattr(self, total, getattr(self, total) + time.perf_counter() - t0)
             return out
-
-        def forward(*a, **k):
-            sync(dev)
-            t0 = time.perf_counter()
-            out = real_forward(*a, **k)
-            sync(dev)
-            self.forward += time.perf_counter() - t0
-            return out
-
-        kv.gather = gather                      # instance attributes shadow the methods
-        model.forward = forward
-        self._real = (real_gather, real_forward)
+        return call
 
     def reset(self):
         self.gather = self.forward = 0.0

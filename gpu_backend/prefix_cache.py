@@ -179,12 +179,7 @@ class ContextCache:
 
     def _plan_vanilla(self, ident, n, total, same_item) -> Plan:
         P, full = self.P, n // self.P
-        kept = []
-        for key in ident.page_keys(full):                 # CR-PLAN-1: longest contiguous run
-            page = self.index.get(key)
-            if page is None:
-                break
-            kept.append(page)
+        kept = self._lookup(ident, full)
         m = len(kept)
         matched = m * P
         if m and n % P == 0 and m == full:                 # CR-PLAN-2: give back the last page
@@ -192,13 +187,28 @@ class ContextCache:
             kind = "full_input_rewind"
         else:
             kind = "standard" if m else "no_reusable_prefix"
-        r = len(kept) * P
         demand = total - len(kept)                        # CR-PLAN-5
-        if r > 0 and ident.spans:                         # CR-MEDIA-3/4: trim, then restate
-            while r > 0 and same_item(r - 1, r):
-                r -= P
-            matched, kind = r, ("standard" if r > 0 else "no_reusable_prefix")
+        r, matched, kind = self._trim_media(ident, len(kept) * P, matched, kind, same_item)
         return Plan(kind, matched, r, kept, demand)       # CR-MEDIA-5: kept/demand unchanged
+
+    def _lookup(self, ident, full: int) -> list:
+        """CR-PLAN-1: the pages of the longest run of indexed page keys from page 0."""
+        kept = []
+        for key in ident.page_keys(full):
+            page = self.index.get(key)
+            if page is None:
+                break
+            kept.append(page)
+        return kept
+
+    def _trim_media(self, ident, r: int, matched: int, kind: str, same_item):
+        """CR-MEDIA-3/4: a media-aware plan reusing r > 0 gives back pages while the boundary
+        splits one item, then is restated (matched := r, kind by r); returns (r, matched, kind)."""
+        if r > 0 and ident.spans:
+            while r > 0 and same_item(r - 1, r):
+                r -= self.P
+            matched, kind = r, ("standard" if r > 0 else "no_reusable_prefix")
+        return r, matched, kind
 
     def _plan_checkpoint(self, ident, n, total) -> Plan:
         """CR-HYB-5: the longest checkpoint L < n whose exact identity equals [0, L)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 from gpu_backend.prefix_cache import ContextCache
 from gpu_backend.runtime import Runtime
 
-from .planning import _lookup
 from .registry import variant
 
 
@@ -25,7 +24,7 @@ class HitCountedAtLookup(ContextCache):
 
     def admit(self, ident, n, *, bypass, media_aware, same_item):
         looked_up = self.enabled and not bypass and self.kind == "vanilla"
-        found = len(_lookup(self, ident, n // self.P)) if looked_up else 0
+        found = len(self._lookup(ident, n // self.P)) if looked_up else 0
         hits = self.m.hits
         got = super().admit(ident, n, bypass=bypass, media_aware=media_aware, same_item=same_item)
         if got is not None and found and self.m.hits == hits:

@@ -18,17 +18,6 @@ from gpu_backend.runtime import Runtime
 from .registry import variant
 
 
-def _lookup(cache: ContextCache, ident, full: int) -> list:
-    """CR-PLAN-1: the pages of the longest run of indexed keys from page 0."""
-    kept = []
-    for key in ident.page_keys(full):
-        page = cache.index.get(key)
-        if page is None:
-            break
-        kept.append(page)
-    return kept
-
-
 def _media_positions(ident):
     starts = [s.start for s in ident.spans]
 
@@ -50,16 +39,13 @@ class FullHitZeroTokenPrefill(ContextCache):
 
     def _plan_vanilla(self, ident, n, total, same_item) -> Plan:
         P = self.P
-        kept = _lookup(self, ident, n // P)
+        kept = self._lookup(ident, n // P)
         m = len(kept)
         matched = m * P
         kind = "standard" if m else "no_reusable_prefix"      # DEFECT: no CR-PLAN-2 rewind
         r = len(kept) * P
         demand = total - len(kept)
-        if r > 0 and ident.spans:
-            while r > 0 and same_item(r - 1, r):
-                r -= P
-            matched, kind = r, ("standard" if r > 0 else "no_reusable_prefix")
+        r, matched, kind = self._trim_media(ident, r, matched, kind, same_item)
         return Plan(kind, matched, r, kept, demand)
 
 
@@ -76,7 +62,7 @@ class FullHitReplaysLastToken(ContextCache):
 
     def _plan_vanilla(self, ident, n, total, same_item) -> Plan:
         P, full = self.P, n // self.P
-        kept = _lookup(self, ident, full)
+        kept = self._lookup(ident, full)
         m = len(kept)
         matched = m * P
         r = len(kept) * P
@@ -85,10 +71,7 @@ class FullHitReplaysLastToken(ContextCache):
         else:
             kind = "standard" if m else "no_reusable_prefix"
         demand = total - len(kept)
-        if r > 0 and ident.spans:
-            while r > 0 and same_item(r - 1, r):
-                r -= P
-            matched, kind = r, ("standard" if r > 0 else "no_reusable_prefix")
+        r, matched, kind = self._trim_media(ident, r, matched, kind, same_item)
         return Plan(kind, matched, r, kept, demand)
 
 
@@ -104,7 +87,7 @@ class RewindNonAligned(ContextCache):
 
     def _plan_vanilla(self, ident, n, total, same_item) -> Plan:
         P, full = self.P, n // self.P
-        kept = _lookup(self, ident, full)
+        kept = self._lookup(ident, full)
         m = len(kept)
         matched = m * P
         if m and m == full:                                   # DEFECT: `n % P == 0` dropped
@@ -114,10 +97,7 @@ class RewindNonAligned(ContextCache):
             kind = "standard" if m else "no_reusable_prefix"
         r = len(kept) * P
         demand = total - len(kept)
-        if r > 0 and ident.spans:
-            while r > 0 and same_item(r - 1, r):
-                r -= P
-            matched, kind = r, ("standard" if r > 0 else "no_reusable_prefix")
+        r, matched, kind = self._trim_media(ident, r, matched, kind, same_item)
         return Plan(kind, matched, r, kept, demand)
 
 
