@@ -1,4 +1,4 @@
-"""`python -m benchmarks`: every CPU measurement of issue 6 in one run, then JSON + PNG + table.
+"""`python -m benchmarks`: every CPU measurement in one run, then JSON + PNG + table.
 
     python -m benchmarks [--quick] [--only oracle,reuse,paged,memory,suite] [--name NAME]
                          [--threads N] [--keep-engines DIR]

@@ -1,4 +1,4 @@
-"""Seeded synthetic request traces for the oracle benchmark (issue 6, item 1).
+"""Seeded synthetic request traces for the oracle benchmark (item 1).
 
 A trace models retrieval-augmented chat traffic: every request is
     <|bos|> <|system|> SYSTEM PROMPT <|end|> <|user|> DOCUMENT \n\nQ: QUESTION <|end|> <|assistant|>

@@ -125,7 +125,7 @@ def discover(paths: list[str | Path] | None = None) -> list[Case]:
         else:
             raise KvconformError("no such case file or folder", str(root))
         for f in files:
-            if root.is_dir() and not _looks_like_case(f):
+            if root.is_dir() and (not _looks_like_case(f) or _is_evidence(f, root)):
                 continue
             case = load_case(f)
             if case.id in seen:
@@ -134,6 +134,12 @@ def discover(paths: list[str | Path] | None = None) -> list[Case]:
             seen[case.id] = f
             cases.append(case)
     return sorted(cases, key=lambda c: c.id)
+
+
+def _is_evidence(path: Path, root: Path) -> bool:
+    """Files a report keeps beside a reproducer (`NAME.files/`) are evidence, not cases, even
+    though the request files among them still carry their case's `_conformance` block."""
+    return any(part.endswith(".files") for part in path.relative_to(root).parts[:-1])
 
 
 def _looks_like_case(path: Path) -> bool:

@@ -20,9 +20,16 @@ COMMANDS = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (`kvconform run: error: argument --timeout: ...`), exit code 2."""
+
+    def error(self, message: str):
+        raise KvconformError(f"{self.prog}: {message}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kvconform", description="KV-cache context-reuse conformance kit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser = _Parser(prog="kvconform", description="KV-cache context-reuse conformance kit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     modules = {}
     for name, (module_name, help_text) in COMMANDS.items():
         try:
@@ -33,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
             continue  # a command not built yet
         modules[name] = module
         module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except KvconformError as e:
+        print(f"kvconform: error: {e}", file=sys.stderr)
+        return 2
     if args.command is None:
         parser.print_help()
         return 2

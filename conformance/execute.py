@@ -54,6 +54,8 @@ def run_case(case: Case, adapter: Adapter, manifest: dict | None, manifest_error
     result.duration_s = time.monotonic() - start
     if result.verdict in (Verdict.PASS, Verdict.NOT_SUPPORTED):
         result.stderr_tail = ""  # evidence only where something needs explaining
+    if result.verdict < Verdict.TIMEOUT:
+        result.invocations = []  # the files are kept only beside a failing case's reproducer
     return result
 
 
@@ -202,6 +204,7 @@ class Runner:
         return self.usable(got, what)
 
     def usable(self, got: RunResult, what: str) -> RunResult:
+        self.result.invocations.append((what, got))
         if got.outcome == "timeout":
             self.settle(Verdict.TIMEOUT, f"{what}: {got.message}", got.stderr_tail)
         if got.outcome == "crash":

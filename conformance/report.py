@@ -58,13 +58,27 @@ def environment() -> dict:
 OUTPUTS = ("report.json", "junit.xml", "summary.md", "reproducers")
 
 
+def make_folder(folder: Path) -> None:
+    """Create a folder the kit writes into; an unusable path is bad input, not a traceback."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise KvconformError(f"cannot create the folder: {e.strerror or e}", str(folder)) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise KvconformError("the folder is not writable", str(folder))
+
+
 def claim_report_folder(folder: Path, force: bool,
                         hint: str = "pass --force to replace it or --resume to continue an interrupted run") -> None:
     """A report folder is never overwritten by accident: one that exists and is not empty is
     refused unless `force`, which removes the previous run's files (and only those)."""
     if folder.exists() and not folder.is_dir():
         raise KvconformError("exists and is not a folder", str(folder))
-    if not folder.exists() or not any(folder.iterdir()):
+    if not folder.exists():
+        make_folder(folder)          # checked now, before any case runs
+        return
+    if not any(folder.iterdir()):
+        make_folder(folder)
         return
     if not force:
         raise KvconformError(f"the report folder exists; {hint}", str(folder))
@@ -83,17 +97,20 @@ class Report:
     VERSIONS = {"kit_version": KIT_VERSION, "spec_version": reference.SPEC_VERSION, "running_version": RUNNING_VERSION}
 
     def __init__(self, folder: Path, adapter_name: str, manifest: dict | None, settings: dict, options: dict,
-                 shard: str | None = None):
+                 shard: str | None = None, plan: dict | None = None, self_check: bool = False):
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_folder(self.folder)
         self.results: list[CaseResult] = []
+        self.self_check = self_check
         self.doc = {
             "format": "kvconform-report-v1", "kit_version": KIT_VERSION,
             "spec_version": reference.SPEC_VERSION, "running_version": RUNNING_VERSION,
             "semantics_profile": "edge-llm-0.10", "started": now(), "finished": None, "complete": False,
-            "shard": shard, "backend": {"adapter": adapter_name, "settings": settings},
+            "shard": shard, "backend": {"adapter": adapter_name, "settings": settings, "self_check": self_check},
             "environment": environment(), "tolerances": TOLERANCES, "options": options,
         }
+        if plan is not None:
+            self.doc["plan"] = plan
         if manifest is not None:
             self.doc["backend"]["capabilities"] = manifest
 
@@ -119,9 +136,9 @@ class Report:
         write_outputs(self.folder, doc, self.results)
 
     def json(self, complete: bool) -> dict:
-        doc = dict(self.doc, complete=complete, finished=now() if complete else None,
-                   summary=summarize(self.results), cases=[r.to_json() for r in self.results])
-        return doc
+        return dict(self.doc, complete=complete, finished=now() if complete else None,
+                    summary=summarize(self.results, complete, self.self_check),
+                    cases=[r.to_json() for r in self.results])
 
     def write(self, complete: bool) -> None:
         write_json_atomic(self.folder / "report.json", self.json(complete))
@@ -257,8 +274,12 @@ def junit(doc: dict, results: list[CaseResult]) -> str:
 def summary_markdown(doc: dict, results: list[CaseResult]) -> str:
     s = doc["summary"]
     caps = doc["backend"].get("capabilities") or {}
-    lines = [
-        f"# kvconform report: {'CONFORMANT' if s['conformant'] else 'NOT CONFORMANT'}", "",
+    lines = [f"# kvconform report: {s['headline']}", ""]
+    if doc["backend"].get("self_check"):
+        lines += ["**No backend was tested**: the oracle ran against itself (`--backend reference`), a check of "
+                  "the kit, not of any runtime.", ""]
+    lines += [
+        f"- {s['judged']} of {len(results)} case(s) judged (the rest NOT_SUPPORTED)",
         f"- backend: `{doc['backend']['adapter']}` ({caps.get('backend', '?')} {caps.get('version', '')})".rstrip(),
         f"- kit {doc['kit_version']}, spec {doc['spec_version']}, RUNNING {doc['running_version']}, "
         f"semantics profile `{doc['semantics_profile']}`",
@@ -283,6 +304,10 @@ def summary_markdown(doc: dict, results: list[CaseResult]) -> str:
                 lines.append(f"- ... {len(r.failures) - 12} more in report.json")
             if r.reproducer:
                 lines += ["", f"Reproducer: `{r.reproducer}`"]
+            if r.evidence:
+                lines += ["", f"The failing invocations' files: `{r.evidence}`"]
+            if r.rerun:
+                lines += ["", "Re-run it against the same backend:", "", "```", r.rerun, "```"]
             if r.stderr_tail:
                 lines += ["", "```", r.stderr_tail[-2000:], "```"]
             lines.append("")
@@ -322,3 +347,36 @@ def write_reproducer(doc: dict, base_dir: str, folder: Path, name: str) -> Path:
 
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+EVIDENCE_SUFFIX = ".files"
+"""A reproducer `NAME.json` keeps its failing invocations' files in the folder `NAME.files/`."""
+
+
+def write_evidence(invocations: list, folder: Path) -> None:
+    """Keep what each backend invocation of a failing case saw and wrote: the request file, the
+    output and profile files (byte for byte when the backend wrote files, else as JSON), the
+    tail of stderr, and a summary with the outcome, exit code and command line.
+
+    Files are numbered in invocation order: `1-run.request.json`, `2-bypass-replay.output.json`...
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    for k, (label, got) in enumerate(invocations, 1):
+        stem = folder / f"{k}-{_safe(label.replace(' ', '-'))}"
+        copied = set()
+        for role, path in got.files.items():
+            suffix = ".txt" if role == "stderr" else ".json"
+            if role != "command" and os.path.isfile(path):
+                shutil.copyfile(path, f"{stem}.{role}{suffix}")
+                copied.add(role)
+        written = {"request": got.request, "output": None if got.responses is None else {"responses": got.responses},
+                   "profile": got.profile}
+        for role, doc in written.items():
+            if role not in copied and doc is not None:
+                Path(f"{stem}.{role}.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+        if "stderr" not in copied and got.stderr_tail:
+            Path(f"{stem}.stderr.txt").write_text(got.stderr_tail + "\n")
+        summary = {"invocation": label, "outcome": got.outcome, "exit_code": got.exit_code,
+                   "message": got.message, "command": got.files.get("command")}
+        Path(f"{stem}.summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+

@@ -5,6 +5,7 @@ so a user can find the problem without a traceback.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from functools import lru_cache
@@ -45,14 +46,60 @@ def read_json(path: str | Path) -> Any:
         raise KvconformError(f"not valid UTF-8 (byte {e.start})", str(path)) from None
     except OSError as e:
         raise KvconformError(f"cannot read: {e.strerror}", str(path)) from None
+    duplicated: list = []
     try:
-        return json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
+        doc = json.loads(text, parse_constant=_not_json, parse_float=_finite_float,
+                         object_pairs_hook=lambda pairs: _object(pairs, duplicated))
     except json.JSONDecodeError as e:
         raise KvconformError(f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}", str(path)) from None
     except RecursionError:
         raise KvconformError("invalid JSON: nested too deeply", str(path)) from None
     except ValueError as e:  # NaN / Infinity, or an integer of more than 4300 digits
         raise KvconformError(f"invalid JSON: {e}", str(path)) from None
+    if duplicated:
+        where, key = _first_duplicate(doc)
+        raise KvconformError(f"duplicate key {key!r}", str(path), where)
+    return doc
+
+
+class _Duplicated(dict):
+    """An object that repeated a key (RFC 8259 leaves its meaning open: Python keeps the last
+    value, other readers the first), kept only until read_json finds where it is."""
+    key = ""
+
+
+def _object(pairs, duplicated: list) -> dict:
+    """json's object hook: a dict, tagged (and counted) when a key repeats. The hook cannot
+    know where the object is; `_first_duplicate` finds its JSON path afterwards."""
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    dup = _Duplicated(obj)
+    dup.key = _first_repeat(pairs)
+    duplicated.append(dup)
+    return dup
+
+
+def _first_repeat(pairs):
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            return key
+        seen.add(key)
+
+
+def _first_duplicate(doc) -> tuple[str, str]:
+    """(JSON path, key) of the first object, in document order, that repeated a key."""
+    stack: list = [(doc, [])]
+    while stack:                                   # iterative: documents may nest deeply
+        value, parts = stack.pop()
+        if isinstance(value, _Duplicated):
+            return json_path(parts), value.key
+        if isinstance(value, dict):
+            stack.extend((v, parts + [k]) for k, v in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((v, parts + [i]) for i, v in reversed(list(enumerate(value))))
+    raise AssertionError("a duplicate was counted but not found")
 
 
 def _not_json(name: str):
@@ -150,3 +197,62 @@ def _describe(error: ValidationError) -> str:
 def _short(value: Any) -> str:
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+# --- keys a request file may hold ------------------------------------------------------------
+
+def unknown_request_keys(doc: Any) -> list[tuple[str, str]]:
+    """[(JSON path, "unknown key ignored (did you mean K?)")] for every key of a request file's
+    top level, requests, messages and content items that spec/schemas/request.schema.json does
+    not name. Such keys are legal (Edge-LLM ignores them), but a typo such as
+    `max_generate_lenght` silently runs with the default, so the commands warn about each.
+    Keys beginning with `_` (the kit's `_conformance` and similar blocks) are never reported."""
+    if not isinstance(doc, dict):
+        return []
+    levels = _request_key_levels()
+    out = _unknown_in(doc, [], "the top level", levels)
+    for i, r in enumerate(_dicts(doc.get("requests"))):
+        out += _unknown_in(r, ["requests", i], "a request", levels)
+        for j, m in enumerate(_dicts(r.get("messages"))):
+            out += _unknown_in(m, ["requests", i, "messages", j], "a message", levels)
+            for k, item in enumerate(_dicts(m.get("content"))):
+                kind = item.get("type")
+                known = levels["by type"].get(kind) if isinstance(kind, str) else None
+                if known is not None:
+                    where = ["requests", i, "messages", j, "content", k]
+                    out += _unknown_in(item, where, "a content item", levels, known)
+    return out
+
+
+def _dicts(value) -> list:
+    """The objects of a list (the rest is the schema's business, not a key question)."""
+    return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
+
+
+@lru_cache(maxsize=None)
+def _request_key_levels() -> dict:
+    """The property names of each object level of the request schema, read from the schema."""
+    schema = _registry().contents(_URN + "request")
+    defs = schema["$defs"]
+    by_type = {b["properties"]["type"]["const"]: tuple(b["properties"]) for b in defs["item"]["oneOf"]}
+    return {"the top level": tuple(schema["properties"]), "a request": tuple(defs["request"]["properties"]),
+            "a message": tuple(defs["message"]["properties"]),
+            "a content item": tuple(sorted({k for keys in by_type.values() for k in keys})), "by type": by_type}
+
+
+def _unknown_in(obj: dict, parts: list, level: str, levels: dict, known=None) -> list[tuple[str, str]]:
+    known = levels[level] if known is None else known
+    return [(json_path(parts + [key]), f"unknown key ignored{_hint(key, known, levels)}")
+            for key in obj if key not in known and not key.startswith("_")]
+
+
+def _hint(key: str, known, levels: dict) -> str:
+    """A close key of the same object, else where a close (or equal) key belongs."""
+    near = difflib.get_close_matches(key, known, n=1)
+    if near:
+        return f" (did you mean {near[0]}?)"
+    for level, keys in levels.items():
+        near = difflib.get_close_matches(key, keys, n=1) if level != "by type" else []
+        if near:
+            return f" ({key} is a key of {level})" if near[0] == key else f" (did you mean {near[0]}? a key of {level})"
+    return ""

@@ -10,15 +10,20 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from tqdm import tqdm
 
 from .adapters.base import Adapter
-from .cases import CASES_DIR, Case, discover, in_shard, select
+from .cases import CASES_DIR, SECTIONS, Case, discover, in_shard, select
+from .commands.validate import check_case
+from .engines import digest
+from .errors import KvconformError
 from .execute import run_case
-from .generate import run_generated
+from .generate import MIN_BATCHES, run_generated
+from .rules import spec_rule_ids
 from .generate.draw import FAMILIES
-from .report import Report, write_reproducer
+from .report import EVIDENCE_SUFFIX, Report, write_evidence, write_reproducer
 from .verdicts import CaseResult, Verdict
 
 REGRESSIONS_DIR = CASES_DIR / "regressions"
@@ -33,8 +38,11 @@ class Plan:
     budget_s: float = 180.0
     seed: int = 0
     max_steps: int = 6
+    min_batches: int = MIN_BATCHES
     save_regressions: bool = False
-    skipped: dict = field(default_factory=dict)
+    identity: dict = field(default_factory=dict)
+    """The selection before sharding ({"digest", "items"}): shards of one plan share it, so
+    `kvconform merge` can refuse reports of different runs."""
 
     @property
     def size(self) -> int:
@@ -44,7 +52,16 @@ class Plan:
 def make_plan(paths: list[str] | None, keywords: list[str] | None, sections: list[str] | None,
               rules: list[str] | None, slow: bool, generated: bool, curated: bool, families: list[str] | None,
               shard: tuple[int, int] | None, **generation) -> Plan:
+    """Select, check and shard. Bad input (KvconformError, exit 2) is decided here, before any
+    backend starts: an unknown section, rule id or family, a case file that `kvconform validate`
+    rejects, and a selection that runs nothing."""
+    _check_names(sections, rules, families)
     cases = select(discover(paths), keywords, sections, rules, slow) if curated else []
+    for case in cases:
+        problems = check_case(case.doc, case.base_dir, str(case.path))
+        if problems:
+            json_path, message = problems[0]
+            raise KvconformError(message, str(case.path), json_path)
     fams = [f for f in (families or list(FAMILIES)) if f in FAMILIES] if generated else []
     if keywords:
         fams = [f for f in fams if any(k in f"generated/{f}" for k in keywords)]
@@ -52,8 +69,39 @@ def make_plan(paths: list[str] | None, keywords: list[str] | None, sections: lis
         fams = []  # a narrowed selection of cases runs the generated families only when named
     items = [("case", c.id, c) for c in cases] + [("family", f"generated/{f}", f) for f in fams]
     items.sort(key=lambda t: t[1])
+    if not items:
+        raise KvconformError("the selection runs nothing: no case or generated family matches "
+                             + _describe_selection(paths, keywords, sections, rules, generated, curated, families))
     mine = [t for k, t in enumerate(items) if in_shard(k, shard)]
-    return Plan([t[2] for t in mine if t[0] == "case"], [t[2] for t in mine if t[0] == "family"], **generation)
+    if not mine:
+        raise KvconformError(f"shard {shard[0]}/{shard[1]} of {len(items)} item(s) runs nothing")
+    identity = {"items": len(items), "digest": digest(
+        {"items": [[kind, key, digest(c.doc) if kind == "case" else None] for kind, key, c in items],
+         "generation": {k: v for k, v in generation.items() if k != "save_regressions"}})}
+    return Plan([t[2] for t in mine if t[0] == "case"], [t[2] for t in mine if t[0] == "family"],
+                identity=identity, **generation)
+
+
+def _check_names(sections: list[str] | None, rules: list[str] | None, families: list[str] | None) -> None:
+    """An unknown name in a filter is a typo, not an empty selection."""
+    for name in sections or []:
+        if name.upper() not in SECTIONS:
+            raise KvconformError(f"--section {name}: unknown section (one of {', '.join(SECTIONS)})")
+    known = spec_rule_ids()
+    for rule in rules or []:
+        if rule not in known:
+            raise KvconformError(f"--rule {rule}: not a rule id of spec/context-reuse.md")
+    for family in families or []:
+        if family not in FAMILIES:
+            raise KvconformError(f"--families {family}: unknown family (one of {', '.join(FAMILIES)})")
+
+
+def _describe_selection(paths, keywords, sections, rules, generated, curated, families) -> str:
+    parts = [f"--case {' '.join(map(str, paths))}" if paths else "",
+             " ".join(f"-k {k}" for k in keywords or []), " ".join(f"--section {x}" for x in sections or []),
+             " ".join(f"--rule {x}" for x in rules or []), f"--families {','.join(families)}" if families else "",
+             "--no-generated" if not generated else "", "--generated-only" if not curated else ""]
+    return " ".join(p for p in parts if p) or "the default selection"
 
 
 def prebuild(adapter: Adapter, cases: list[Case], progress: bool) -> None:
@@ -69,8 +117,14 @@ def prebuild(adapter: Adapter, cases: list[Case], progress: bool) -> None:
             pass
 
 
-def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True, jobs: int = 1) -> list[CaseResult]:
-    """Run the plan; each result goes to the report as soon as it exists."""
+def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True, jobs: int = 1,
+            rerun: Callable[[Path], str] | None = None) -> list[CaseResult]:
+    """Run the plan; each result goes to the report as soon as it exists.
+
+    A case that ends TIMEOUT, FAIL or ERROR gets a reproducer, the files of its failing
+    invocations beside it, and (given `rerun`, which turns a reproducer path into a command
+    line) the exact command that re-runs it against the same backend.
+    """
     try:
         manifest, manifest_error = adapter.capabilities(), ""
     except Exception as e:  # a broken adapter: every case becomes an ERROR, none escapes
@@ -80,10 +134,20 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
     reproducers = report.folder / "reproducers"
     bar = tqdm(total=plan.size, desc="cases", unit="case", disable=not progress, file=sys.stderr, mininterval=0.5)
     results = []
+    def keep(result: CaseResult, path: Path) -> None:
+        """The reproducer at `path`: its evidence files and its re-run command."""
+        result.reproducer = _rel(path, report.folder)
+        if result.invocations:
+            evidence = path.with_suffix(EVIDENCE_SUFFIX)
+            write_evidence(result.invocations, evidence)
+            result.evidence = _rel(evidence, report.folder)
+        if rerun is not None:
+            result.rerun = rerun(path)
+
     def one(case: Case) -> CaseResult:
         result = run_case(case, adapter, manifest, manifest_error)
         if result.verdict >= Verdict.TIMEOUT:
-            result.reproducer = _rel(write_reproducer(case.doc, case.base_dir, reproducers, case.id), report.folder)
+            keep(result, write_reproducer(case.doc, case.base_dir, reproducers, case.id))
         return result
 
     try:
@@ -107,11 +171,11 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
                 budget = plan.budget_s / max(1, len(plan.families))
                 result = run_generated(
                     family, adapter, manifest, workdir=workdir, examples=plan.examples, budget_s=budget,
-                    seed=plan.seed, max_steps=plan.max_steps, reproducer_dir=reproducers,
+                    seed=plan.seed, max_steps=plan.max_steps, min_batches=plan.min_batches, reproducer_dir=reproducers,
                     regressions_dir=REGRESSIONS_DIR if plan.save_regressions else None,
                     run_case_fn=lambda c: run_case(c, adapter, manifest, manifest_error))
                 if result.reproducer:
-                    result.reproducer = _rel(Path(result.reproducer), report.folder)
+                    keep(result, Path(result.reproducer))
                 report.add(result)
                 results.append(result)
                 bar.update()

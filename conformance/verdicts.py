@@ -80,6 +80,12 @@ class CaseResult:
     engine: str | None = None
     stderr_tail: str = ""
     details: dict = field(default_factory=dict)
+    rerun: str | None = None
+    """The command line that re-runs the reproducer against the same backend."""
+    evidence: str | None = None
+    """The folder holding the failing invocations' files (request, output, profile, stderr)."""
+    invocations: list = field(default_factory=list, repr=False)
+    """(label, Invocation) of every backend invocation of the case; not written to report.json."""
 
     def add(self, failure: Failure) -> None:
         self.failures.append(failure)
@@ -110,6 +116,9 @@ class CaseResult:
             out["stderr_tail"] = self.stderr_tail
         if self.details:
             out["details"] = self.details
+        for key in ("rerun", "evidence"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
         return {k: v for k, v in out.items() if v is not None or k == "reproducer"}
 
     @classmethod
@@ -117,16 +126,38 @@ class CaseResult:
         r = cls(d["id"], list(d["rules"]), d["mandatory"], d.get("source"), d.get("section"),
                 Verdict[d["verdict"]], d.get("reason", ""),
                 [Failure.from_json(f) for f in d.get("failures", [])], d.get("duration_s", 0.0),
-                d.get("reproducer"), d.get("engine"), d.get("stderr_tail", ""), d.get("details", {}))
+                d.get("reproducer"), d.get("engine"), d.get("stderr_tail", ""), d.get("details", {}),
+                d.get("rerun"), d.get("evidence"))
         return r
 
 
-def summarize(results: list[CaseResult]) -> dict:
-    """{"verdicts": {name: count}, "conformant": bool} over the results."""
+HEADLINES = ("CONFORMANT", "NOT CONFORMANT", "INCOMPLETE", "NOTHING JUDGED", "SELF-CHECK PASSED",
+             "SELF-CHECK FAILED")
+PASSING_HEADLINES = frozenset({"CONFORMANT", "SELF-CHECK PASSED"})
+
+
+def summarize(results: list[CaseResult], complete: bool = True, self_check: bool = False) -> dict:
+    """The verdict counts, how many cases were judged, and the run's one-word headline.
+
+    CONFORMANT needs evidence: a complete run in which at least one case was judged (anything
+    but NOT_SUPPORTED) and no mandatory case ended TIMEOUT, FAIL or ERROR. A run of the oracle
+    against itself (`self_check`) tests no backend, so it is never CONFORMANT: it passes or fails
+    as a self-check of the kit.
+    """
     counts = {str(v): 0 for v in Verdict}
     for r in results:
         counts[str(r.verdict)] += 1
-    return {"verdicts": counts, "conformant": all(r.conformant for r in results)}
+    judged = sum(1 for r in results if r.verdict != Verdict.NOT_SUPPORTED)
+    clean = all(r.conformant for r in results)
+    if not complete:
+        headline = "INCOMPLETE"
+    elif not clean:
+        headline = "SELF-CHECK FAILED" if self_check else "NOT CONFORMANT"
+    elif judged == 0:
+        headline = "NOTHING JUDGED"
+    else:
+        headline = "SELF-CHECK PASSED" if self_check else "CONFORMANT"
+    return {"verdicts": counts, "judged": judged, "conformant": headline == "CONFORMANT", "headline": headline}
 
 
 def _short(value: Any, limit: int = 80) -> str:

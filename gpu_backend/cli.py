@@ -43,6 +43,7 @@ def _parser():
     b.add_argument("--kvCacheDtype")
     b.add_argument("--loraAdapters")
     b.add_argument("--specDecode")
+    b.add_argument("--force", action="store_true", help="replace whatever --engineDir holds")
     for name in ("untiedEmbeddings", "vision", "audio", "actionRunner", "blockDiffusion", "visionBidirectional"):
         _bool_flag(b, name)
 
@@ -90,34 +91,94 @@ def _write_json(path: str, doc) -> None:
 
 def _build(a) -> int:
     from .engine_build import build_engine
-    args = {k: v for k, v in vars(a).items() if k not in ("command", "engineDir") and v is not None}
+    args = {k: v for k, v in vars(a).items() if k not in ("command", "engineDir", "force") and v is not None}
     if "loraAdapters" in args:
         args["loraAdapters"] = [n for n in args["loraAdapters"].split(",") if n] if args["loraAdapters"] else []
-    build_engine(a.engineDir, args)
+    build_engine(a.engineDir, args, force=a.force)
     return 0
 
 
-def _check_outputs(a) -> None:
-    inputs = {os.path.realpath(a.inputFile), os.path.realpath(os.path.join(a.engineDir, "config.json"))}
-    seen = set()
-    for flag in ("outputFile", "profileOutputFile", "outputHiddenStates"):
+OUTPUT_FLAGS = ("outputFile", "profileOutputFile", "outputHiddenStates")
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: through symbolic links, or hard links when both exist.
+    A path no file can have (a lone surrogate from a JSON escape) names none."""
+    try:
+        return os.path.realpath(a) == os.path.realpath(b) or os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def _inside(path: str, folder: str) -> bool:
+    real, root = os.path.realpath(path), os.path.realpath(folder)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _check_outputs(a, inputs: list) -> None:
+    """Every output path must be a new or regular file outside the engine folder, differ from
+    every input and from the other outputs (spec/engine.md section 3): checked before the engine
+    loads, so a mistyped flag never costs a run nor overwrites weights, configs or requests."""
+    seen = []
+    for flag in OUTPUT_FLAGS:
         path = getattr(a, flag)
         if path is None:
             continue
-        real = os.path.realpath(path)
-        if real in inputs:
+        if os.path.isdir(path):
+            raise BackendInputError(f"--{flag}", f"{path} is a directory, expected a file to write")
+        if os.path.lexists(path) and not os.path.isfile(path):       # a device, a FIFO, a dangling link
+            raise BackendInputError(f"--{flag}", f"{path} exists and is not a regular file")
+        if _inside(path, a.engineDir):
+            raise BackendInputError(f"--{flag}", f"{path} is inside the engine folder {a.engineDir}")
+        clash = next((i for i in inputs if _same_file(path, i)), None)
+        if clash is not None:
             raise BackendInputError(f"--{flag}", f"refusing to overwrite an input file: {path}")
-        if real in seen:
-            raise BackendInputError(f"--{flag}", f"names the same file as another output: {path}")
-        seen.add(real)
+        other = next((f for f, p in seen if _same_file(path, p)), None)
+        if other is not None:
+            raise BackendInputError(f"--{flag}", f"names the same file as --{other}: {path}")
+        seen.append((flag, path))
         if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise BackendInputError(f"--{flag}", f"the directory of {path} does not exist")
 
 
+def _referenced_files(doc, base_dir: str) -> list:
+    """The files a request file names (adapter weights, media), resolved as the parser resolves
+    them; malformed parts are skipped here and reported by the parser."""
+    doc = doc if isinstance(doc, dict) else {}
+    weights = doc.get("available_lora_weights")
+    refs = list(weights.values()) if isinstance(weights, dict) else []
+    for item in _content_items(doc.get("requests")):
+        if item.get("type") in ("image", "audio"):
+            refs.append(item.get(item["type"]))
+    return [ref if os.path.isabs(ref) else os.path.join(base_dir, ref)
+            for ref in refs if isinstance(ref, str) and ref and "\0" not in ref]
+
+
+def _content_items(requests):
+    """Every content item object of well-formed requests and messages."""
+    for r in requests if isinstance(requests, list) else []:
+        messages = r.get("messages") if isinstance(r, dict) else None
+        for m in messages if isinstance(messages, list) else []:
+            content = m.get("content") if isinstance(m, dict) else None
+            yield from (item for item in (content if isinstance(content, list) else []) if isinstance(item, dict))
+
+
+def _engine_files(engine_dir: str) -> list:
+    """The weight files an engine's config names (they may lie outside its folder)."""
+    from .runtime import load_engine_config
+    cfg = load_engine_config(engine_dir)
+    names = [cfg.get("weights", "model.safetensors")]
+    names += [spec.get("path") for spec in cfg.get("lora_adapters", {}).values() if isinstance(spec.get("path"), str)]
+    return [os.path.join(engine_dir, name) for name in names if name and "\0" not in name]
+
+
 def _infer(a) -> int:
-    from .runtime import Runtime
-    _check_outputs(a)
+    from .runtime import Runtime, check_warmup
+    check_warmup(a.warmup)                  # flag bounds first: they cost nothing to check
+    _check_outputs(a, [a.inputFile])
     doc = read_json_file(a.inputFile, "a JSON file", missing_flag="--inputFile")
+    base_dir = os.path.dirname(os.path.abspath(a.inputFile))
+    _check_outputs(a, [a.inputFile] + _engine_files(a.engineDir) + _referenced_files(doc, base_dir))
     rt = Runtime(a.engineDir, enable_context_reuse=a.enableContextReuse, max_records=a.contextCacheMaxRecords,
                  recurrent_snapshot_bytes=a.contextCacheRecurrentSnapshotPoolBytes,
                  partial_kv_snapshot_bytes=a.contextCachePartialKVSnapshotPoolBytes, tp_size=a.tpSize,
@@ -125,12 +186,14 @@ def _infer(a) -> int:
                  output_hidden_states=a.outputHiddenStates is not None, dump_profile=a.dumpProfile,
                  seed=a.seed, check_invariants=a.checkInvariants)
     try:
-        result = rt.infer(doc, os.path.dirname(os.path.abspath(a.inputFile)), warmup=a.warmup,
-                          batch_size=a.batchSize, max_generate_length=a.maxGenerateLength)
+        rf = rt.prepare(doc, base_dir, batch_size=a.batchSize, max_generate_length=a.maxGenerateLength)
     except BackendInputError as e:
         if e.path.startswith("$"):
             e.file = e.file or a.inputFile
         raise
+    for path, message in rf.warnings:
+        _say(f"warning: {a.inputFile}: {path}: {message}")
+    result = rt.run(rf, warmup=a.warmup)
     _write_json(a.outputFile, {"input_file": a.inputFile, "responses": result["responses"]})
     if a.profileOutputFile:
         _write_json(a.profileOutputFile, rt.profile())
@@ -138,12 +201,17 @@ def _infer(a) -> int:
         from safetensors.torch import save_file
         tensors = {f"request_{i}": t.contiguous() for i, t in result["hidden_states"].items()}
         _atomic_write(a.outputHiddenStates, lambda tmp: save_file(tensors, tmp))
+    for batch_idx, reason in result["failures"]:            # exit 1 says that; these lines say why
+        _say(f"batch {batch_idx} failed: {reason}")
     return 1 if result["failed_batches"] else 0
 
 
+def _say(text) -> None:
+    """One line on stderr, whatever the text holds (a newline in a path or a message)."""
+    print(f"{PROG}: " + " ".join(str(text).split()), file=sys.stderr)
+
+
 def main(argv=None) -> int:
-    def say(text):
-        print(f"{PROG}: " + " ".join(str(text).split()), file=sys.stderr)
     try:
         a = _parser().parse_args(argv)
         if a.command is None:
@@ -156,19 +224,19 @@ def main(argv=None) -> int:
         print(json.dumps(capabilities(a.device), indent=2))
         return 0
     except _Usage as e:
-        say(f"error: {e}")
+        _say(f"error: {e}")
         return 2
     except BackendInputError as e:
-        say(f"error: {e.one_line()}")
+        _say(f"error: {e.one_line()}")
         return 2
     except DeploymentRejected as e:
-        say(f"error: {e.message}")
+        _say(f"error: {e.message}")
         return 3
     except KeyboardInterrupt:
-        say("interrupted")
+        _say("interrupted")
         return 130
     except BaseException as e:  # a bug: report it in one line, never a traceback
         if isinstance(e, SystemExit) and e.code in (0, None):
             return 0
-        say(f"internal error: {type(e).__name__}: {e}")
+        _say(f"internal error: {type(e).__name__}: {e}")
         return 70

@@ -14,14 +14,20 @@ comparable size, so the next token depends on the context, not only on the curre
 import json
 import math
 import os
+import shutil
 import zlib
 
 import numpy as np
 from safetensors.numpy import save_file
 
 from .errors import BackendInputError
+from .inputs import MAX_SIZE
 
 MAX_POOL = 2 ** 30 - 1
+MAX_LAYERS = 65536              # spec/engine.md section 1: a description lists every layer
+# spec/engine.md section 1: the weights of a bundled engine (parameter_count) fit a signed 32-bit
+# count, 8 GiB of float32. A larger build is refused before anything is allocated or written.
+MAX_PARAMETERS = 2 ** 31 - 1
 SPEC_METHODS = ("eagle", "mtp", "dflash", "dspark", "gemma4-mtp")
 VOCAB, EOS = 320, 257
 TEXT_TOKENS = [10] + list(range(32, 127))        # what the successor map walks over
@@ -73,6 +79,11 @@ def make_config(args: dict) -> dict:
             _fail(k, f"must be at least 1, got {a[k]}")
     if a["maxKVPoolPages"] < 0:
         _fail("maxKVPoolPages", f"must be at least 0, got {a['maxKVPoolPages']}")
+    for k, (typ, _) in BUILD_ARGS.items():
+        if typ is int and k != "seed" and a[k] > MAX_SIZE:
+            _fail(k, f"{a[k]} is above {MAX_SIZE}: sizes fit in a signed 32-bit integer")
+    if a["numLayers"] > MAX_LAYERS:
+        _fail("numLayers", f"{a['numLayers']} is above the {MAX_LAYERS} layers an engine description can list")
     if a["model"] not in ("attention", "recurrent", "hybrid"):
         _fail("model", f"expected attention, recurrent or hybrid, got {a['model']!r}")
     if a["kvCacheDtype"] not in ("fp16", "fp8"):
@@ -105,7 +116,7 @@ def make_config(args: dict) -> dict:
         if pool > MAX_POOL:
             _fail("maxKVPoolPages", f"{pool} exceeds {MAX_POOL} (CR-CAP-1)")
     H, D = a["numHeads"], a["headDim"]
-    return {
+    cfg = {
         "format": "kvconform-engine-v1", "tokenizer": "bytes-v1", "vocab_size": VOCAB, "model": model,
         "layer_kinds": kinds, "hidden_size": a["hiddenSize"], "num_attention_heads": H,
         "num_kv_heads": a["numKVHeads"], "head_dim": D, "intermediate_size": a["intermediateSize"],
@@ -123,6 +134,31 @@ def make_config(args: dict) -> dict:
                        "block_diffusion": a["blockDiffusion"], "vision_bidirectional": a["visionBidirectional"]},
         "seed": a["seed"], "weights": "model.safetensors",
     }
+    count = parameter_count(cfg)
+    if count > MAX_PARAMETERS:
+        flag = max(("hiddenSize", "intermediateSize", "numLayers", "numHeads", "headDim", "stateSize", "loraRank"),
+                   key=lambda k: a[k] / BUILD_ARGS[k][1])      # the argument furthest above its default
+        _fail(flag, f"the engine would have {count} parameters, above the limit {MAX_PARAMETERS} of a bundled engine")
+    return cfg
+
+
+def parameter_count(cfg: dict) -> int:
+    """How many weights `init_weights` and `lora_weights` write for `cfg` (spec/engine.md section 1),
+    computed from the description alone, so a build can refuse a size before allocating it."""
+    d, inter = cfg["hidden_size"], cfg["intermediate_size"]
+    H, G, D = cfg["num_attention_heads"], cfg["num_kv_heads"], cfg["head_dim"]
+    n_att = cfg["layer_kinds"].count("attention")
+    n_rec = len(cfg["layer_kinds"]) - n_att
+    count = VOCAB * d * (1 if cfg["tie_embeddings"] else 2) + d
+    count += len(cfg["layer_kinds"]) * (2 * d + 3 * inter * d) + n_att * 2 * (H + G) * D * d
+    lora = n_att * (4 * d + 2 * (H + G) * D)
+    if n_rec:
+        r = cfg["recurrent"]
+        C, N, K, rH = r["conv_dim"], r["state_size"], r["conv_kernel"], r["num_heads"]
+        count += n_rec * ((2 * C + 2 * N + rH) * d + C * K + C + 3 * rH + d * C)
+        lora += n_rec * (2 * d + 3 * C + 2 * N + rH)
+    count += (768 * d + d if cfg["vision"] else 0) + (320 * d + d if cfg["audio"] else 0)
+    return count + sum(spec["rank"] for spec in cfg["lora_adapters"].values()) * lora
 
 
 def _rng(seed: int, name: str) -> np.random.Generator:
@@ -218,17 +254,81 @@ def lora_weights(cfg: dict, name: str, base: dict) -> dict:
 
 def _atomic_write(path, write):
     tmp = f"{path}.tmp{os.getpid()}"
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
-def build_engine(engine_dir, build_args: dict) -> dict:
-    """Write config.json, model.safetensors and lora/NAME.safetensors; return the config."""
+def check_engine_dir(engine_dir, cfg: dict) -> None:
+    """Refuse to build into a folder that holds something else (spec/engine.md section 1): only
+    a missing or empty folder, or an engine built with exactly these arguments (a rebuild
+    rewrites the same files), is built into without --force."""
+    if not os.path.lexists(engine_dir):
+        return
+    if not os.path.isdir(engine_dir):
+        _fail("engineDir", f"{engine_dir} exists and is not a directory")
+    try:
+        entries = os.listdir(engine_dir)
+    except OSError as e:
+        _fail("engineDir", f"cannot read {engine_dir}: {e.strerror or e}")
+    if not entries:
+        return
+    existing = _existing_config(os.path.join(engine_dir, "config.json"))
+    if existing == cfg:
+        return
+    if isinstance(existing, dict) and existing.get("format") == cfg["format"]:
+        keys = list(cfg) + [k for k in existing if k not in cfg]
+        key = next(k for k in keys if existing.get(k, _MISSING) != cfg.get(k, _MISSING))
+        _fail("engineDir", f"{engine_dir} holds an engine built with other arguments ({key}: {existing.get(key)!r},"
+                           f" these give {cfg.get(key)!r}); pass --force to replace it")
+    _fail("engineDir", f"{engine_dir} is not empty and holds no engine (no readable config.json);"
+                       " pass --force to build into it anyway")
+
+
+_MISSING = object()
+
+
+def _existing_config(path):
+    """The config.json a folder holds, or None when there is none that parses."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def build_engine(engine_dir, build_args: dict, *, force: bool = True) -> dict:
+    """Write config.json, model.safetensors and lora/NAME.safetensors; return the config.
+
+    Every argument is checked before anything is written. `force=False` (the command line
+    without --force) refuses a folder that holds something other than this very engine; the
+    Python API's callers own their folders (fixtures, caches) and replace by default. A build
+    that fails part-way removes the folder it created, so no half engine is left behind.
+    """
     cfg = make_config(build_args)
+    if not force:
+        check_engine_dir(engine_dir, cfg)
+    created = not os.path.lexists(engine_dir)
     try:
         os.makedirs(os.path.join(engine_dir, "lora"), exist_ok=True)
     except OSError as e:
         raise BackendInputError("--engineDir", f"cannot create {engine_dir}: {e.strerror or e}") from None
+    try:
+        _write_engine(engine_dir, cfg)
+    except BaseException as e:
+        if created:
+            shutil.rmtree(engine_dir, ignore_errors=True)
+        if isinstance(e, MemoryError):
+            raise BackendInputError("--engineDir", f"out of memory while writing {parameter_count(cfg)}"
+                                                   " parameters") from None
+        raise
+    return cfg
+
+
+def _write_engine(engine_dir, cfg: dict) -> None:
     weights = init_weights(cfg)
     _atomic_write(os.path.join(engine_dir, "model.safetensors"), lambda f: save_file(weights, f))
     for name in cfg["lora_adapters"]:
@@ -240,4 +340,3 @@ def build_engine(engine_dir, build_args: dict) -> dict:
             json.dump(cfg, fh, indent=2)
             fh.write("\n")
     _atomic_write(os.path.join(engine_dir, "config.json"), write_cfg)
-    return cfg

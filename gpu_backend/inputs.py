@@ -3,9 +3,10 @@
 - `read_json_file`: RFC 8259 JSON only. Python's json module also accepts NaN, Infinity and
   numbers that overflow a double to infinity; a NaN passes every range check (all comparisons
   with it are false) and an infinite temperature turns sampling into NaN, so they are refused
-  here, where the file is read. A FIFO or a device is refused before it is opened (a FIFO
-  blocks the open, /dev/zero never ends), and nesting too deep for the parser is an input
-  error, not a crash.
+  here, where the file is read. A key repeated in one object is refused too (Python keeps
+  the last value silently, another reader may keep the first), naming the object's JSON path.
+  A FIFO or a device is refused before it is opened (a FIFO blocks the open, /dev/zero never
+  ends), and nesting too deep for the parser is an input error, not a crash.
 - `check_engine_config`: the keys of config.json the runtime reads beyond the sizes that
   `runtime.load_engine_config` checks (rope_theta, weights, the recurrent block, encoders,
   adapters, deployment switches, snapshot slot sizes), so a hand-written description with a
@@ -42,13 +43,56 @@ def read_json_file(path: str, what: str, missing_flag: str | None = None):
         if missing_flag:
             raise BackendInputError(missing_flag, message)
         raise BackendInputError("$", message, file=path)
+    duplicated: list = []
     try:
         with open(path, "rb") as f:
-            return json.loads(f.read().decode("utf-8"), parse_constant=_not_json, parse_float=_finite)
+            doc = json.loads(f.read().decode("utf-8"), parse_constant=_not_json, parse_float=_finite,
+                             object_pairs_hook=lambda pairs: _object(pairs, duplicated))
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise BackendInputError("$", f"not {what}: {e}", file=path) from None
     except RecursionError:
         raise BackendInputError("$", f"not {what}: nested too deeply", file=path) from None
+    if duplicated:
+        _refuse_duplicates(doc, path)
+    return doc
+
+
+class _Duplicated(dict):
+    """An object that repeated a key: kept only until the reader finds where it is."""
+    key = ""
+
+
+def _object(pairs, duplicated: list):
+    """json's object hook: a dict, tagged (and counted) when a key repeats; the hook cannot know
+    where the object is, so `_refuse_duplicates` finds its path afterwards."""
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    dup = _Duplicated(obj)
+    dup.key = _first_repeat(pairs)
+    duplicated.append(dup)
+    return dup
+
+
+def _first_repeat(pairs):
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            return key
+        seen.add(key)
+
+
+def _refuse_duplicates(doc, file: str) -> None:
+    """Raise BackendInputError at the first object, in document order, that repeated a key."""
+    stack = [(doc, "$")]
+    while stack:                                 # iterative: documents may nest deeply
+        value, where = stack.pop()
+        if isinstance(value, _Duplicated):
+            raise BackendInputError(where, f"duplicate key {value.key!r}", file=file)
+        if isinstance(value, dict):
+            stack.extend((v, f"{where}.{k}") for k, v in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(value))))
 
 
 # Sizes are positions, token counts and tensor dimensions: the backend indexes them with int32

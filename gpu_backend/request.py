@@ -2,9 +2,13 @@
 
 The whole file is checked (JSON types, media decoding, LoRA files, batch rules) before
 anything runs, so a bad file produces one `BackendInputError` naming the JSON path and no
-output (exit 2). Unknown keys are ignored, so case files may carry kit metadata.
+output (exit 2). Unknown keys are ignored, as Edge-LLM ignores them, so case files may carry
+kit metadata; each one is listed in `RequestFile.warnings` (a mistyped `max_generate_lenght`
+would otherwise silently run with the default), except keys beginning with `_` (the kit's
+`_conformance` blocks). The known keys are this parser's own list, not the kit's schema.
 Length limits are not input errors: they fail their batch at run time (CR-BATCH-5).
 """
+import difflib
 import math
 import os
 import re
@@ -20,6 +24,15 @@ DEFAULTS = {"batch_size": 1, "temperature": 1.0, "top_p": 0.8, "top_k": 50, "max
             "apply_chat_template": True, "add_generation_prompt": True, "num_logprobs": 0}
 LOOKUP_POLICIES = ("use_cache", "bypass")
 COMMIT_POLICIES = ("including_generated_tokens", "prefill_state_only")
+
+# The keys this parser reads, per object (Edge-LLM's request format); anything else is ignored.
+TOP_KEYS = ("batch_size", "temperature", "top_p", "top_k", "max_generate_length", "apply_chat_template",
+            "add_generation_prompt", "enable_thinking", "num_logprobs", "logit_bias", "available_lora_weights",
+            "context_cache_lookup_policy", "context_cache_commit_policy", "requests")
+REQUEST_KEYS = ("messages", "lora_name", "save_system_prompt_kv_cache", "disable_spec_decode", "num_logprobs",
+                "logit_bias", "stop")
+MESSAGE_KEYS = ("role", "content")
+ITEM_KEYS = {"text": ("type", "text"), "image": ("type", "image", "do_resize"), "audio": ("type", "audio")}
 
 
 @dataclass
@@ -59,6 +72,7 @@ class RequestFile:
     lookup_policy: str
     commit_policy: str
     lora_paths: dict                # adapter name -> resolved file
+    warnings: list = field(default_factory=list)    # [(JSON path, message)] of ignored keys
 
 
 def _is_int(v):
@@ -263,7 +277,41 @@ def parse_request_file(doc, *, engine: dict, base_dir: str, lora_check,
             odd = next(r for r in batch if r.lora_name != batch[0].lora_name)
             c.fail(f"$.requests[{odd.idx}].lora_name",
                    f"a batch mixes LoRA adapters {sorted(map(str, names))} (CR-BATCH-4)")
-    return RequestFile(requests, batches, lookup, commit, lora_paths)
+    return RequestFile(requests, batches, lookup, commit, lora_paths, unknown_keys(doc))
+
+
+def unknown_keys(doc: dict) -> list:
+    """[(JSON path, "unknown key ignored (did you mean K?)")] for every key of the top level, a
+    request, a message or a content item that this parser does not read; `_` keys excepted."""
+    levels = {"the top level": TOP_KEYS, "a request": REQUEST_KEYS, "a message": MESSAGE_KEYS,
+              "a content item": sorted({k for keys in ITEM_KEYS.values() for k in keys})}
+    out = _unknown_in(doc, "$", TOP_KEYS, levels)
+    for i, r in enumerate(doc.get("requests") or []):
+        out += _unknown_in(r, f"$.requests[{i}]", REQUEST_KEYS, levels)
+        for j, m in enumerate(r.get("messages") or []):
+            path = f"$.requests[{i}].messages[{j}]"
+            out += _unknown_in(m, path, MESSAGE_KEYS, levels)
+            for k, item in enumerate(m["content"] if isinstance(m["content"], list) else []):
+                out += _unknown_in(item, f"{path}.content[{k}]", ITEM_KEYS[item["type"]], levels)
+    return out
+
+
+def _unknown_in(obj: dict, path: str, known, levels: dict) -> list:
+    return [(f"{path}.{key}", f"unknown key ignored{_hint(key, known, levels)}")
+            for key in obj if key not in known and not key.startswith("_")]
+
+
+def _hint(key: str, known, levels: dict) -> str:
+    """A close known key of the same object, else where a close (or equal) key belongs."""
+    near = difflib.get_close_matches(key, known, n=1)
+    if near:
+        return f" (did you mean {near[0]}?)"
+    for where, keys in levels.items():
+        near = difflib.get_close_matches(key, keys, n=1)
+        if near:
+            return f" ({near[0]} is a key of {where})" if near[0] == key else \
+                f" (did you mean {near[0]}? a key of {where})"
+    return ""
 
 
 def _resolve_lora(c, name, available, base_dir, path):
@@ -273,9 +321,9 @@ def _resolve_lora(c, name, available, base_dir, path):
         c.fail(path, f"LoRA adapter {name!r} is not in available_lora_weights (CR-BATCH-4)")
     ref = available[name]
     file = ref if os.path.isabs(ref) else os.path.join(base_dir, ref)
-    where = f"$.available_lora_weights[{name!r}]"
+    where = f"$.available_lora_weights.{name}"
     if not os.path.isfile(file):
-        c.fail(where, f"no such LoRA file: {ref}")
+        c.fail(where, f"no LoRA weight file at {ref[:200]} (missing or not a regular file)")
     try:
         c.lora_check(name, file)
     except ValueError as e:

@@ -34,6 +34,9 @@ from .snapshots import SnapshotStore, partial_kv_slot_bytes, recurrent_slot_byte
 from .tokenizer import EOS
 
 MAX_POOL = 2 ** 30 - 1
+# spec/engine.md section 3: --warmup runs the first batch this many times at most, so a typo
+# (an extra few zeros) is refused instead of running for hours.
+MAX_WARMUP = 1000
 PUBLISHABLE = ("end-of-sequence", "max-length", "stop-words")
 _CONFIG_KEYS = {"format": str, "tokenizer": str, "model": str, "layer_kinds": list, "tokens_per_page": int,
                 "max_input_len": int, "max_kv_cache_capacity": int, "max_batch_size": int, "kv_pool_pages": int,
@@ -110,6 +113,14 @@ class Sequence:
     @property
     def n(self) -> int:
         return self.req.n
+
+
+def check_warmup(warmup) -> None:
+    """CR-POL-4 runs the first batch `warmup` times: bounded, so a typo cannot run for hours."""
+    if type(warmup) is not int or warmup < 0:
+        raise BackendInputError("--warmup", f"expected a non-negative integer, got {warmup!r}")
+    if warmup > MAX_WARMUP:
+        raise BackendInputError("--warmup", f"{warmup} is above the maximum {MAX_WARMUP}")
 
 
 class Runtime:
@@ -243,30 +254,43 @@ class Runtime:
 
     def infer(self, request: dict, base_dir, *, warmup: int = 0, batch_size: int | None = None,
               max_generate_length: int | None = None) -> dict:
-        """Run one request file (already parsed JSON) on this runtime's cache.
+        """Run one request file (already parsed JSON) on this runtime's cache: `prepare`, then `run`.
 
-        Raises BackendInputError before running anything if the file is bad. Returns
-        {"responses": [...], "failed_batches": int} (+ "hidden_states" when requested).
+        Raises BackendInputError before running anything if the file or a flag is bad.
         """
-        for flag, v in (("--warmup", warmup), ("--batchSize", batch_size), ("--maxGenerateLength", max_generate_length)):
-            if v is not None and (type(v) is not int or v < (0 if flag == "--warmup" else 1)):
-                raise BackendInputError(flag, f"expected a {'non-negative' if flag == '--warmup' else 'positive'}"
-                                              f" integer, got {v!r}")
+        check_warmup(warmup)
+        rf = self.prepare(request, base_dir, batch_size=batch_size, max_generate_length=max_generate_length)
+        return self.run(rf, warmup=warmup)
+
+    def prepare(self, request: dict, base_dir, *, batch_size: int | None = None,
+                max_generate_length: int | None = None):
+        """Validate a request file completely and load its adapters; nothing runs. The result's
+        `warnings` list the keys the runtime ignores."""
+        for flag, v in (("--batchSize", batch_size), ("--maxGenerateLength", max_generate_length)):
+            if v is not None and (type(v) is not int or v < 1):
+                raise BackendInputError(flag, f"expected a positive integer, got {v!r}")
         rf = parse_request_file(request, engine=self.cfg, base_dir=str(base_dir), lora_check=self._load_lora,
-                                batch_size=batch_size,
-                                max_generate_length=max_generate_length)
+                                batch_size=batch_size, max_generate_length=max_generate_length)
         for name, path in rf.lora_paths.items():
             self._load_lora(name, path)
+        return rf
+
+    def run(self, rf, *, warmup: int = 0) -> dict:
+        """Run a prepared request file's batches in file order (CR-BATCH-1), after `warmup` bypass
+        runs of its first batch (CR-POL-4). Returns {"responses": [...], "failed_batches": int,
+        "failures": [(batch index, reason)]} (+ "hidden_states" when requested)."""
+        check_warmup(warmup)
         self._media_cache = {}
         for _ in range(warmup):                             # CR-POL-4
             self._run_batch(rf.batches[0], rf, warmup=True)
-        responses, hidden, failed = [], {}, 0
-        for batch in rf.batches:
+        responses, hidden, failures = [], {}, []
+        for b, batch in enumerate(rf.batches):
             out, ok, states = self._run_batch(batch, rf, warmup=False)
             responses.extend(out)
-            failed += not ok
+            if not ok:
+                failures.append((b, next((r["output_text"] for r in out if r["finish_reason"] == "error"), "failed")))
             hidden.update(states)
-        result = {"responses": responses, "failed_batches": failed}
+        result = {"responses": responses, "failed_batches": len(failures), "failures": failures}
         if self.output_hidden_states:
             result["hidden_states"] = hidden
         return result

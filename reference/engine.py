@@ -12,10 +12,13 @@ import os
 from dataclasses import dataclass, field, fields
 
 from .errors import InputError
+from .tokenizer import VOCAB_SIZE
 
 MAX_POOL_PAGES = 2 ** 30 - 1
 MAX_LAYERS = 65536      # an implementation limit of the description (layer_kinds is a list)
-MAX_TOKENS_PER_PAGE = 2 ** 31 - 1
+MAX_SIZE = 2 ** 31 - 1  # spec/RUNNING.md section 8: sizes of a description fit in a signed 32-bit integer
+MAX_PARAMETERS = 2 ** 31 - 1    # spec/engine.md section 1: the weights of a built engine
+MAX_WARMUP = 1000       # spec/engine.md section 3: the largest --warmup
 SPEC_METHODS = ("eagle", "mtp", "dflash", "dspark", "gemma4-mtp")
 
 BUILD_DEFAULTS = {
@@ -113,6 +116,8 @@ class RuntimeFlags:
             if type(value) is not expected or (expected is int and value < minimum):
                 raise InputError(f"$._conformance.runtime.{key}",
                                  f"must be {'a boolean' if expected is bool else f'an integer >= {minimum}'}")
+            if name == "warmup" and value > MAX_WARMUP:
+                raise InputError(f"$._conformance.runtime.{key}", f"{value} is above the maximum {MAX_WARMUP}")
             values[name] = value
         return cls(**values)
 
@@ -121,6 +126,8 @@ def _int(args: dict, key: str, minimum: int, where: str) -> int:
     value = args[key]
     if type(value) is not int or value < minimum:
         raise InputError(f"{where}.{key}", f"must be an integer >= {minimum}, got {value!r}")
+    if value > MAX_SIZE:
+        raise InputError(f"{where}.{key}", f"{value} is above {MAX_SIZE}: sizes fit in a signed 32-bit integer")
     return value
 
 
@@ -212,7 +219,34 @@ def engine_from_build_args(args: dict, where: str = "$._conformance.engine") -> 
                        "vision_bidirectional": a["visionBidirectional"]},
         "seed": a["seed"],
     }
+    count = parameter_count(config)
+    if count > MAX_PARAMETERS:
+        raise InputError(where, f"the engine would have {count} parameters, above the limit {MAX_PARAMETERS}")
     return engine_from_config(config)
+
+
+def parameter_count(config: dict) -> int:
+    """The number of weights a built engine holds (spec/engine.md section 1), from its description.
+
+    Per engine: the embedding (and an untied output head), the final norm, the encoders; per
+    layer: two norms, the SwiGLU MLP and the mixer; per LoRA adapter: rank-r A and B factors of
+    the mixer projections (q, k, v, o; or the recurrence's in and out projections).
+    """
+    d, inter = config["hidden_size"], config["intermediate_size"]
+    H, G, D = config["num_attention_heads"], config["num_kv_heads"], config["head_dim"]
+    kinds = config["layer_kinds"]
+    attention, recurrent = kinds.count("attention"), kinds.count("recurrent")
+    embeddings = VOCAB_SIZE * d * (1 if config["tie_embeddings"] else 2) + d
+    layers = len(kinds) * (2 * d + 3 * inter * d) + attention * 2 * (H + G) * D * d
+    adapter = attention * (4 * d + 2 * (H + G) * D)
+    if recurrent:
+        r = config["recurrent"]
+        C, N, K, heads = r["conv_dim"], r["state_size"], r["conv_kernel"], r["num_heads"]
+        layers += recurrent * ((2 * C + 2 * N + heads) * d + C * K + C + 3 * heads + d * C)
+        adapter += recurrent * (2 * d + 3 * C + 2 * N + heads)
+    encoders = (769 * d if config["vision"] else 0) + (321 * d if config["audio"] else 0)
+    ranks = sum(spec["rank"] for spec in config["lora_adapters"].values())
+    return embeddings + layers + encoders + ranks * adapter
 
 
 def load_engine(path: str) -> EngineConfig:
@@ -232,6 +266,26 @@ _REQUIRED_INTS = ("tokens_per_page", "max_input_len", "max_kv_cache_capacity", "
                   "num_kv_heads", "head_dim")
 
 
+_SIZE_KEYS = _REQUIRED_INTS + ("hidden_size", "num_attention_heads", "intermediate_size")
+
+
+def _check_sizes(config: dict) -> None:
+    """spec/RUNNING.md section 8: every size of a description fits in a signed 32-bit integer
+    (a runtime indexes positions, pages and tensor dimensions with them; page keys encode P in
+    32 bits, CR-ID-6). One limit for build, validate, simulate and infer."""
+    for key in _SIZE_KEYS:
+        if type(config.get(key)) is int and config[key] > MAX_SIZE:
+            raise InputError(f"$.{key}", f"{config[key]} is above {MAX_SIZE}: sizes fit in a signed 32-bit integer")
+    if type(config.get("kv_pool_pages")) is int and config["kv_pool_pages"] > MAX_POOL_PAGES:
+        raise InputError("$.kv_pool_pages", f"{config['kv_pool_pages']} is above {MAX_POOL_PAGES} (CR-CAP-1)")
+    sources = {"recurrent": config.get("recurrent"), "snapshot_slot_bytes": config.get("snapshot_slot_bytes")}
+    for block, values in sources.items():
+        for key, value in (values.items() if isinstance(values, dict) else ()):
+            if type(value) is int and value > MAX_SIZE:
+                raise InputError(f"$.{block}.{key}", f"{value} is above {MAX_SIZE}: sizes fit in a signed "
+                                                     "32-bit integer")
+
+
 def engine_from_config(config: dict) -> EngineConfig:
     """Check the keys the oracle reads (types and consistency) and build an EngineConfig."""
     if not isinstance(config, dict):
@@ -242,9 +296,7 @@ def engine_from_config(config: dict) -> EngineConfig:
     for key in _REQUIRED_INTS:
         if type(config[key]) is not int or config[key] < 1:
             raise InputError(f"$.{key}", "must be an integer >= 1")
-    if config["tokens_per_page"] > MAX_TOKENS_PER_PAGE:     # page keys encode P in 32 bits (CR-ID-6)
-        raise InputError("$.tokens_per_page", f"{config['tokens_per_page']} is above the {MAX_TOKENS_PER_PAGE} "
-                                              "tokens a page can hold")
+    _check_sizes(config)
     if type(config["kv_pool_pages"]) is not int or config["kv_pool_pages"] < 0:
         raise InputError("$.kv_pool_pages", "must be an integer >= 0")
     if config["kv_cache_dtype"] not in ("fp16", "fp8"):

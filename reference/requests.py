@@ -6,6 +6,7 @@ Every error is an InputError carrying the JSON path of the offending value, e.g.
 the same), so a case file with a `_conformance` block parses like a plain request file.
 """
 
+import os
 import re
 from dataclasses import dataclass, field
 from array import array
@@ -71,12 +72,16 @@ def _is_int(value) -> bool:
     return type(value) is int
 
 
-def parse_request_file(doc, base_dir: str, engine=None, batch_size: int | None = None) -> ParsedFile:
+def parse_request_file(doc, base_dir: str, engine=None, batch_size: int | None = None, *,
+                       lora_files: bool = False) -> ParsedFile:
     """Parse and check a request file; tokenize every request (media decoded from base_dir).
 
     With `engine` the engine-dependent checks run too: media support, the image placeholder
     limit, LoRA adapters the engine lacks, and batch_size <= max_batch_size (CR-BATCH-1).
-    `batch_size` is the --batchSize override, if any. Raises InputError.
+    `batch_size` is the --batchSize override, if any. With `lora_files` the weight path of every
+    adapter a request names must be a regular file (CR-BATCH-4), as a runtime requires; it is
+    off where a case's paths are relative to an engine folder that does not exist (the
+    reference backend). Weights are never read. Raises InputError.
     """
     _check(isinstance(doc, dict), "$", "a request file must be a JSON object")
     _check("requests" in doc, "$", "missing required key 'requests'")
@@ -102,7 +107,7 @@ def parse_request_file(doc, base_dir: str, engine=None, batch_size: int | None =
            "$.available_lora_weights", "must map adapter names to weight paths")
     _check(isinstance(base_dir, str), "$", "base_dir must be a directory path")
 
-    requests = [_request(r, i, base_dir, template, gen_prompt, lora, engine)
+    requests = [_request(r, i, base_dir, template, gen_prompt, lora, engine, lora_files)
                 for i, r in enumerate(reqs)]
     size = batch_size if batch_size is not None else file_batch
     if engine is not None and size > engine.max_batch_size:
@@ -120,7 +125,8 @@ def parse_request_file(doc, base_dir: str, engine=None, batch_size: int | None =
     return ParsedFile(requests, batches, size, mgl, lookup, commit, lora)
 
 
-def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: dict, engine) -> Request:
+def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: dict, engine,
+             lora_files: bool = False) -> Request:
     path = f"$.requests[{i}]"
     _check(isinstance(r, dict), path, "a request must be an object")
     _check("messages" in r, path, "missing required key 'messages'")
@@ -133,6 +139,8 @@ def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: d
         _check(isinstance(name, str) and name, f"{path}.lora_name", "must be a non-empty string")
         _check(name in lora, f"{path}.lora_name",
                f"LoRA adapter {name!r} is not in available_lora_weights (CR-BATCH-4)")
+        if lora_files:
+            _lora_file(name, lora[name], base_dir)
     _logit_bias(r, path)
     legacy = r.get("save_system_prompt_kv_cache", False)
     _check(type(legacy) is bool, f"{path}.save_system_prompt_kv_cache", "must be a boolean")
@@ -144,6 +152,14 @@ def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: d
     prompt = tokenize_messages(messages, f"{path}.messages", base_dir, template, gen_prompt, engine)
     _check(len(prompt.tokens) > 0, f"{path}.messages", "the input has 0 tokens (CR-BATCH-5)")
     return Request(i, prompt.tokens, prompt.spans, name, legacy, stop)
+
+
+def _lora_file(name: str, ref: str, base_dir: str) -> None:
+    """CR-BATCH-4: the weight path of an adapter in use names a regular file, resolved against the
+    request file's folder like media paths (spec/tokenizer.md section 3); decided from metadata."""
+    file = ref if os.path.isabs(ref) else os.path.join(base_dir, ref)
+    _check(os.path.isfile(file), f"$.available_lora_weights.{name}",
+           f"no LoRA weight file at {ref[:200]} (missing or not a regular file)")
 
 
 def _logit_bias(obj: dict, path: str) -> None:

@@ -36,22 +36,23 @@ class Simulator:
         self.batches: list[dict] = []     # batch records of every run, in order
         self._files = 0
 
-    def run(self, request_dict, base_dir: str, generated=None) -> list[dict]:
+    def run(self, request_dict, base_dir: str, generated=None, *, lora_files: bool = False) -> list[dict]:
         """Run one request file's batches; return one prediction per request (the `responses`
         items of spec/schemas/predictions.schema.json). `generated[i]` is request i's generated
         token ids (<|eos|> included when it ended so), or None when unknown. Raises InputError,
         NeedsTranscript, DeploymentRejected or OutOfScope; after NeedsTranscript the instance is
-        in an unspecified state and should be discarded."""
+        in an unspecified state and should be discarded. `lora_files`: see parse_request_file."""
         with _cyclic_gc_paused():
-            return self._run(request_dict, base_dir, generated)
+            return self._run(request_dict, base_dir, generated, lora_files)
 
-    def _run(self, request_dict, base_dir: str, generated=None) -> list[dict]:
+    def _run(self, request_dict, base_dir: str, generated=None, lora_files: bool = False) -> list[dict]:
         if self.rejection is not None:
             raise DeploymentRejected(self.rejection)
         if self.reuse and self.engine.deployment.get("spec_decode") == "eagle":
             raise OutOfScope("EAGLE context reuse (paired draft pages, one-page replay) is outside "
                              f"spec {SPEC_VERSION}; the oracle cannot predict its counts (CR-SUP-6)")
-        parsed = parse_request_file(request_dict, base_dir, self.engine, self.flags.batch_size)
+        parsed = parse_request_file(request_dict, base_dir, self.engine, self.flags.batch_size,
+                                    lora_files=lora_files)
         mgl = self.flags.max_generate_length or parsed.max_generate_length
         gens = _check_generated(generated, len(parsed.requests), mgl)
         runner = BatchRunner(self.engine, self.flags, self.cache, self.metrics, self.prefill)
@@ -147,14 +148,16 @@ def _check_generated(generated, count: int, max_generate_length: int) -> list:
     return list(generated)
 
 
-def simulate(engine, flags, request_dict, base_dir: str, generated=None) -> tuple[dict, dict]:
-    """Simulate one request file on a fresh runtime instance; return (predictions, profile)."""
+def simulate(engine, flags, request_dict, base_dir: str, generated=None, *,
+             lora_files: bool = False) -> tuple[dict, dict]:
+    """Simulate one request file on a fresh runtime instance; return (predictions, profile).
+    `lora_files`: also require adapter weight files to exist (see parse_request_file)."""
     sim = Simulator(engine, flags)
     predictions = {"format": "kvconform-predictions-v1", "spec_version": SPEC_VERSION,
                    "rejected": None, "responses": [], "batches": []}
     if sim.rejection is not None:
         predictions["rejected"] = {"rule": sim.rejection.rule, "message": sim.rejection.message}
         return predictions, {}
-    predictions["responses"] = sim.run(request_dict, base_dir, generated)
+    predictions["responses"] = sim.run(request_dict, base_dir, generated, lora_files=lora_files)
     predictions["batches"] = sim.batches
     return predictions, sim.profile()

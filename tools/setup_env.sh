@@ -3,7 +3,8 @@
 #
 # Installs the CPU build of torch first when no NVIDIA GPU is present: a bare `torch`
 # requirement would otherwise pull a multi-GB CUDA build. Then installs the project with
-# its test extras. Safe to re-run; prints the interpreter path on the last line.
+# its test and benchmark extras (the benchmark smoke test draws the plot). Safe to re-run;
+# prints the interpreter path on the last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${KVCONFORM_VENV:-.venv}
@@ -25,5 +26,5 @@ if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
            --index-url https://download.pytorch.org/whl/cpu
   fi
 fi
-"$VENV/bin/python" -m pip install --quiet -e ".[test]"
+"$VENV/bin/python" -m pip install --quiet -e ".[test,bench]"
 echo "$VENV/bin/python"

@@ -1,8 +1,13 @@
 """Backend adapters (spec/RUNNING.md section 1), chosen by name.
 
-`inprocess` (the bundled backend's Python API), `command` (any llm_inference-compatible
-executable; by default the bundled CLI), `reference` (the oracle itself: a self-check) and
-`broken` (every call raises: a check of the runner).
+`inprocess` (the bundled backend's Python API, the default), `command` (any
+llm_inference-compatible executable; by default the bundled CLI), `reference` (the oracle
+itself: a self-check of the kit that tests no backend) and `broken` (every call raises: a check
+of the runner).
+
+The oracle is never a fallback: when the bundled backend cannot be imported, `inprocess` fails
+to start and the run stops with the import error, because a run that quietly tested the oracle
+against itself would print CONFORMANT for a backend nobody ran.
 """
 from __future__ import annotations
 
@@ -10,29 +15,55 @@ from ..errors import KvconformError
 from .base import Adapter, AdapterError, BuildRefused, Engine, RunResult, Session
 
 NAMES = ("inprocess", "command", "reference", "broken")
+DEFAULT = "inprocess"
+SELF_CHECKS = frozenset({"reference"})
+"""Adapters that run the oracle in place of a backend: their reports test no backend."""
+
+# Which adapter each adapter-specific option of `kvconform run` belongs to. An option given to
+# another adapter is refused: silently ignoring `--executable` once tested the bundled backend
+# and printed CONFORMANT for an executable that never ran.
+OPTION_ADAPTERS = {
+    "executable": {"command"}, "engine_dir": {"command"}, "engine_config": {"command"},
+    "build_command": {"command"}, "capabilities": {"command"}, "backend_arg": {"command"},
+    "device": {"inprocess", "command"},
+}
 
 
-def default_backend() -> str:
-    """`inprocess` where the bundled backend and torch import, else `reference`."""
-    try:
-        import gpu_backend  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError:
-        return "reference"
-    return "inprocess"
+def option_flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
-def make_adapter(name: str, *, device: str = "auto", timeout: float = 120.0, executable: str | None = None,
+def choose_backend(backend: str | None, given: dict) -> str:
+    """The adapter a run uses, from `--backend` and the adapter options actually given.
+
+    Without `--backend`, a command-adapter option (`--executable`, `--engine-dir`, ...) selects
+    the command adapter, else the default is `inprocess`. An option that does not apply to the
+    chosen adapter is bad input (KvconformError), never ignored.
+    """
+    present = {k for k, v in given.items() if v not in (None, [], False)}
+    if backend is None:
+        backend = "command" if any(OPTION_ADAPTERS[k] == {"command"} for k in present) else DEFAULT
+    for key in sorted(present):
+        if backend not in OPTION_ADAPTERS[key]:
+            users = " or ".join(f"--backend {a}" for a in sorted(OPTION_ADAPTERS[key]))
+            raise KvconformError(f"{option_flag(key)} applies to {users}, not to --backend {backend}")
+    if backend == "command" and "device" in present and given.get("executable"):
+        raise KvconformError("--device applies to the bundled backend; pass an external executable's own "
+                             "device option with --backend-arg")
+    return backend
+
+
+def make_adapter(name: str, *, device: str | None = None, timeout: float = 120.0, executable: str | None = None,
                  engine_dir: str | None = None, engine_config: str | None = None,
                  build_command: str | None = None, capabilities: str | None = None,
                  extra_args: list[str] | None = None, workdir: str | None = None) -> Adapter:
     if name == "inprocess":
         from .inprocess import InprocessAdapter
-        return InprocessAdapter(device=device, timeout=timeout)
+        return InprocessAdapter(device=device or "auto", timeout=timeout)
     if name == "command":
         from .command import CommandAdapter
         extra = list(extra_args or [])
-        if executable is None and device != "auto":
+        if executable is None and device not in (None, "auto"):
             extra += ["--device", device]
         return CommandAdapter(executable, engine_dir, engine_config, build_command, capabilities,
                               timeout, extra, workdir)
@@ -45,5 +76,5 @@ def make_adapter(name: str, *, device: str = "auto", timeout: float = 120.0, exe
     raise KvconformError(f"unknown backend {name!r} (one of {', '.join(NAMES)})")
 
 
-__all__ = ["Adapter", "AdapterError", "BuildRefused", "Engine", "RunResult", "Session", "NAMES",
-           "default_backend", "make_adapter"]
+__all__ = ["Adapter", "AdapterError", "BuildRefused", "Engine", "RunResult", "Session", "NAMES", "DEFAULT",
+           "SELF_CHECKS", "choose_backend", "make_adapter"]

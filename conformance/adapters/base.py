@@ -55,6 +55,11 @@ class RunResult:
     error_path: str | None = None
     stderr_tail: str = ""
     wrote_output: bool = False
+    request: dict | None = None
+    """The request file as the backend received it (media and LoRA paths absolute)."""
+    files: dict = field(default_factory=dict)
+    """Files of the invocation on disk, by role ("request", "output", "profile", "stderr"), and
+    its command line under "command": the evidence kept beside a failing case's reproducer."""
 
 
 class Session:

@@ -116,7 +116,12 @@ class CommandSession(Session):
                                            "--profileOutputFile", files["profile.json"]]
                 + runtime_flags(self.runtime, files["hidden_states.safetensors"]) + self.adapter.extra_args)
         rc, err = run_process(argv, self.adapter.timeout, work, self.adapter.child_env)
-        return self.read(rc, err, files["output.json"], files["profile.json"], argv)
+        result = self.read(rc, err, files["output.json"], files["profile.json"], argv)
+        result.request = request
+        result.files = {"request": files["input.json"], "output": files["output.json"],
+                        "profile": files["profile.json"], "stderr": os.path.join(work, "stderr.txt"),
+                        "command": " ".join(shlex.quote(a) for a in argv)}
+        return result
 
     def read(self, rc, err, output_file, profile_file, argv) -> RunResult:
         command = " ".join(shlex.quote(a) for a in argv)
@@ -148,6 +153,17 @@ class CommandSession(Session):
         return RunResult("ok", responses, profile, None, rc, stderr_tail=err, wrote_output=True)
 
 
+def _split(command: str, flag: str) -> list[str]:
+    """A command line as argv (shell quoting rules); bad quoting is bad input, not a traceback."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as e:
+        raise KvconformError(f"{flag}: cannot split {command!r} into arguments: {e}") from None
+    if not argv:
+        raise KvconformError(f"{flag}: empty command")
+    return argv
+
+
 def _read_checked(path: str, schema: str) -> tuple[dict | None, str | None]:
     try:
         doc = read_json(path)
@@ -169,8 +185,8 @@ class CommandAdapter(Adapter):
                  capabilities: str | None = None, timeout: float = 120.0,
                  extra_args: list[str] | None = None, workdir: str | None = None):
         bundled = executable is None
-        self.executable = BUNDLED + ["infer"] if bundled else shlex.split(executable)
-        self.build_command = (shlex.split(build_command) if build_command
+        self.executable = BUNDLED + ["infer"] if bundled else _split(executable, "--executable")
+        self.build_command = (_split(build_command, "--build-command") if build_command
                               else BUNDLED + ["build"] if bundled and not engine_dir else None)
         self.timeout, self.extra_args = timeout, list(extra_args or [])
         # The kit's engines are tiny: one torch thread is fastest, and --jobs workers must not
@@ -180,6 +196,14 @@ class CommandAdapter(Adapter):
         self.own_workdir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="kvconform-command-")
         os.makedirs(self.workdir, exist_ok=True)
+        try:
+            self._setup(bundled, engine_dir, engine_config, capabilities)
+        except BaseException:      # an adapter that never started leaves no temporary folder
+            self.close()
+            raise
+
+    def _setup(self, bundled: bool, engine_dir: str | None, engine_config: str | None,
+               capabilities: str | None) -> None:
         self.fixed = None
         if engine_dir:
             description = engine_config or os.path.join(engine_dir, "config.json")

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..engines import build_cached, source_digest
+from ..schemas import schema_errors
 from .base import Adapter, AdapterError, BuildRefused, Engine, RunResult, Session, check_manifest
 
 RUNTIME_ARGS = {  # case runtime flag -> gpu_backend.Runtime keyword
@@ -80,6 +81,11 @@ class InprocessSession(Session):
             raise AdapterError("gpu_backend.Runtime raised", _tail(traceback.format_exc())) from None
 
     def run(self, request: dict, base_dir: str) -> RunResult:
+        result = self._run(request, base_dir)
+        result.request = request
+        return result
+
+    def _run(self, request: dict, base_dir: str) -> RunResult:
         if self.rejected is not None:
             return RunResult("rejected", message=self.rejected, exit_code=3)
         warmup, self.warmup = self.warmup, 0
@@ -97,6 +103,13 @@ class InprocessSession(Session):
                              stderr_tail=_tail(traceback.format_exc()))
         if not isinstance(out, dict):
             return RunResult("crash", message=f"Runtime.infer returned {type(out).__name__}, not a dict")
+        # The same checks as the files of a command backend: garbage is an ERROR, never judged.
+        for doc, schema, what in (({"responses": out.get("responses")}, "output", "responses"),
+                                  (profile, "profile", "profile")):
+            errors = schema_errors(doc, schema) if doc is not None else []
+            if errors:
+                return RunResult("crash", message=f"malformed {what} from Runtime.infer: {errors[0][0]}: "
+                                                  f"{errors[0][1]}")
         failed = out.get("failed_batches")
         return RunResult("ok", out.get("responses"), profile, failed,
                          1 if failed else 0, wrote_output=True)

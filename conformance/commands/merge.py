@@ -1,9 +1,10 @@
 """`kvconform merge OUT DIR...`: one report from the report folders of a sharded run.
 
-The shards must come from the same kit, spec, RUNNING version and adapter; their cases are
-joined (an id in two shards is an error), the summary is recomputed, reproducers are copied,
-and the merged report is complete only when every shard is complete and shards 1..N are all
-present.
+Only the shards of one run are merged: the same kit, spec and RUNNING versions, the same backend
+(adapter, its settings and manifest) and the same plan (the selection before sharding, its
+generation settings and seed), each shard once. Anything else is refused (exit 2). Cases are
+joined, the summary is recomputed, reproducers are copied. A merge that lacks a shard, or holds
+an interrupted one, is INCOMPLETE: written, but never CONFORMANT (exit 1).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from ..errors import KvconformError
 from ..report import check_report, claim_report_folder, verdict_table, write_json_atomic, write_outputs
 from ..schemas import read_json
-from ..verdicts import CaseResult, summarize
+from ..verdicts import PASSING_HEADLINES, CaseResult, summarize
 
 SAME = ("kit_version", "spec_version", "running_version", "semantics_profile")
 
@@ -30,10 +31,20 @@ def merge(docs: list[dict]) -> dict:
     for doc in docs[1:]:
         for key in SAME:
             if doc[key] != first[key]:
-                raise KvconformError(f"shards disagree on {key}: {first[key]!r} vs {doc[key]!r}")
-        if doc["backend"]["adapter"] != first["backend"]["adapter"]:
-            raise KvconformError(f"shards ran different adapters: {first['backend']['adapter']} vs "
-                                 f"{doc['backend']['adapter']}")
+                raise KvconformError(f"the reports disagree on {key}: {first[key]!r} vs {doc[key]!r}")
+        if _backend(doc) != _backend(first):
+            raise KvconformError(f"the reports tested different backends: {_describe(first)} vs {_describe(doc)}")
+        if doc.get("plan") != first.get("plan"):
+            raise KvconformError("the reports ran different plans (cases, generated families, seed or generation "
+                                 "settings): only the shards of one run can be merged")
+    shards = [_shard(doc) for doc in docs]
+    totals = {n for _, n in shards}
+    if len(totals) != 1:
+        raise KvconformError(f"the reports are shards of different splits: {sorted(f'{i}/{n}' for i, n in shards)}")
+    total = totals.pop()
+    seen_shards = [i for i, _ in shards]
+    if len(set(seen_shards)) != len(seen_shards):
+        raise KvconformError(f"shard {max(seen_shards, key=seen_shards.count)}/{total} is given twice")
     cases, seen = [], set()
     for doc in docs:
         for c in doc["cases"]:
@@ -42,16 +53,36 @@ def merge(docs: list[dict]) -> dict:
             seen.add(c["id"])
             cases.append(c)
     cases.sort(key=lambda c: c["id"])
-    shards = sorted({d.get("shard") for d in docs if d.get("shard")})
-    total = {int(s.split("/")[1]) for s in shards}
-    covered = len(total) == 1 and {int(s.split("/")[0]) for s in shards} == set(range(1, total.pop() + 1))
+    missing = sorted(set(range(1, total + 1)) - set(seen_shards))
+    complete = not missing and all(d["complete"] for d in docs)
     results = [CaseResult.from_json(c) for c in cases]
-    merged = dict(first, shard=None, cases=cases, summary=summarize(results),
-                  complete=all(d["complete"] for d in docs) and (covered or not shards),
+    merged = dict(first, shard=None, cases=cases, complete=complete,
+                  summary=summarize(results, complete, bool(first["backend"].get("self_check"))),
                   started=min(d.get("started") or "" for d in docs),
                   finished=max(d.get("finished") or "" for d in docs) or None)
-    merged["options"] = dict(first.get("options") or {}, merged_from=[d.get("shard") for d in docs])
+    merged["options"] = dict(first.get("options") or {}, merged_from=[d.get("shard") for d in docs],
+                             missing_shards=[f"{i}/{total}" for i in missing],
+                             interrupted_shards=[d["shard"] for d in docs if not d["complete"]])
     return merged
+
+
+def _shard(doc: dict) -> tuple[int, int]:
+    if not doc.get("shard"):
+        raise KvconformError("a report without --shard cannot be merged: merge joins the shards of one run")
+    if not doc.get("plan"):
+        raise KvconformError(f"shard {doc['shard']} records no plan identity (written by an older kit): re-run it")
+    i, n = doc["shard"].split("/")
+    return int(i), int(n)
+
+
+def _backend(doc: dict) -> dict:
+    b = doc["backend"]
+    return {k: b.get(k) for k in ("adapter", "settings", "capabilities", "self_check")}
+
+
+def _describe(doc: dict) -> str:
+    b = doc["backend"]
+    return f"{b['adapter']} {b.get('settings') or ''}".strip()
 
 
 def main(args) -> int:
@@ -75,7 +106,8 @@ def main(args) -> int:
     results = [CaseResult.from_json(c) for c in merged["cases"]]
     write_outputs(out, merged, results)
     print(verdict_table(results))
-    state = "CONFORMANT" if merged["summary"]["conformant"] else "NOT CONFORMANT"
-    print(f"\n{state}: {len(results)} case(s) from {len(docs)} report(s); complete: {merged['complete']}; "
-          f"merged report in {out}/", file=sys.stdout)
-    return 0 if merged["summary"]["conformant"] and merged["complete"] else 1
+    summary = merged["summary"]
+    gaps = merged["options"]["missing_shards"] + [f"{s} (interrupted)" for s in merged["options"]["interrupted_shards"]]
+    print(f"\n{summary['headline']}: {len(results)} case(s) from {len(docs)} report(s)"
+          + (f"; lacking shard(s) {', '.join(gaps)}" if gaps else "") + f"; merged report in {out}/")
+    return 0 if summary["headline"] in PASSING_HEADLINES else 1

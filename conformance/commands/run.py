@@ -1,36 +1,48 @@
 """`kvconform run`: the conformance run (the kit's main job, spec/RUNNING.md).
 
-With no arguments: the bundled backend through its Python API (`inprocess`; `reference` when
-torch or the backend cannot be imported), every curated case under tests/test_cases, and the
-generated families, then a verdict table per spec section and a report folder. Exit code 0 only
-when the backend is conformant (no mandatory case TIMEOUT, FAIL or ERROR), 1 otherwise, 2 on bad
-input, 128 + the signal number when Ctrl-C, SIGTERM or SIGHUP interrupts it (report.json then
-holds the finished cases with `"complete": false`, and `--resume` continues it). An existing,
-non-empty report folder is refused unless `--force` or `--resume` says what to do with it.
+With no arguments: the bundled backend through its Python API (`inprocess`), every curated case
+under tests/test_cases, and the generated families, then a verdict table per spec section and a
+report folder. The oracle is never a fallback backend: when the bundled backend cannot be
+imported the run stops (exit 2) with the import error; `--backend reference` runs the oracle
+against itself as an explicit self-check of the kit, and its report says that no backend was
+tested.
+
+Exit code 0 only when the backend is CONFORMANT (a complete run that judged at least one case, no
+mandatory case TIMEOUT, FAIL or ERROR) or the self-check passed, 1 otherwise, 2 on bad input
+(decided before anything runs: unknown names, numbers out of range, an empty selection, options
+of another adapter), 128 + the signal number when Ctrl-C, SIGTERM or SIGHUP interrupts it
+(report.json then holds the finished cases with `"complete": false`, and `--resume` continues
+it). An existing, non-empty report folder is refused unless `--force` or `--resume` says what to
+do with it.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import shlex
 import signal
 import sys
 import time
 from pathlib import Path
 
-from ..adapters import NAMES, AdapterError, default_backend, make_adapter
+from ..adapters import NAMES, SELF_CHECKS, AdapterError, choose_backend, make_adapter, option_flag
 from ..cases import parse_shard
 from ..errors import KvconformError
 from ..report import Report, check_report, claim_report_folder, problems_table, verdict_table
 from ..schemas import read_json
 from ..suite import execute, make_plan
+from ..generate import MIN_BATCHES
+from ..verdicts import PASSING_HEADLINES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     g = parser.add_argument_group("backend")
-    g.add_argument("--backend", choices=NAMES, help="adapter (default: inprocess where torch imports, else reference)")
-    g.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="bundled backend device")
-    g.add_argument("--timeout", type=float, default=120.0, metavar="S", help="seconds per invocation (default 120)")
+    g.add_argument("--backend", choices=NAMES,
+                   help="adapter (default: command when a command option is given, else inprocess)")
+    g.add_argument("--device", choices=("auto", "cpu", "cuda"), help="bundled backend device (default auto)")
+    g.add_argument("--timeout", type=seconds, default=120.0, metavar="S", help="seconds per invocation (default 120)")
     g.add_argument("--executable", metavar="CMD",
                    help="command adapter: an llm_inference-compatible command line (default: the bundled CLI)")
     g.add_argument("--engine-dir", metavar="DIR", help="command adapter: one fixed engine folder for every case")
@@ -51,18 +63,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--slow", action="store_true", help="include cases flagged slow")
     c.add_argument("--shard", metavar="I/N", help="run the I-th of N interleaved shards (merge with kvconform merge)")
     c.add_argument("--list", action="store_true", help="list the selected cases and exit")
-    c.add_argument("--jobs", type=int, default=1, metavar="N",
+    c.add_argument("--jobs", type=positive_int, default=1, metavar="N",
                    help="run N cases at once (useful with --backend command: processes overlap)")
     gen = parser.add_argument_group("generated request sets")
-    gen.add_argument("--no-generated", action="store_true", help="curated cases only")
-    gen.add_argument("--generated-only", action="store_true", help="generated families only")
+    which = gen.add_mutually_exclusive_group()
+    which.add_argument("--no-generated", action="store_true", help="curated cases only")
+    which.add_argument("--generated-only", action="store_true", help="generated families only")
     gen.add_argument("--families", metavar="LIST", help="comma-separated: text,vision,hybrid (default all)")
-    gen.add_argument("--examples", type=int, default=300, metavar="N", help="examples per family at most (default 300)")
-    gen.add_argument("--budget-seconds", type=float, default=180.0, metavar="S",
+    gen.add_argument("--examples", type=positive_int, default=300, metavar="N",
+                     help="examples per family at most (default 300)")
+    gen.add_argument("--budget-seconds", type=seconds, default=180.0, metavar="S",
                      help="a cap on the time of all generated families together, shrinking aside (default 180; "
                           "--examples normally bounds the run, so the same examples run every time)")
     gen.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0: the same examples every run)")
-    gen.add_argument("--max-steps", type=int, default=6, metavar="N", help="batches per example at most (default 6)")
+    gen.add_argument("--max-steps", type=positive_int, default=6, metavar="N", help="batches per example at most (default 6)")
+    gen.add_argument("--min-batches", type=positive_int, default=MIN_BATCHES, metavar="N",
+                     help=f"batches a family must judge to PASS (default {MIN_BATCHES}, at most --examples)")
     gen.add_argument("--save-regressions", action="store_true",
                      help="also write generated reproducers to tests/test_cases/regressions/")
     out = parser.add_argument_group("report")
@@ -75,12 +91,64 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "cases, run the rest with the options it recorded")
 
 
+MAX_SECONDS = 7 * 24 * 3600.0
+
+
+def seconds(text: str) -> float:
+    """A duration: finite, greater than 0, at most a week (a NaN once hung the kit)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0 and at most {MAX_SECONDS:g}, "
+                                         f"got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+ADAPTER_OPTIONS = ("device", "executable", "engine_dir", "engine_config", "build_command", "capabilities",
+                   "backend_arg")
+
+
+def rerun_command(args, backend: str, reproducer: Path) -> str:
+    """The command line that re-runs one reproducer against the same backend: the adapter and
+    every adapter option of this run, absolute paths, its own report folder."""
+    argv = [_kvconform(), "run", "--backend", backend]
+    for key in ADAPTER_OPTIONS:
+        value = getattr(args, key)
+        flag = option_flag(key)
+        if key == "backend_arg":
+            argv += [f"{flag}={v}" for v in value]
+        elif value:
+            argv += [flag, os.path.abspath(value) if key in ("engine_dir", "engine_config", "capabilities")
+                     else value]
+    name = reproducer.stem
+    argv += ["--timeout", f"{args.timeout:g}", "--case", str(reproducer.resolve()),
+             "--report", str((Path(args.report) / "reruns" / name).resolve()), "--force"]
+    return f"cd {shlex.quote(os.getcwd())} && {shlex.join(argv)}"
+
+
+def _kvconform() -> str:
+    entry = Path(sys.argv[0])
+    return str(entry.resolve()) if entry.name == "kvconform" and entry.exists() else "kvconform"
+
+
 def _one_torch_thread() -> None:
     """Run the in-process backend's CPU ops on one thread unless OMP_NUM_THREADS says otherwise.
 
     The kit's engines are tiny: each torch op is microseconds of work, below what intra-op
     threads repay, and when another process holds a core the OpenMP workers wait for it.
-    Measured on 2 shared cores (benchmarks/README.md, issue 6): the default run took 194 s with
+    Measured on 2 shared cores (benchmarks/README.md, item 4): the default run took 194 s with
     torch's default 2 threads and 62 s with one.
     """
     if os.environ.get("OMP_NUM_THREADS"):
@@ -91,7 +159,7 @@ def _one_torch_thread() -> None:
 
 # Options that decide what a run does; `--resume` takes them from the interrupted run's report.
 RESUMED = ("case", "keyword", "section", "rule", "slow", "shard", "no_generated", "generated_only", "families",
-           "examples", "budget_seconds", "seed", "max_steps", "save_regressions", "backend", "device", "timeout",
+           "examples", "budget_seconds", "seed", "max_steps", "min_batches", "save_regressions", "backend", "device", "timeout",
            "executable", "engine_dir", "engine_config", "build_command", "capabilities", "backend_arg")
 
 
@@ -147,12 +215,14 @@ class Interrupted(KeyboardInterrupt):
 
 def main(args) -> int:
     resumed = _resume_options(args) if args.resume else None
+    backend = choose_backend(args.backend, {k: getattr(args, k) for k in ADAPTER_OPTIONS})
     shard = parse_shard(args.shard)
     plan = make_plan(args.case, args.keyword, args.section, args.rule, args.slow,
                      generated=not args.no_generated, curated=not args.generated_only,
                      families=args.families.split(",") if args.families else None, shard=shard,
                      examples=args.examples, budget_s=args.budget_seconds, seed=args.seed,
-                     max_steps=args.max_steps, save_regressions=args.save_regressions)
+                     max_steps=args.max_steps, min_batches=args.min_batches,
+                     save_regressions=args.save_regressions)
     if args.list:
         for case in plan.cases:
             print(f"{case.id}\t{case.section}\t{case.source()}")
@@ -161,9 +231,6 @@ def main(args) -> int:
         return 0
     if not args.resume:
         claim_report_folder(Path(args.report), args.force)
-    backend = args.backend or default_backend()
-    if backend == "inprocess":
-        _one_torch_thread()
     try:
         adapter = make_adapter(backend, device=args.device, timeout=args.timeout, executable=args.executable,
                                engine_dir=args.engine_dir, engine_config=args.engine_config,
@@ -171,12 +238,16 @@ def main(args) -> int:
                                extra_args=args.backend_arg)
     except AdapterError as e:
         raise KvconformError(f"cannot start the {backend} adapter: {e}") from None
+    if backend == "inprocess":
+        _one_torch_thread()
     try:
         manifest = adapter.capabilities()
     except Exception:
         manifest = None
     options = {k: v for k, v in vars(args).items() if k not in ("func",) and not callable(v)}
-    report = Report(Path(args.report), backend, manifest, adapter.describe(), options, args.shard)
+    self_check = backend in SELF_CHECKS
+    report = Report(Path(args.report), backend, manifest, adapter.describe(), options, args.shard,
+                    plan=plan.identity, self_check=self_check)
     if resumed is not None:
         done = report.resume(resumed)
         plan.cases = [c for c in plan.cases if c.id not in done]
@@ -185,10 +256,13 @@ def main(args) -> int:
     start = time.monotonic()
     print(f"kvconform run: backend {backend}, {len(plan.cases)} case(s)"
           + (f", generated {','.join(plan.families)} (seed {args.seed}, {args.budget_seconds:g} s)" if plan.families else "")
-          + (f", shard {args.shard}" if shard else ""), file=sys.stderr)
+          + (f", shard {args.shard}" if shard else "")
+          + ("; SELF-CHECK: the oracle runs in place of a backend, no backend is tested" if self_check else ""),
+          file=sys.stderr)
     restore = _signals_interrupt()
     try:
-        execute(plan, adapter, report, progress=not args.no_progress, jobs=args.jobs)
+        execute(plan, adapter, report, progress=not args.no_progress, jobs=args.jobs,
+                rerun=lambda path: rerun_command(args, backend, path))
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
         report.interrupted()
@@ -207,7 +281,13 @@ def main(args) -> int:
     if problems:
         print()
         print(problems)
-    conformant = doc["summary"]["conformant"]
-    print(f"\n{'CONFORMANT' if conformant else 'NOT CONFORMANT'}: {len(results)} case(s) in "
+        first = next((r for r in results if r.rerun), None)
+        if first:
+            print(f"\nre-run a reproducer against the same backend, e.g. {first.id}:\n  {first.rerun}")
+    summary = doc["summary"]
+    note = {"NOTHING JUDGED": " (every case NOT_SUPPORTED: nothing was judged)",
+            "SELF-CHECK PASSED": " (no backend was tested: the oracle ran against itself)",
+            "SELF-CHECK FAILED": " (no backend was tested: the oracle ran against itself)"}.get(summary["headline"], "")
+    print(f"\n{summary['headline']}{note}: {summary['judged']} of {len(results)} case(s) judged in "
           f"{time.monotonic() - start:.0f} s; report in {report.folder}/ (report.json, junit.xml, summary.md)")
-    return 0 if conformant else 1
+    return 0 if summary["headline"] in PASSING_HEADLINES else 1

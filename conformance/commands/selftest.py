@@ -1,4 +1,4 @@
-"""`kvconform selftest`: does the suite catch real bugs? (issue 5)
+"""`kvconform selftest`: does the suite catch real bugs?
 
 Runs the default suite (the curated cases of `kvconform run`, then its generated families)
 against:
@@ -31,11 +31,14 @@ from pathlib import Path
 from tabulate import tabulate
 
 from ..errors import KvconformError
+from .run import positive_int, seconds
 
 BASELINES = {
     "inprocess": "conformant: no mandatory case TIMEOUT, FAIL or ERROR",
     "reference": "every case PASS",
     "broken": "every case ERROR",
+    "broken-judging": "ERROR wherever log-probabilities are judged: every case that compares them, every "
+                      "generated family",
 }
 CHECK_KINDS = {"golden/": "golden case", "generated/": "generated set", "regressions/": "regression case"}
 # A variant that dies of one of these did not get caught: its own code is broken (say, an
@@ -48,17 +51,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run only these variants (repeatable; default: the whole catalogue)")
     parser.add_argument("--no-baselines", action="store_true",
                         help="skip the bundled, reference and broken baselines (variants only)")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
+    parser.add_argument("--jobs", type=positive_int, default=min(2, os.cpu_count() or 1), metavar="N",
                         help="targets run at once, one process each (default: 2, or 1 on one core)")
     parser.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"),
                         help="device of the bundled backend and its variants (default cpu)")
-    parser.add_argument("--timeout", type=float, default=120.0, metavar="S", help="seconds per invocation")
-    parser.add_argument("--examples", type=int, default=300, metavar="N",
+    parser.add_argument("--timeout", type=seconds, default=120.0, metavar="S", help="seconds per invocation")
+    parser.add_argument("--examples", type=positive_int, default=300, metavar="N",
                         help="generated examples per family at most (default 300, as kvconform run)")
-    parser.add_argument("--budget-seconds", type=float, default=180.0, metavar="S",
+    parser.add_argument("--budget-seconds", type=seconds, default=180.0, metavar="S",
                         help="cap on the generated families of one target (default 180, as kvconform run)")
     parser.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0)")
-    parser.add_argument("--max-steps", type=int, default=6, metavar="N", help="batches per generated example")
+    parser.add_argument("--max-steps", type=positive_int, default=6, metavar="N", help="batches per generated example")
     parser.add_argument("--shrink", action="store_true",
                         help="shrink a variant's failing generated example (default: the first one is enough)")
     parser.add_argument("--generated-only", action="store_true",
@@ -79,6 +82,22 @@ def case_cost(case) -> tuple:
     n = len(doc.get("requests") or [])
     gen = (case.runtime.get("maxGenerateLength") or doc.get("max_generate_length", 256)) if doc.get("requests") else 0
     return (n * min(gen, 64) + n, case.id)
+
+
+def compares_logprobs(case) -> bool:
+    """Whether running this case compares log-probabilities: greedy outputs compared with the
+    bypass replay, log-probabilities asked for, and a run that must produce responses."""
+    from .. import oracle
+    from ..adapters.base import is_greedy
+    doc = case.doc
+    asked = doc.get("num_logprobs", 0) or any(r.get("num_logprobs", 0) for r in doc.get("requests", []))
+    if not (asked and case.compare_outputs and is_greedy(doc)) or case.negative:
+        return False
+    try:
+        engine = oracle.derive_engine(case.engine_args)
+    except oracle.InputError:
+        return False              # a refused build runs nothing
+    return oracle.rejection(engine, oracle.flags_of(case.runtime)) is None
 
 
 def observable_of(failure, verdict: str, reason: str) -> str:
@@ -125,7 +144,7 @@ def run_target(kind: str, name: str, opts: dict, part: str | None = None) -> dic
     from ..execute import run_case
     from ..generate import run_generated
     from ..suite import make_plan
-    from ..verdicts import Verdict
+    from ..verdicts import CaseResult, Verdict
     import shutil
     import tempfile
 
@@ -135,6 +154,9 @@ def run_target(kind: str, name: str, opts: dict, part: str | None = None) -> dic
         adapter = CATALOGUE[name].adapter(device=opts["device"], timeout=opts["timeout"])
     elif name == "inprocess":
         adapter = make_adapter("inprocess", device=opts["device"], timeout=opts["timeout"])
+    elif name == "broken-judging":
+        from ..adapters.broken import BrokenJudgingAdapter
+        adapter = BrokenJudgingAdapter(device=opts["device"], timeout=opts["timeout"])
     else:
         adapter = make_adapter(name)
     try:
@@ -162,7 +184,7 @@ def run_target(kind: str, name: str, opts: dict, part: str | None = None) -> dic
                                   budget_s=opts["budget_s"] / max(1, len(plan.families)), seed=opts["seed"],
                                   max_steps=opts["max_steps"], reproducer_dir=reproducers,
                                   run_case_fn=lambda c: run_case(c, adapter, manifest, manifest_error),
-                                  shrink=opts["shrink"] or kind != "variant")
+                                  shrink=opts["shrink"] or kind != "variant" and name != "broken-judging")
                 results.append(r)
                 if kind == "variant" and r.verdict >= Verdict.TIMEOUT:
                     killer = killer or r
@@ -189,6 +211,11 @@ def run_target(kind: str, name: str, opts: dict, part: str | None = None) -> dic
             bad = [r for r in results if not r.conformant]
         elif name == "reference":
             bad = [r for r in results if r.verdict != Verdict.PASS]
+        elif name == "broken-judging":
+            judged = {c.id for c in cases if compares_logprobs(c)} | {f"generated/{f}" for f in families}
+            bad = [r for r in results if r.id in judged and r.verdict != Verdict.ERROR]
+            if not any(r.id in judged for r in results):
+                bad = results or [CaseResult("(nothing)", []).settle(Verdict.PASS, "no case compared log-probabilities")]
         else:
             bad = [r for r in results if r.verdict != Verdict.ERROR]
         out["ok"] = not bad
@@ -245,8 +272,6 @@ def main(args) -> int:
     unknown = [n for n in names if n not in catalogue]
     if unknown:
         raise KvconformError(f"unknown variant(s) {', '.join(unknown)} (kvconform selftest --list)")
-    if args.jobs < 1:
-        raise KvconformError("--jobs must be at least 1")
     folder = Path(args.report)
     folder.mkdir(parents=True, exist_ok=True)
     opts = {"device": args.device, "timeout": args.timeout, "examples": args.examples,
@@ -258,7 +283,7 @@ def main(args) -> int:
     targets += [("variant", n, None) for n in names]
     started = time.monotonic()
     _prebuild(args.device)
-    print(f"kvconform selftest: {len(names)} variant(s)" + ("" if args.no_baselines else " + 3 baselines")
+    print(f"kvconform selftest: {len(names)} variant(s)" + ("" if args.no_baselines else f" + {len(BASELINES)} baselines")
           + f", --jobs {args.jobs}", file=sys.stderr)
     results: dict = {}
     finished = []

@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 import reference
+from reference.engine import MAX_WARMUP
 
 from .. import schemas
 from ..errors import KvconformError
@@ -64,15 +65,10 @@ def _int(text: str, minimum: int) -> int:
 
 
 def main(args) -> int:
-    outputs = [p for p in (args.profileOutputFile, args.outputFile) if p]
-    inputs = [p for p in (args.inputFile, args.transcript, args.engineConfig) if p]
-    for out in outputs:
-        if any(os.path.exists(i) and os.path.exists(out) and os.path.samefile(i, out) for i in inputs):
-            raise KvconformError("refusing to overwrite an input file", out)
-        if os.path.isdir(out):
-            raise KvconformError("is a directory, expected a file to write", out)
-
+    if args.warmup > MAX_WARMUP:            # the same bound as the runtime's (spec/engine.md section 3)
+        raise KvconformError(f"--warmup: {args.warmup} is above the maximum {MAX_WARMUP}")
     engine_file = os.path.join(args.engineDir, "config.json") if args.engineDir else args.engineConfig
+    _check_outputs(args, [p for p in (args.inputFile, args.transcript, engine_file) if p])
     engine = _engine(engine_file)
     doc = schemas.read_json(args.inputFile)
     schemas.check(doc, "request", args.inputFile)
@@ -86,7 +82,7 @@ def main(args) -> int:
         dump_profile=args.dumpProfile)
     base_dir = os.path.dirname(os.path.abspath(args.inputFile))
     try:
-        predictions, profile = reference.simulate(engine, flags, doc, base_dir, generated)
+        predictions, profile = reference.simulate(engine, flags, doc, base_dir, generated, lora_files=True)
     except reference.InputError as e:
         if e.path.startswith("$.generated"):
             raise KvconformError(e.message, args.transcript, e.path.replace("$.generated", "$.responses", 1)) from None
@@ -94,6 +90,8 @@ def main(args) -> int:
     except (reference.NeedsTranscript, reference.OutOfScope) as e:
         which = re.match(r"request (\d+): ", str(e))      # the request whose counts cannot be predicted
         raise KvconformError(str(e), args.inputFile, f"$.requests[{which.group(1)}]" if which else "$") from None
+    for path, message in schemas.unknown_request_keys(doc):    # the file is accepted: now the warnings
+        print(f"kvconform: warning: {KvconformError(message, args.inputFile, path)}", file=sys.stderr)
     predictions["input_file"] = os.path.abspath(args.inputFile)
     if predictions["rejected"] is not None:
         rejected = predictions["rejected"]
@@ -108,6 +106,28 @@ def main(args) -> int:
     for b in failed:
         print(f"kvconform: batch {b['batch_idx']} fails ({b['rule']}): {b['error']}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _check_outputs(args, inputs: list) -> None:
+    """Before anything is read: an output is never a directory, an input, or the other output."""
+    outputs = [(flag, p) for flag, p in (("--profileOutputFile", args.profileOutputFile),
+                                         ("--outputFile", args.outputFile)) if p]
+    for flag, out in outputs:
+        if os.path.isdir(out):
+            raise KvconformError("is a directory, expected a file to write", out)
+        if any(_same_file(i, out) for i in inputs):
+            raise KvconformError("refusing to overwrite an input file", out)
+    if len(outputs) == 2 and _same_file(outputs[0][1], outputs[1][1]):
+        raise KvconformError(f"--outputFile names the same file as --profileOutputFile ({args.outputFile}); "
+                             "the predictions would replace the profile")
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: through symbolic links, or hard links when both exist."""
+    try:
+        return os.path.realpath(a) == os.path.realpath(b) or os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
 
 
 def _engine(file: str):

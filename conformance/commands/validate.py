@@ -3,14 +3,16 @@
 The kind of each file (request, case, engine, output, profile, predictions, report,
 capabilities) is told from its content unless `--kind` says it. Request and case files are also
 parsed by the reference oracle (tokenization, media decoding, LoRA availability, one adapter
-per batch, policy values); a case's `_conformance` block must cite known rule ids and describe
-an engine that builds, and a case with `negative` must fail exactly as it declares.
+per batch, policy values; adapter weight files must exist for request files, whose paths are
+relative to the file, not for cases, whose paths name the engine folder's files); a case's
+`_conformance` block must cite known rule ids and describe an engine that builds, and a case
+with `negative` must fail exactly as it declares. A valid request or case file with keys the
+format does not know gets one warning line per key (they are ignored, and may be typos).
 Exit 0 when every file is valid, 2 otherwise; never a traceback.
 """
 from __future__ import annotations
 
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -20,9 +22,9 @@ from reference.requests import parse_generated
 from .. import schemas
 from ..cases import check_templates, Case
 from ..errors import KvconformError
+from ..rules import spec_rule_ids
 
 KINDS = ("request", "case", "engine", "output", "profile", "predictions", "report", "capabilities")
-SPEC_RULES_FILE = Path(__file__).resolve().parents[2] / "spec" / "context-reuse.md"
 _FORMATS = {"kvconform-engine-v1": "engine", "kvconform-predictions-v1": "predictions",
             "kvconform-report-v1": "report", "kvconform-capabilities-v1": "capabilities"}
 
@@ -46,9 +48,18 @@ def main(args) -> int:
             print(f"kvconform: error: {KvconformError(message, file, path)}", file=sys.stderr)
         if problems:
             bad += 1
-        else:
-            print(f"{file}: ok ({kind})")
+            continue
+        print(f"{file}: ok ({kind})")
+        for path, message in unknown_keys(file, kind):
+            print(f"kvconform: warning: {KvconformError(message, file, path)}", file=sys.stderr)
     return 2 if bad else 0
+
+
+def unknown_keys(file: str, kind: str | None) -> list[tuple[str, str]]:
+    """The ignored keys of a request or case file that validated (schemas.unknown_request_keys)."""
+    if kind not in ("request", "case"):
+        return []
+    return schemas.unknown_request_keys(schemas.read_json(file))
 
 
 def check_file(file: str, kind: str | None = None, engine=None) -> tuple[list[tuple[str | None, str]], str | None]:
@@ -69,7 +80,7 @@ def check_file(file: str, kind: str | None = None, engine=None) -> tuple[list[tu
         if problems:
             return problems, kind
         if kind == "request":
-            reference.parse_request_file(doc, base_dir, engine)
+            reference.parse_request_file(doc, base_dir, engine, lora_files=True)
         elif kind == "engine":
             reference.engine_from_config(doc)
         elif kind in ("predictions", "report"):
@@ -97,11 +108,6 @@ def detect_kind(doc) -> str | None:
     if "context_cache" in doc or "prefill" in doc:
         return "profile"
     return None
-
-
-def spec_rule_ids() -> set[str]:
-    """The rule ids defined by spec/context-reuse.md (headings `**CR-XXX-n (`)."""
-    return set(re.findall(r"\*\*(CR-[A-Z]+-\d+) \(", SPEC_RULES_FILE.read_text(encoding="utf-8")))
 
 
 def check_case(doc: dict, base_dir: str, file: str) -> list[tuple[str | None, str]]:

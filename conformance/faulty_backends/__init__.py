@@ -1,4 +1,4 @@
-"""The catalogue of faulty backends (issue 5): the bundled backend with exactly one defect each.
+"""The catalogue of faulty backends: the bundled backend with exactly one defect each.
 
 Every variant subclasses one component of `gpu_backend` (the cache identity, the context cache,
 the model or the runtime) and is injected through the runtime's component seams

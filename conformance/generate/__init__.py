@@ -1,21 +1,29 @@
-"""Generated request sets (issue 4, deliverable 3): Hypothesis draws examples, each checked
-after every batch against the oracle and a bypass replay; a failure is shrunk and written as a
-runnable case file, which is then re-run alone to confirm it fails the same way.
+"""Generated request sets: Hypothesis draws examples, each checked after every batch against
+the oracle and a bypass replay; a failure is shrunk and written as a runnable case file, which is
+then re-run alone to confirm it fails the same way.
 
 Hypothesis runs with a fixed seed, no example database and a time budget. Its shrinker keeps
 going while it finds smaller failing examples; the smallest failing trace seen is kept here
 (measured by request count, then size), so a shrink phase cut short by the budget still yields
 the best reproducer found so far.
+
+A family passes only on evidence: it must judge at least `min(min_batches, examples)` batches
+(a budget that ran out first is a TIMEOUT, examples that could not run here NOT_SUPPORTED), and
+anything the kit raises while drawing or judging ends the family ERROR with the traceback's
+tail, like a case the kit could not run.
 """
 from __future__ import annotations
 
 import json
 import time
+import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings
 from hypothesis import seed as hypothesis_seed
+from hypothesis.errors import HypothesisException
 from hypothesis import strategies as st
 
 from ..adapters.base import Adapter, AdapterError, BuildRefused
@@ -46,10 +54,29 @@ def supported(family: str, manifest: dict) -> list[str]:
     return missing
 
 
+MIN_BATCHES = 25
+"""Batches a family must judge before it can PASS (fewer when fewer examples are asked for)."""
+
+
+@dataclass
+class _Progress:
+    """What one family's Hypothesis run did. Shrinking re-runs examples; those are counted apart,
+    so that `examples` is what was asked for and scenarios per minute mean what they say."""
+    examples: int = 0          # examples run before any failure (the generate phase)
+    shrink_steps: int = 0      # examples run while shrinking a failure
+    batches: int = 0           # batches judged in the generate phase
+    after_budget: int = 0      # calls Hypothesis made after the budget ran out (nothing ran)
+    best: tuple | None = None  # ((requests, size), case doc, failures, traceback tail)
+    shrink_deadline: float | None = None
+    warnings: list = field(default_factory=list)
+    unsupported: str = ""      # why the last example could not be judged here
+
+
 def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workdir: Path,
                   run_case_fn: Callable, examples: int = 40, budget_s: float = 60.0, seed: int = 0,
                   max_steps: int = 6, reproducer_dir: Path | None = None,
-                  regressions_dir: Path | None = None, shrink: bool = True) -> CaseResult:
+                  regressions_dir: Path | None = None, shrink: bool = True,
+                  min_batches: int = MIN_BATCHES) -> CaseResult:
     result = CaseResult(f"generated/{family}", RULES[family], True, "conformance/generate", None)
     started = time.monotonic()
     if manifest is None:
@@ -58,23 +85,24 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
     if missing:
         return result.settle(Verdict.NOT_SUPPORTED, f"the backend does not declare {', '.join(missing)}")
     media_dir, base_dir = workdir / "media", str(workdir)
-    state = {"best": None, "examples": 0, "shrink_runs": 0, "steps": 0, "shrink_deadline": None, "warnings": []}
+    state = _Progress()
     deadline = started + budget_s
+    required = max(1, min(min_batches, examples))
 
     def run_case_doc(doc: dict) -> CaseResult:
         path = write_reproducer(doc, base_dir, workdir / "pending", "pending")
         return run_case_fn(load_case(path))
 
-    def record(ex: Example, failures: list[Failure]) -> None:
+    def record(ex: Example, failures: list[Failure], trace: str = "") -> None:
         rules = list(dict.fromkeys(f.rule for f in failures if f.rule))
         line = failures[0].line()
         doc = ex.case_doc("pending", f"Found by generated testing (family {family}, seed {seed}): "
                                      + (line if len(line) <= 400 else line[:397] + "..."), rules)
         size = (len(ex.requests), len(json.dumps(doc)))
-        if state["best"] is None or size < state["best"][0]:
-            state["best"] = (size, doc, failures)
-        if state["shrink_deadline"] is None:
-            state["shrink_deadline"] = time.monotonic() + max(20.0, budget_s / 2)
+        if state.best is None or size < state.best[0]:
+            state.best = (size, doc, failures, trace)
+        if state.shrink_deadline is None:
+            state.shrink_deadline = time.monotonic() + max(20.0, budget_s / 2)
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
               suppress_health_check=list(HealthCheck), report_multiple_bugs=False, print_blob=False,
@@ -82,58 +110,77 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
     @hypothesis_seed(seed)
     @given(st.data())
     def example(data):
-        now = time.monotonic()
-        if state["shrink_deadline"] is not None:
-            if now > state["shrink_deadline"]:
-                reject()
-        elif now > deadline:
-            return
+        shrinking = state.shrink_deadline is not None
+        if shrinking and time.monotonic() > state.shrink_deadline:
+            reject()
+        # Everything is drawn before the budget is looked at: an example that returned before
+        # drawing would make Hypothesis see the same choices behave differently (a "flaky
+        # strategy"), so calls after the budget draw the same data and only skip the running.
         setup = draw_setup(data, family, manifest)
+        steps = data.draw(recipes(setup, max_steps), label="steps")
+        if adapter.sessions and len(steps) > 1:
+            setup.switch_at = data.draw(policy_switch(setup, len(steps)), label="policy_switch")
+        if not shrinking and time.monotonic() > deadline:
+            state.after_budget += 1
+            return
+        if shrinking:
+            state.shrink_steps += 1
+        else:
+            state.examples += 1
         ex = None
         try:
             ex = Example(family, adapter, manifest, setup, media_dir, base_dir)
             ex.start()
-            steps = data.draw(recipes(setup, max_steps), label="steps")
-            if adapter.sessions and len(steps) > 1:
-                setup.switch_at = data.draw(policy_switch(setup, len(steps)), label="policy_switch")
             for lora, step in steps:
                 batch = ex.add_step(lora, step)
                 if adapter.sessions:
                     ex.step(batch)
-                    state["steps"] += 1
+                    state.batches += not shrinking
             if not adapter.sessions:
-                run_whole(ex, run_case_doc)
-            if ex.warnings and not state["warnings"]:
-                state["warnings"] = ex.warnings[:5]
+                judged, why = run_whole(ex, run_case_doc)
+                state.batches += judged if not shrinking else 0
+                state.unsupported = why or state.unsupported
+            if ex.warnings and not state.warnings:
+                state.warnings = ex.warnings[:5]
         except Mismatch as m:
             record(ex, m.failures)
             raise AssertionError(str(m)) from None
         except (AdapterError, BuildRefused) as e:
             failure = Failure(None, "adapter", "a result", type(e).__name__, str(e), verdict=Verdict.ERROR)
             if ex is not None:
-                record(ex, [failure])
+                record(ex, [failure], getattr(e, "stderr_tail", ""))
             raise AssertionError(str(e)) from None
+        except HypothesisException:
+            raise                  # Hypothesis's own control flow (an assumption, a frozen draw)
+        except Exception as e:     # the kit could not judge this example: never a PASS
+            trace = _tail(traceback.format_exc())
+            failure = Failure(None, "kit", "a judgement of the example", f"{type(e).__name__}: {e}",
+                              "the kit raised while drawing or judging this example (traceback in stderr_tail)",
+                              verdict=Verdict.ERROR)
+            if ex is not None:
+                record(ex, [failure], trace)
+                raise AssertionError(str(e)) from None
+            raise
         finally:
             if ex is not None:
                 ex.close()
-            state["examples" if state["shrink_deadline"] is None else "shrink_runs"] += 1
 
+    escaped = None
     try:
         example()
-    except Exception:  # the failure itself, or Hypothesis noticing the budget cut the shrink short
-        pass
-    result.details = {"examples": state["examples"], "shrink_runs": state["shrink_runs"],
-                      "steps_checked": state["steps"], "seed": seed, "max_examples": examples, "budget_s": budget_s}
-    if state["best"] is None:
-        for f in state["warnings"]:
-            result.add(f)
-        result.reason = (f"{state['examples']} examples ({state['steps']} batches checked), "
-                         + ("no disagreement" if not state["warnings"] else "warnings only (first example shown)"))
-        result.duration_s = time.monotonic() - started
-        return result
-    _, doc, failures = state["best"]
+    except Exception as e:  # the failure itself, Hypothesis noticing the budget cut the shrink short, or a kit bug
+        escaped = e, _tail(traceback.format_exc())
+    result.details = {"examples": state.examples, "shrink_steps": state.shrink_steps,
+                      "batches_checked": state.batches, "batches_required": required,
+                      "calls_after_budget": state.after_budget, "seed": seed, "max_examples": examples,
+                      "budget_s": budget_s}
+    result.duration_s = time.monotonic() - started
+    if state.best is None:
+        return _verdict_without_failure(result, state, required, escaped, budget_s)
+    _, doc, failures, trace = state.best
     for f in failures:
         result.add(f)
+    result.stderr_tail = trace
     name = f"gen-{family}-{digest(doc, 8)}"
     doc["_conformance"]["id"] = f"regressions/{name}"
     folder = reproducer_dir or workdir / "reproducers"
@@ -142,6 +189,7 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
     if regressions_dir is not None:
         write_reproducer(doc, base_dir, regressions_dir, name)
     rerun = run_case_fn(load_case(path))   # exactly what `kvconform run --case PATH` does
+    result.invocations = rerun.invocations
     signatures = {f.signature() for f in rerun.failures}
     first = result.first_failure()
     reproduced = rerun.verdict == result.verdict and (first is None or first.signature() in signatures)
@@ -152,3 +200,29 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
                      + ("fails the same way" if reproduced else f"ends {rerun.verdict} (not the same failure)"))
     result.duration_s = time.monotonic() - started
     return result
+
+
+def _verdict_without_failure(result: CaseResult, state: _Progress, required: int, escaped, budget_s: float):
+    """No example disagreed: PASS only when enough batches were judged and nothing escaped."""
+    counted = (f"{state.examples} examples, {state.batches} batches judged"
+               + (f", {state.shrink_steps} shrink steps" if state.shrink_steps else ""))
+    if escaped is not None:
+        e, trace = escaped
+        result.stderr_tail = trace
+        return result.settle(Verdict.ERROR, f"the generator raised {type(e).__name__}: {e} ({counted})")
+    if state.batches < required:
+        if state.after_budget or state.examples == 0:
+            return result.settle(Verdict.TIMEOUT, f"{counted}: fewer than the {required} batches a family must "
+                                                  f"judge within its {budget_s:g} s budget")
+        return result.settle(Verdict.NOT_SUPPORTED, f"{counted}: fewer than the {required} batches a family must "
+                                                    "judge; the examples could not be judged here"
+                                                    + (f" ({state.unsupported})" if state.unsupported else ""))
+    for f in state.warnings:
+        result.add(f)
+    result.reason = f"{counted}, " + ("no disagreement" if not state.warnings
+                                      else "warnings only (first example shown)")
+    return result
+
+
+def _tail(text: str, lines: int = 12) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])

@@ -193,15 +193,18 @@ class Example:
         return doc
 
 
-def run_whole(example: Example, run_case_doc) -> None:
-    """Adapters without sessions: judge the whole example once, as the case file it would be."""
+def run_whole(example: Example, run_case_doc) -> tuple[int, str]:
+    """Adapters without sessions: judge the whole example once, as the case file it would be.
+    Returns the number of batches judged (0 when the case could not run here) and, then, why."""
     result = run_case_doc(example.case_doc("generated/pending", "generated example", ["CR-OUT-1"]))
     if result.verdict >= Verdict.TIMEOUT:
         raise Mismatch(result.failures or [Failure(None, "case", "PASS", str(result.verdict), result.reason,
                                                    verdict=result.verdict)])
     example.warnings += result.failures
-
-
+    if result.verdict == Verdict.NOT_SUPPORTED:
+        return 0, result.reason
+    size = example.setup.batch_size
+    return -(-len(example.requests) // size), ""
 
 
 def replay(doc: dict, family: str, adapter: Adapter, manifest: dict, base_dir: str, media_dir: Path) -> list[Failure]:

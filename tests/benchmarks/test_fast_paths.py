@@ -1,4 +1,4 @@
-"""The speed edits of issue 6 in gpu_backend/ change no value: each fast path is compared, bit for
+"""The speed edits in gpu_backend/ change no value: each fast path is compared, bit for
 bit on CPU, with the straightforward formulation it replaced."""
 import torch
 import torch.nn.functional as F

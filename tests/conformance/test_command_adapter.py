@@ -99,7 +99,7 @@ def test_bundled_cli_agrees_with_inprocess_on_a_few_cases():
 
 @pytest.mark.slow
 def test_bundled_cli_agrees_with_inprocess_on_every_curated_case():
-    """Done criterion of issue 4: the CLI through the command contract gives the inprocess verdicts."""
+    """The CLI through the command contract gives the inprocess verdicts."""
     pytest.importorskip("torch")
     command, inprocess = make_adapter("command"), make_adapter("inprocess")
     differ = {}

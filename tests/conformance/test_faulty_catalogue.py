@@ -24,7 +24,7 @@ from gpu_backend.runtime import Runtime
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_RULES = set(re.findall(r"\*\*(CR-[A-Z]+-\d+) ", (ROOT / "spec" / "context-reuse.md").read_text()))
 
-# The defects issue 5 asks for, by the name each has in the catalogue.
+# The defects the catalogue must hold, by the name each has in the catalogue.
 REQUIRED = {
     "identity": ["lora-not-in-key", "media-placeholders-only", "media-position-omitted", "media-hash-without-geometry",
                  "adjacent-media-merged", "weak-16bit-digest"],

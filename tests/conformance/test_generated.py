@@ -23,7 +23,8 @@ def test_the_oracle_passes_generated_examples(family, tmp_path, reference_adapte
     result = run_generated(family, reference_adapter, reference_manifest, workdir=tmp_path, examples=25,
                            budget_s=8, seed=0, run_case_fn=lambda c: run_case(c, reference_adapter, reference_manifest))
     assert result.verdict == Verdict.PASS, [f.line() for f in result.failures]
-    assert result.details["steps_checked"] >= 20
+    assert result.details["batches_checked"] >= 20
+    assert result.details["examples"] <= 25 and result.details["shrink_steps"] == 0
 
 
 @pytest.mark.parametrize("mutant, family, rule", [
@@ -73,4 +74,7 @@ def test_recipes_build_valid_request_files(tmp_path_factory, data):
     doc = ex.case_doc("generated/check", "check", ["CR-OUT-1"])
     path = folder / "case.json"
     path.write_text(json.dumps(doc))
-    load_case(path)  # schema, templates referring to earlier batches
+    loaded = load_case(path)  # schema, templates referring to earlier batches
+    assert loaded.id == "generated/check" and len(loaded.doc["requests"]) == len(ex.requests)
+    result = run_case(loaded, ReferenceAdapter(), manifest)
+    assert result.verdict == Verdict.PASS, (result.reason, [f.line() for f in result.failures])

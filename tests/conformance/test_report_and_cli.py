@@ -21,7 +21,8 @@ def test_report_files_are_valid(tmp_path, reference_adapter, reference_manifest)
     assert partial["complete"] is False and not check_report(partial)
     doc = report.finish()
     assert doc["complete"] is True and not check_report(doc), check_report(doc)
-    assert doc["summary"] == {"verdicts": {**{v.name: 0 for v in Verdict}, "PASS": 3}, "conformant": True}
+    assert doc["summary"] == {"verdicts": {**{v.name: 0 for v in Verdict}, "PASS": 3}, "conformant": True,
+                              "judged": 3, "headline": "CONFORMANT"}
     assert doc["tolerances"]["near_tie_top2_gap_nats"] == 0.05
     suites = ET.parse(tmp_path / "r" / "junit.xml").getroot()
     assert sum(int(s.get("tests")) for s in suites) == 3
@@ -78,9 +79,10 @@ def test_merge_never_overwrites_without_force(tmp_path, capsys):
 
 def test_merge_refuses_overlapping_shards(tmp_path, capsys):
     common = ["run", "--backend", "reference", "--no-generated", "--no-progress", "-k", "boundary-p4"]
-    kvconform(common + ["--report", str(tmp_path / "a")])
+    kvconform(common + ["--shard", "1/2", "--report", str(tmp_path / "a")])
+    capsys.readouterr()
     assert kvconform(["merge", str(tmp_path / "m"), str(tmp_path / "a"), str(tmp_path / "a")]) == 2
-    assert "more than one shard" in capsys.readouterr().err
+    assert "shard 1/2 is given twice" in capsys.readouterr().err
 
 
 def test_verdict_table_groups_by_section(reference_adapter, reference_manifest):

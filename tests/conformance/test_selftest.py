@@ -1,6 +1,7 @@
-"""`kvconform selftest` (issue 5): the suite must catch every faulty backend of the catalogue,
-pass the bundled backend and the oracle, and fail the broken adapter everywhere, within the
-default budget on this repository's 2-core machine."""
+"""`kvconform selftest`: the suite must catch every faulty backend of the catalogue, pass the
+bundled backend and the oracle, fail the broken adapter everywhere and the broken-judging adapter
+wherever log-probabilities are judged, within the default budget on this repository's 2-core
+machine."""
 from __future__ import annotations
 
 import json
@@ -33,10 +34,12 @@ def test_selftest_kills_every_variant_at_the_default_budget(tmp_path):
     for v in doc["variants"]:
         assert v["kill"]["verdict"] in ("FAIL", "ERROR", "TIMEOUT"), v
         assert v["kill"]["check"] and v["kill"]["observable"], v
-    assert set(doc["baselines"]) == {"inprocess", "reference", "broken"}
+    assert set(doc["baselines"]) == {"inprocess", "reference", "broken", "broken-judging"}
     assert all(b["ok"] for b in doc["baselines"].values()), {k: b["problems"] for k, b in doc["baselines"].items()}
     assert doc["baselines"]["reference"]["verdicts"] == {"PASS": doc["baselines"]["reference"]["cases_run"]}
     assert doc["baselines"]["broken"]["verdicts"] == {"ERROR": doc["baselines"]["broken"]["cases_run"]}
+    # malformed log-probabilities: ERROR in the curated cases that compare them and in all 3 families
+    assert doc["baselines"]["broken-judging"]["verdicts"]["ERROR"] >= 3 + 60
     matrix = (tmp_path / "kill-matrix.md").read_text()
     assert all(f"`{name}`" in matrix for name in CATALOGUE)
     assert wall < 600, f"the selftest took {wall:.0f} s"

@@ -71,10 +71,17 @@ def test_rejected_switches_run_without_reuse(engine, switches):
     assert res["failed_batches"] == 0 and res["responses"][0]["finish_reason"] != "error"
 
 
-def test_accepted_deployments(engine):
-    runtime(engine(specDecode="eagle"))                      # attention-only EAGLE is accepted (0.10)
-    runtime(engine(model="recurrent", kvCacheDtype="fp8"))   # no attention layer keeps KV
-    runtime(engine(model="hybrid"), tp_size=1)
+@pytest.mark.parametrize("switches, kw", [
+    (dict(specDecode="eagle"), {}),                          # attention-only EAGLE is accepted (0.10)
+    (dict(model="recurrent", kvCacheDtype="fp8"), {}),       # no attention layer keeps KV
+    (dict(model="hybrid"), dict(tp_size=1)),
+])
+def test_accepted_deployments_run_with_reuse(engine, switches, kw):
+    rt = runtime(engine(**switches), **kw)
+    res = run(rt, texts("abcdefgh", "abcdefghij", gen=2))
+    assert res["failed_batches"] == 0 and all(r["finish_reason"] != "error" for r in res["responses"])
+    cc = rt.profile()["context_cache"]
+    assert cc["admitted_sequences"] == 2 and cc["hit_sequences"] == 1    # reuse is on and works
 
 
 def test_tensor_parallel_without_reuse_is_a_usage_error(engine):

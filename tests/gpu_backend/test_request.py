@@ -58,10 +58,10 @@ BAD = [
     ({"batch_size": 3, "requests": [{"messages": [{"role": "user", "content": "x"}]}]}, "$.batch_size"),
     ({"available_lora_weights": {"a": "missing.safetensors"},
       "requests": [{"messages": [{"role": "user", "content": "x"}], "lora_name": "a"}]},
-     "$.available_lora_weights['a']"),
+     "$.available_lora_weights.a"),
     ({"available_lora_weights": {"a": "img_a_16x16.png"},
       "requests": [{"messages": [{"role": "user", "content": "x"}], "lora_name": "a"}]},
-     "$.available_lora_weights['a']"),
+     "$.available_lora_weights.a"),
 ]
 
 

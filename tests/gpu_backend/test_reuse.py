@@ -106,7 +106,7 @@ def test_multi_turn_with_generated_answer(engine, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_batched_and_sampled_requests_stay_consistent(engine, kind):
+def test_batched_requests_stay_consistent(engine, kind):
     """Batches of two with different suffix lengths, greedy under padding and page sharing."""
     d = _engine(engine, kind)
     doc = _file("abcdefghijklmnopqrstuvw", "abcdefghijklmnopqrstuvwxyz0123", batch=2)
@@ -124,3 +124,16 @@ def test_poison_exposes_reads_of_unwritten_kv(engine):
     write = rt.kv.write
     rt.kv.write = lambda layer, slots, k, v: write(layer, slots[1:], k[1:], v[1:])   # position 0 never written
     assert torch.isnan(rt.teacher_forced_logits(doc, MEDIA)).all()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sampled_requests_draw_the_same_tokens_with_reuse(engine, kind):
+    """Seeded sampling (temperature 0.8, top-k 20) in batches of two: the sampler sees the same
+    logits with and without reuse (up to FP16 noise), so it draws the same tokens."""
+    d = _engine(engine, kind)
+    docs = [dict(_file("abcdefghijklmnopqrstuvw", "abcdefghijklmnopqrstuvwxyz0123", batch=2), temperature=0.8, top_k=20),
+            dict(_file("abcdefghijklmnopqrstuvwxyz0123456", "abcdefghijklmnopqrstuvw!", batch=2), temperature=0.8,
+                 top_k=20)]
+    outs, reused = _compare(d, docs)
+    assert reused > 0
+    assert len({tuple(r["output_ids"]) for o in outs for r in o["responses"]}) > 1

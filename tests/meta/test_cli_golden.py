@@ -35,6 +35,17 @@ def transcript(generated: list) -> dict:
     return {"responses": responses}
 
 
+def with_adapter_files(doc: dict, engine_dir: Path) -> dict:
+    """A case's adapter paths name files of its engine folder (the runner makes them absolute);
+    the oracle needs them to exist (CR-BATCH-4) but never reads them, so empty files do."""
+    weights = doc.get("available_lora_weights", {})
+    for name, ref in weights.items():
+        weights[name] = str(engine_dir / ref)
+        (engine_dir / ref).parent.mkdir(parents=True, exist_ok=True)
+        (engine_dir / ref).touch()
+    return doc
+
+
 def mismatches(expected, observed, where=""):
     if isinstance(expected, dict) and isinstance(observed, dict):
         return [m for k, v in expected.items() for m in mismatches(v, observed.get(k, "<absent>"), f"{where}.{k}")]
@@ -49,7 +60,8 @@ def test_simulate_reproduces_the_golden_case(path, tmp_path, capsys):
     engine_dir.mkdir()
     (engine_dir / "config.json").write_text(json.dumps(reference.engine_from_build_args(meta["engine"]).to_config()))
     request_file = tmp_path / path.name
-    request_file.write_text(path.read_text().replace('"../media/', f'"{GOLDEN.parent / "media"}/'))
+    text = path.read_text().replace('"../media/', f'"{GOLDEN.parent / "media"}/')
+    request_file.write_text(json.dumps(with_adapter_files(json.loads(text), engine_dir)))
     argv = ["simulate", "--engineDir", str(engine_dir), "--inputFile", str(request_file),
             "--profileOutputFile", str(tmp_path / "prof.json"), "--outputFile", str(tmp_path / "pred.json"),
             *cli_flags(meta.get("runtime", {}))]

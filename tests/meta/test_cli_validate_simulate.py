@@ -110,6 +110,8 @@ def test_missing_file_and_directory(capsys, tmp_path):
     (dict(request("ab"), requests=[{"messages": [{"role": "user", "content": "ab"}], "lora_name": "z"}]), "$.requests[0].lora_name"),
 ])
 def test_request_semantic_errors(capsys, tmp_path, doc, path):
+    for ref in doc.get("available_lora_weights", {}).values():    # present, so the error is the one named
+        (tmp_path / ref).touch()
     file = write(tmp_path, "r.json", doc)
     code, out, err = kv(capsys, "validate", file)
     assert code == 2

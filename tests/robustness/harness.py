@@ -27,7 +27,15 @@ class Outcome:
     crash: str = ""          # the traceback, if any
 
     def lines(self) -> list[str]:
-        return [line for line in self.err.splitlines() if line.strip()]
+        """stderr lines, without the warnings about ignored keys (spec/RUNNING.md section 8)."""
+        return [line for line in self.err.splitlines() if line.strip() and not WARNING.match(line)]
+
+    def warnings(self) -> list[str]:
+        return [line for line in self.err.splitlines() if WARNING.match(line)]
+
+
+# `kvconform: warning: FILE: $.path: unknown key ignored (...)`, one per ignored key
+WARNING = re.compile(r"^(kvconform|gpu_backend): warning: .+: \$.*: unknown key ignored( \(.+\))?$")
 
 
 def _call(fn, argv) -> Outcome:
@@ -81,7 +89,7 @@ def check_validate(o: Outcome, file: str, parseable: bool) -> bool:
     problem, each naming the file and (for a JSON file) a JSON path. Returns accepted."""
     _no_traceback(o, "validate")
     if o.rc == 0:
-        if o.err.strip() or not o.out.startswith(f"{file}: ok ("):
+        if o.lines() or not o.out.startswith(f"{file}: ok ("):
             raise Bad(f"validate exit 0 but stdout {o.out!r} stderr {o.err!r}")
         return True
     if o.rc != 2:
@@ -120,8 +128,9 @@ def check_simulate(o: Outcome, inputs: list[str], parseable: bool) -> int:
 def check_infer(o: Outcome, input_file: str, output_file: str, config_file: str | None = None,
                 parseable: bool = True) -> int:
     """`python -m gpu_backend infer`: 0/1 with a schema-valid output (one response per request,
-    exit 1 exactly when a response says error), 3 (refused) or 2 (one line naming the file and a
-    JSON path, or a flag; nothing written). 70 (internal error) is a bug."""
+    exit 1 exactly when a response says error, with one `batch K failed: REASON` line per failed
+    batch), 3 (refused) or 2 (one line naming the file and a JSON path, or a flag; nothing
+    written). 70 (internal error) is a bug."""
     _no_traceback(o, "infer")
     lines = o.lines()
     if o.rc in (0, 1):
@@ -130,9 +139,12 @@ def check_infer(o: Outcome, input_file: str, output_file: str, config_file: str 
         errors = schema_errors(doc, "output")
         if errors:
             raise Bad(f"infer wrote an output file the schema refuses: {errors[0]}")
-        failed = any(r["finish_reason"] == "error" for r in doc["responses"])
-        if failed != (o.rc == 1):
-            raise Bad(f"infer exit {o.rc} but failed responses: {failed}")
+        failed = sorted({r["batch_idx"] for r in doc["responses"] if r["finish_reason"] == "error"})
+        if bool(failed) != (o.rc == 1):
+            raise Bad(f"infer exit {o.rc} but failed batches: {failed}")
+        said = [int(m.group(1)) for m in (re.match(r"gpu_backend: batch (\d+) failed: \S", x) for x in lines) if m]
+        if said != failed or len(lines) != len(failed):
+            raise Bad(f"infer exit {o.rc}: failed batches {failed}, stderr {o.err!r}")
         return o.rc
     if os.path.exists(output_file):
         raise Bad(f"infer exit {o.rc} but wrote {output_file}")

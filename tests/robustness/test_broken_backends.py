@@ -1,4 +1,4 @@
-"""Broken backends through the `command` adapter (issue 7, deliverable 2).
+"""Broken backends through the `command` adapter.
 
 tests/conformance/fake_llm_inference.py is the oracle behind the command contract of
 spec/RUNNING.md section 2, misbehaving on request (its MODES). Every misbehaviour gives ERROR,

@@ -1,4 +1,4 @@
-"""Capacity faults in the bundled backend (issue 7, deliverable 4).
+"""Capacity faults in the bundled backend.
 
 By CR-CAP-1 and CR-BATCH-5 admission and decode growth never fail on a valid engine with reuse
 enabled (spec Appendix A). A pool too small for a batch arises only in two ways, and both are

@@ -1,4 +1,4 @@
-"""Input fuzzing (issue 7, deliverable 1): request files, engine configs and case files drawn
+"""Input fuzzing: request files, engine configs and case files drawn
 from spec/schemas, valid and one mutation away from valid, fed to `kvconform validate`,
 `kvconform simulate` and `python -m gpu_backend infer`.
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 
@@ -46,16 +47,18 @@ def strict_json(path) -> bool:
         return False
 
 
-def lora_left_to_the_runtime(doc) -> bool:
-    """Request files whose validity depends on adapter weight files: a listed file that is
-    missing or not an adapter of this engine. Only a runtime that loads weights can tell; the
-    oracle never reads weights (spec/engine.md section 2). Whether a lora_name is listed in
-    available_lora_weights (CR-BATCH-4) is decided by both and compared."""
+def lora_left_to_the_runtime(doc, base_dir) -> bool:
+    """Request files whose validity depends on the contents of adapter weight files: a listed
+    file that exists but is not an adapter of this engine. Only a runtime that loads weights
+    can tell; the oracle never reads weights (spec/engine.md section 2). Whether a lora_name is
+    listed in available_lora_weights, and whether its path names a regular file (CR-BATCH-4),
+    are decided by both and compared."""
     if not isinstance(doc, dict):
         return False
     available = doc.get("available_lora_weights")
     available = available if isinstance(available, dict) else {}
-    return any(v not in ("lora/a.safetensors", "lora/b.safetensors") for v in available.values())
+    return any(isinstance(v, str) and v not in ("lora/a.safetensors", "lora/b.safetensors")
+               and os.path.isfile(os.path.join(base_dir, v)) for v in available.values())
 
 
 def test_request_files(world, fuzz_budget):
@@ -85,7 +88,7 @@ def test_request_files(world, fuzz_budget):
                                                   "--enableContextReuse"]),
                                  str(f), str(out), config, parseable)
         ran = rc in (0, 1)
-        if damage == "none" and not lora_left_to_the_runtime(doc):
+        if damage == "none" and not lora_left_to_the_runtime(doc, req):
             assert valid == ran, f"the oracle {'accepts' if valid else 'refuses'} the file, the backend exits {rc}"
         seen["valid+ran" if valid and ran else "refused by both" if not (valid or ran) else "other"] = 1
     check()

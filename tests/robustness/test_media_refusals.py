@@ -1,4 +1,4 @@
-"""Hostile media (issue 7, deliverable 1): every bad image or WAV, odd path and special file is
+"""Hostile media: every bad image or WAV, odd path and special file is
 refused by the oracle (`kvconform validate`) and by the backend (`gpu_backend infer`) alike, as
 an input error naming the item's JSON path, before anything runs; good media and paths that
 leave the request file's folder upwards are accepted by both.

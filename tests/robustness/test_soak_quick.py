@@ -1,4 +1,4 @@
-"""The soak test of issue 7 (deliverable 5) in miniature: tools/soak.py runs 100,000 requests
+"""The soak test in miniature: tools/soak.py runs 100,000 requests
 on demand; the default test run drives 500 through the same code, with the cache invariant
 check after every batch and the free-page count checked after every request file."""
 from __future__ import annotations
