@@ -15,6 +15,7 @@ COMMANDS = {
     "run": ("conformance.commands.run", "run the conformance suite against a backend (the main job)"),
     "validate": ("conformance.commands.validate", "check request, case, engine, output, profile and report files"),
     "simulate": ("conformance.commands.simulate", "predict a backend's profile with the reference oracle"),
+    "describe": ("conformance.commands.describe", "write the engine description of a real engine folder"),
     "merge": ("conformance.commands.merge", "merge sharded report folders into one"),
     "selftest": ("conformance.commands.selftest", "check that the suite catches every seeded faulty backend"),
 }

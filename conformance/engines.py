@@ -60,3 +60,22 @@ def build_cached(build_args: dict, salt: str, build: Callable[[Path], None]) -> 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def fixed_engine(engine_dir: str, description: str | None = None):
+    """The one engine of a deployment under test: its folder and the description the oracle reads
+    (DIR/config.json, or `description` for a runtime whose folder holds something else)."""
+    import os
+
+    from . import oracle
+    from .adapters.base import Engine
+    from .errors import KvconformError
+    from .schemas import read_json
+    if not os.path.isdir(engine_dir):
+        raise KvconformError("not an engine folder", engine_dir)
+    source = description or os.path.join(engine_dir, "config.json")
+    try:
+        config = oracle.engine_of(read_json(source)).to_config()
+    except oracle.InputError as e:
+        raise KvconformError(e.message, source, e.path) from None
+    return Engine("fixed-" + digest(config, 8), config, os.path.abspath(engine_dir), fixed=True)

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import reference
 
 from . import oracle
-from .adapters.base import (Adapter, AdapterError, BuildRefused, Engine, RunResult, fixed_engine_fit, is_greedy,
+from .adapters.base import (Adapter, AdapterError, BuildRefused, Engine, RunResult, is_greedy,
                             missing_capabilities, observable, requirements)
 from .cases import Case, materialize, resolve_outputs, template_refs, with_policy
+from .engines import cache_root
+from .materialize import NotExpressible, materialize_for
 from .compare import MISSING, check_shape, compare_outputs, compare_profile, compare_requests, dotted_get, leaves
 from .errors import KvconformError
 from .explain import Explainer
@@ -76,6 +79,9 @@ class Runner:
         raise Settled
 
     def run(self) -> None:
+        fixed = self.adapter.fixed_engine()
+        if fixed is not None:
+            self.case = self.materialized(fixed)
         case = self.case
         need = requirements(case.doc, case.engine_args, case.runtime)
         missing = missing_capabilities(need, self.manifest)
@@ -103,15 +109,16 @@ class Runner:
         replay = None
         if template_refs(doc) and refused is None:
             doc, replay = self.resolve_templates(handle, doc)
-        main = self.invoke(handle, doc, "run")
+        greedy = is_greedy(doc)
+        wants_replay = replay is None and case.compare_outputs and greedy and refused is None
+        main, early = self.run_and_replay(handle, doc, wants_replay)
         if refused is not None or main.outcome == "rejected":
             return self.rejection(refused, main)
         if main.outcome == "input_error":
             self.fail(Failure(None, "input", "the file runs", f"refused as bad input: {main.message}",
                               "the oracle accepts this request file, so the backend must run it"))
-        greedy = is_greedy(doc)
         if replay is None and case.compare_outputs and greedy:
-            replay = self.invoke(handle, with_policy(doc, "bypass"), "bypass replay")
+            replay = early or self.invoke(handle, with_policy(doc, "bypass"), "bypass replay")
             if replay.outcome != "ok":
                 self.fail(Failure("CR-OUT-1", "bypass replay", "the file runs", replay.outcome,
                                   f"the same file under bypass must run: {replay.message}"))
@@ -129,9 +136,23 @@ class Runner:
         for failure in replay(self.case.doc, "replay", self.adapter, self.manifest, base_dir, Path(base_dir)):
             self.result.add(failure)
 
+    # --- step 1b: materialization for a fixed engine -------------------------------------------------------
+    def materialized(self, fixed: Engine) -> Case:
+        """The case laid out for the one engine under test (spec/RUNNING.md section 4 step 2)."""
+        try:
+            made = materialize_for(self.case, fixed.config, cache_root() / "materialized-media")
+        except NotExpressible as e:
+            self.settle(Verdict.NOT_SUPPORTED, f"cannot be expressed on this engine: {e}")
+        self.result.materialized = made.doc
+        self.result.details["materialized"] = {"adaptations": made.adaptations}
+        return Case(self.case.path, made.doc)
+
     # --- step 2: the engine ---------------------------------------------------------------------------
     def engine(self) -> tuple[Engine, object]:
         args = self.case.engine_args
+        fixed = self.adapter.fixed_engine()
+        if fixed is not None:                 # materialized for it: its own description is the truth
+            return fixed, self.engine_of(fixed)
         try:
             derived = oracle.derive_engine(args)
         except oracle.InputError as e:
@@ -141,22 +162,20 @@ class Runner:
         except BuildRefused as e:
             self.fail(Failure(None, "build", "an engine", f"refused: {e}",
                               "spec/engine.md accepts these build arguments"))
-        if handle.fixed:
-            fit = fixed_engine_fit(derived.to_config(), handle.config)
-            if fit.reasons:
-                self.settle(Verdict.NOT_SUPPORTED, "the fixed engine cannot stand in: " + "; ".join(fit.reasons))
-        else:
-            want = derived.to_config()
-            for key in DESCRIPTION_KEYS:
-                if _norm(want.get(key)) != _norm(handle.config.get(key)):
-                    self.result.add(Failure("CR-CAP-1" if key == "kv_pool_pages" else None,
-                                            f"{handle.directory or 'engine'}/config.json: {key}", want.get(key),
-                                            handle.config.get(key),
-                                            "spec/engine.md derives the description from the build arguments"))
-            if self.result.failures:
-                raise Settled
+        want = derived.to_config()
+        for key in DESCRIPTION_KEYS:
+            if _norm(want.get(key)) != _norm(handle.config.get(key)):
+                self.result.add(Failure("CR-CAP-1" if key == "kv_pool_pages" else None,
+                                        f"{handle.directory or 'engine'}/config.json: {key}", want.get(key),
+                                        handle.config.get(key),
+                                        "spec/engine.md derives the description from the build arguments"))
+        if self.result.failures:
+            raise Settled
+        return handle, self.engine_of(handle)
+
+    def engine_of(self, handle: Engine):
         try:
-            return handle, oracle.engine_of(handle.config)
+            return oracle.engine_of(handle.config)
         except oracle.InputError as e:
             self.settle(Verdict.ERROR, f"the oracle cannot read the engine description: {e.path}: {e.message}")
 
@@ -167,8 +186,6 @@ class Runner:
         except BuildRefused as e:
             self.result.details["build_refused"] = str(e)
             raise Settled
-        if handle.fixed:
-            self.settle(Verdict.NOT_SUPPORTED, "a refused build cannot be tested with a fixed engine")
         self.fail(Failure("CR-CAP-1" if "maxKVPoolPages" in message else None, "build", f"refused: {message}",
                           "built", "spec/engine.md section 1 refuses these build arguments"))
 
@@ -196,12 +213,30 @@ class Runner:
 
     # --- step 4: invocations ---------------------------------------------------------------------------
     def invoke(self, handle: Engine, doc: dict, what: str) -> RunResult:
+        return self.usable(self.run_file(handle, doc), what)
+
+    def run_file(self, handle: Engine, doc: dict) -> RunResult:
+        """One request file on a fresh runtime instance, as the backend answered (not yet judged)."""
         session = self.adapter.start(handle, self.case.runtime)
         try:
-            got = session.run(doc, self.case.base_dir)
+            return session.run(doc, self.case.base_dir)
         finally:
             session.close()
-        return self.usable(got, what)
+
+    def run_and_replay(self, handle: Engine, doc: dict, replay: bool) -> tuple[RunResult, RunResult | None]:
+        """The run and, when wanted, its bypass replay. A backend of one process per file runs
+        both at once: the replay does not depend on the run, and each file costs a process start
+        and an engine load that overlap on separate cores."""
+        if not replay or self.adapter.sessions:
+            return self.invoke(handle, doc, "run"), None
+        pool = ThreadPoolExecutor(2)
+        try:
+            run = pool.submit(self.run_file, handle, doc)
+            bypass = pool.submit(self.run_file, handle, with_policy(doc, "bypass"))
+            main, early = run.result(), bypass.result()
+        finally:            # interrupted: return at once; the adapter's close() ends the processes
+            pool.shutdown(wait=False, cancel_futures=True)
+        return self.usable(main, "run"), self.usable(early, "bypass replay")
 
     def usable(self, got: RunResult, what: str) -> RunResult:
         self.result.invocations.append((what, got))

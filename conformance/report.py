@@ -55,7 +55,7 @@ def environment() -> dict:
     return env
 
 
-OUTPUTS = ("report.json", "junit.xml", "summary.md", "reproducers")
+OUTPUTS = ("report.json", "junit.xml", "summary.md", "reproducers", "materialized")
 
 
 def make_folder(folder: Path) -> None:

@@ -8,6 +8,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -132,6 +133,7 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
     if manifest is not None:
         prebuild(adapter, plan.cases, progress)
     reproducers = report.folder / "reproducers"
+    materialized = report.folder / "materialized"
     bar = tqdm(total=plan.size, desc="cases", unit="case", disable=not progress, file=sys.stderr, mininterval=0.5)
     results = []
     def keep(result: CaseResult, path: Path) -> None:
@@ -146,8 +148,13 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
 
     def one(case: Case) -> CaseResult:
         result = run_case(case, adapter, manifest, manifest_error)
+        doc = case.doc
+        if result.materialized is not None:    # laid out for the fixed engine: that file is what ran
+            doc = result.materialized
+            path = write_reproducer(doc, case.base_dir, materialized, case.id)
+            result.details["materialized"]["file"] = _rel(path, report.folder)
         if result.verdict >= Verdict.TIMEOUT:
-            keep(result, write_reproducer(case.doc, case.base_dir, reproducers, case.id))
+            keep(result, write_reproducer(doc, case.base_dir, reproducers, case.id))
         return result
 
     try:
@@ -165,10 +172,14 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
                 results.append(result)
                 bar.update()
         workdir = Path(tempfile.mkdtemp(prefix="kvconform-generated-"))
+        started = time.monotonic()
         try:
-            for family in plan.families:
+            for k, family in enumerate(plan.families):
                 bar.set_postfix_str(f"generated/{family}")
-                budget = plan.budget_s / max(1, len(plan.families))
+                # the budget left, shared by the families left (one that cannot run passes its share
+                # on), and never less than an even share (one that shrank a failure may overrun)
+                left = plan.budget_s - (time.monotonic() - started)
+                budget = max(left / (len(plan.families) - k), plan.budget_s / len(plan.families))
                 result = run_generated(
                     family, adapter, manifest, workdir=workdir, examples=plan.examples, budget_s=budget,
                     seed=plan.seed, max_steps=plan.max_steps, min_batches=plan.min_batches, reproducer_dir=reproducers,

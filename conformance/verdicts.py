@@ -84,6 +84,8 @@ class CaseResult:
     """The command line that re-runs the reproducer against the same backend."""
     evidence: str | None = None
     """The folder holding the failing invocations' files (request, output, profile, stderr)."""
+    materialized: dict | None = field(default=None, repr=False)
+    """The case file as laid out for a fixed engine (written into the report, not into report.json)."""
     invocations: list = field(default_factory=list, repr=False)
     """(label, Invocation) of every backend invocation of the case; not written to report.json."""
 

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "test_cases"
 sys.path.insert(0, str(ROOT))
 
+from conformance import scenarios  # noqa: E402
 from reference import engine_from_build_args  # noqa: E402
 from reference.hybrid import slot_sizes  # noqa: E402
 
@@ -350,6 +351,20 @@ def capacity_cases() -> list[dict]:
                 f"prefixes survived.", ["CR-CAP-6", "CR-MET-8", "CR-MET-10"],
                 [user(docs[k]) for k in (0, 0, 1, 0, 2, 2, 1, 0)],
                 runtime=dict(REUSE, contextCacheMaxRecords=m)) for m in (0, 1, 3)]
+    pool_engine = {"maxInputLen": 40, "maxKVCacheCapacity": 48, "maxKVPoolPages": 0, "tokensPerPage": 4}
+    for name, description, rules in (
+            ("cap/pool-fill", "One document more than the pool holds (documents of L complete pages, L about a "
+             "quarter of the pool): the last admissions evict the least recently used records; the first "
+             "document again misses, the last but one still hits. Built for each engine from its pool size.",
+             ["CR-CAP-4", "CR-CAP-3", "CR-MET-8", "CR-MET-10"]),
+            ("cap/hit-does-not-protect", "A full pool, then a request extending the least recently used "
+             "document by a page: the planner evicts the very record that supplied the hit first (a vanilla hit "
+             "neither touches nor protects it; evicting it frees nothing), then the next one; that one, asked "
+             "again, misses. Built for each engine from its pool size.",
+             ["CR-CAP-5", "CR-CAP-2", "CR-CAP-4"])):
+        built, flags = scenarios.build(name, engine_from_build_args(pool_engine), REUSE)
+        out.append(case(f"sections/{name}", description, rules, built.pop("requests"), engine=pool_engine,
+                        runtime=flags, settings=built, scenario=name))
     out += [
         case("sections/cap/pool-pressure", "A pool of 10 pages at P = 4 (the minimum is 6): documents and their "
              "decode-end records compete for pages; admission and growth evict least recently used records.",
@@ -435,6 +450,15 @@ def hybrid_cases() -> list[dict]:
               user("zyxwvutsrqpo"), user("abcdefghijklmn")],
              engine=dict(hyb, maxBatchSize=2), runtime=hybrid_runtime(hyb, 1, 1),
              settings=dict(GREEDY, batch_size=2, context_cache_commit_policy="prefill_state_only")),
+        case("sections/hyb/partial-page-identity", "A checkpoint is the exact identity of its whole prefix, the "
+             "positions of its partial last page included: abcdefghij (checkpoint at 10), then abcdefghXY + zw "
+             "(n = 12), which shares the complete pages [a-d][e-h] and the length 10 but not positions 8-9, so it "
+             "reuses nothing; then abcdefghijzw reuses exactly 10.",
+             ["CR-HYB-5", "CR-ID-1", "CR-HYB-3"],
+             [user("abcdefghij"), user("abcdefghXYzw"), user("abcdefghijzw")],
+             engine=hyb, runtime=hybrid_runtime(hyb),
+             settings=dict(GREEDY, context_cache_commit_policy="prefill_state_only"),
+             expect={"requests": [MISS, MISS, fact("standard", 10)]}),
     ]
 
 
@@ -491,9 +515,11 @@ def catalogue_cases() -> list[dict]:
     """Cases added so that the suite catches every variant of the faulty-backend catalogue
     (conformance/faulty_backends/, `kvconform selftest`); each says which defect needs it."""
     import random
-    rng = random.Random(5)
-    docs = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(40)) for _ in range(256)]
     b3 = dict(VISION4, maxBatchSize=3)
+    birthday_engine = {"maxInputLen": 48, "maxKVCacheCapacity": 52, "maxKVPoolPages": 2700, "tokensPerPage": 4,
+                       "maxBatchSize": 8}
+    birthday, birthday_runtime = scenarios.build("id/distinct-pages-birthday",
+                                                 engine_from_build_args(birthday_engine), REUSE)
     a, b = image("img_a_16x16.png"), image("img_b_16x64.png")
     return [
         case("sections/id/distinct-pages-birthday", "256 distinct 40-token inputs (2,560 distinct pages) in one "
@@ -502,11 +528,9 @@ def catalogue_cases() -> list[dict]:
              "without knowing the backend's hash: 2,560 keys collide under a 16-bit digest with probability "
              "1 - exp(-50), and a collision shows as a false hit, an existing publication, or a record that maps "
              "another prefix's page (the pool's free count).",
-             ["CR-ID-6", "CR-ID-1", "CR-PUB-5", "CR-MET-9"], [user(d) for d in docs],
-             engine={"maxInputLen": 48, "maxKVCacheCapacity": 52, "maxKVPoolPages": 2700, "tokensPerPage": 4,
-                     "maxBatchSize": 8},
-             runtime=dict(REUSE, contextCacheMaxRecords=4096),
-             settings=dict(GREEDY, batch_size=8, max_generate_length=1, num_logprobs=0)),
+             ["CR-ID-6", "CR-ID-1", "CR-PUB-5", "CR-MET-9"], birthday.pop("requests"),
+             engine=birthday_engine, runtime=birthday_runtime, settings=birthday,
+             scenario="id/distinct-pages-birthday"),
         case("sections/media/aware-in-batch", "Batches of 3 mixing media-aware and text-only requests, then "
              "replays across batches: media_aware_sequences counts sequences (4), not batches.",
              ["CR-MET-3", "CR-MEDIA-2", "CR-BATCH-2"],

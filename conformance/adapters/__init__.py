@@ -23,7 +23,7 @@ SELF_CHECKS = frozenset({"reference"})
 # another adapter is refused: silently ignoring `--executable` once tested the bundled backend
 # and printed CONFORMANT for an executable that never ran.
 OPTION_ADAPTERS = {
-    "executable": {"command"}, "engine_dir": {"command"}, "engine_config": {"command"},
+    "executable": {"command"}, "engine_dir": {"command", "inprocess"}, "engine_config": {"command"},
     "build_command": {"command"}, "capabilities": {"command"}, "backend_arg": {"command"},
     "device": {"inprocess", "command"},
 }
@@ -59,7 +59,7 @@ def make_adapter(name: str, *, device: str | None = None, timeout: float = 120.0
                  extra_args: list[str] | None = None, workdir: str | None = None) -> Adapter:
     if name == "inprocess":
         from .inprocess import InprocessAdapter
-        return InprocessAdapter(device=device or "auto", timeout=timeout)
+        return InprocessAdapter(device=device or "auto", timeout=timeout, engine_dir=engine_dir)
     if name == "command":
         from .command import CommandAdapter
         extra = list(extra_args or [])

@@ -102,6 +102,11 @@ class Adapter:
         """A fresh runtime instance on `engine` with the case's `runtime` flags (camelCase)."""
         raise NotImplementedError
 
+    def fixed_engine(self) -> Engine | None:
+        """The one engine every case runs on (a real deployment), or None when engines are built
+        per case. With a fixed engine each case is materialized for it (conformance/materialize)."""
+        return None
+
     def describe(self) -> dict:
         """Adapter settings recorded in the report (paths, timeouts, device)."""
         return {}
@@ -190,33 +195,3 @@ def missing_capabilities(need: list[str], manifest: dict) -> list[str]:
 
 def observable(manifest: dict, name: str) -> bool:
     return bool(manifest.get("observables", {}).get(name))
-
-
-@dataclass
-class EngineFit:
-    """Why a fixed engine cannot stand in for a case's engine (empty: it can)."""
-    reasons: list[str] = field(default_factory=list)
-
-
-def fixed_engine_fit(wanted: dict, fixed: dict) -> EngineFit:
-    """Compare the description a case's build arguments derive with a fixed engine's.
-
-    The oracle predicts on the fixed engine's own description, so sizes may differ; what must
-    match is what changes the behaviour a case is about: page size, layer kinds, KV dtype,
-    deployment switches, and the encoders and adapters the requests use.
-    """
-    fit = EngineFit()
-    for key in ("tokens_per_page", "layer_kinds", "kv_cache_dtype"):
-        if wanted.get(key) != fixed.get(key):
-            fit.reasons.append(f"the engine has {key} {fixed.get(key)!r}, the case needs {wanted.get(key)!r}")
-    want_dep = {k: v for k, v in (wanted.get("deployment") or {}).items() if v}
-    have_dep = {k: v for k, v in (fixed.get("deployment") or {}).items() if v}
-    if want_dep != have_dep:
-        fit.reasons.append(f"the engine's deployment is {have_dep or 'plain'}, the case needs {want_dep or 'plain'}")
-    for key in ("vision", "audio"):
-        if wanted.get(key) and not fixed.get(key):
-            fit.reasons.append(f"the engine has no {key} encoder")
-    lacking = set(wanted.get("lora_adapters") or {}) - set(fixed.get("lora_adapters") or {})
-    if lacking:
-        fit.reasons.append(f"the engine lacks LoRA adapters {sorted(lacking)}")
-    return fit

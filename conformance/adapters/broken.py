@@ -38,9 +38,9 @@ class BrokenJudgingAdapter(Adapter):
     """
     name = "broken-judging"
 
-    def __init__(self, device: str = "cpu", timeout: float | None = 120.0):
+    def __init__(self, device: str = "cpu", timeout: float | None = 120.0, engine_dir: str | None = None):
         from .inprocess import InprocessAdapter
-        self.inner = InprocessAdapter(device=device, timeout=timeout)
+        self.inner = InprocessAdapter(device=device, timeout=timeout, engine_dir=engine_dir)
         self.sessions = self.inner.sessions
 
     def capabilities(self) -> dict:
@@ -51,6 +51,9 @@ class BrokenJudgingAdapter(Adapter):
 
     def start(self, engine: Engine, runtime: dict) -> Session:
         return _StringLogprobs(self.inner.start(engine, runtime))
+
+    def fixed_engine(self) -> Engine | None:
+        return self.inner.fixed_engine()
 
     def describe(self) -> dict:
         return dict(self.inner.describe(), defect="log-probabilities written as strings")

@@ -7,7 +7,7 @@ or timeout result carrying the tail of stderr, and the run goes on.
 
 Engines come either from a build command (the bundled `python -m gpu_backend build`, or any
 tool taking the same flags) or from one fixed engine folder given by the user; with a fixed
-engine, cases whose engine cannot be stood in for by it are NOT_SUPPORTED.
+engine, every case is materialized for it (conformance/materialize).
 """
 from __future__ import annotations
 
@@ -21,8 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .. import oracle
-from ..engines import build_cached, digest, source_digest
+from ..engines import build_cached, fixed_engine, source_digest
 from ..errors import KvconformError
 from ..schemas import read_json, schema_errors
 from .base import Adapter, AdapterError, BuildRefused, Engine, RunResult, Session, check_manifest
@@ -68,32 +67,42 @@ def tail(text: str, lines: int = 25) -> str:
 TAIL_BYTES = 64 * 1024
 
 
-def run_process(argv: list[str], timeout: float, cwd: str, env: dict | None = None) -> tuple[int | None, str]:
+def run_process(argv: list[str], timeout: float, cwd: str, env: dict | None = None,
+                live: set | None = None) -> tuple[int | None, str]:
     """(exit code or None on timeout, stderr+stdout tail).
 
     The process runs in its own session; when it ends (or on timeout) its whole process group
     is killed, so a child it left behind (a server, a `sleep &`) neither outlives the case nor
-    holds anything open. Only the last TAIL_BYTES of its output are read back: a backend that
-    floods stderr costs disk, not the kit's memory."""
+    holds anything open. While it runs it is in `live`, so that a run interrupted on another
+    thread can kill it (`kill_all`). Only the last TAIL_BYTES of its output are read back: a
+    backend that floods stderr costs disk, not the kit's memory."""
     with open(os.path.join(cwd, "stderr.txt"), "w+b") as err:
         try:
             proc = subprocess.Popen(argv, cwd=cwd, stdout=err, stderr=subprocess.STDOUT, env=env,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as e:               # not found, not executable: the kit cannot run the case
             raise AdapterError(f"cannot start {argv[0]}: {e.strerror or e}") from None
+        if live is not None:
+            live.add(proc)
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             rc = None
         finally:                           # also on Ctrl-C: the backend must not outlive the kit
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _kill_group(proc)
             proc.wait()
+            if live is not None:
+                live.discard(proc)
         size = err.seek(0, os.SEEK_END)
         err.seek(max(0, size - TAIL_BYTES))
         return rc, tail(err.read().decode("utf-8", "replace"))
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 class CommandSession(Session):
@@ -115,7 +124,7 @@ class CommandSession(Session):
                                            "--outputFile", files["output.json"],
                                            "--profileOutputFile", files["profile.json"]]
                 + runtime_flags(self.runtime, files["hidden_states.safetensors"]) + self.adapter.extra_args)
-        rc, err = run_process(argv, self.adapter.timeout, work, self.adapter.child_env)
+        rc, err = run_process(argv, self.adapter.timeout, work, self.adapter.child_env, self.adapter.live)
         result = self.read(rc, err, files["output.json"], files["profile.json"], argv)
         result.request = request
         result.files = {"request": files["input.json"], "output": files["output.json"],
@@ -193,6 +202,7 @@ class CommandAdapter(Adapter):
         # oversubscribe the cores (benchmarks/README.md, item 4). External runtimes keep theirs.
         self.child_env = ({**os.environ, "OMP_NUM_THREADS": "1"}
                           if bundled and "OMP_NUM_THREADS" not in os.environ else None)
+        self.live: set = set()              # backend processes running now, on any thread
         self.own_workdir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="kvconform-command-")
         os.makedirs(self.workdir, exist_ok=True)
@@ -204,15 +214,8 @@ class CommandAdapter(Adapter):
 
     def _setup(self, bundled: bool, engine_dir: str | None, engine_config: str | None,
                capabilities: str | None) -> None:
-        self.fixed = None
-        if engine_dir:
-            description = engine_config or os.path.join(engine_dir, "config.json")
-            try:
-                config = oracle.engine_of(read_json(description)).to_config()
-            except oracle.InputError as e:
-                raise KvconformError(e.message, description, e.path) from None
-            self.fixed = Engine("fixed-" + digest(config, 8), config, os.path.abspath(engine_dir), fixed=True)
-        elif not self.build_command:
+        self.fixed = fixed_engine(engine_dir, engine_config) if engine_dir else None
+        if not self.fixed and not self.build_command:
             raise KvconformError("the command adapter needs --engine-dir or --build-command")
         self.manifest = self._manifest(capabilities, bundled)
 
@@ -268,7 +271,12 @@ class CommandAdapter(Adapter):
     def start(self, engine: Engine, runtime: dict) -> Session:
         return CommandSession(self, engine, runtime)
 
+    def fixed_engine(self) -> Engine | None:
+        return self.fixed
+
     def close(self) -> None:
+        for proc in list(self.live):       # an interrupted run: no backend outlives the kit
+            _kill_group(proc)
         if self.own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

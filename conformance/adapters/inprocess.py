@@ -15,7 +15,7 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..engines import build_cached, source_digest
+from ..engines import build_cached, fixed_engine, source_digest
 from ..schemas import schema_errors
 from .base import Adapter, AdapterError, BuildRefused, Engine, RunResult, Session, check_manifest
 
@@ -125,9 +125,11 @@ class InprocessAdapter(Adapter):
     name = "inprocess"
     sessions = True
 
-    def __init__(self, device: str = "auto", timeout: float | None = 120.0, runtime_factory=None):
+    def __init__(self, device: str = "auto", timeout: float | None = 120.0, runtime_factory=None,
+                 engine_dir: str | None = None):
         """`runtime_factory(engine_dir, device=..., **flags)` builds a runtime in place of
-        `gpu_backend.Runtime` (a subclass with one seeded defect: conformance/faulty_backends/)."""
+        `gpu_backend.Runtime` (a subclass with one seeded defect: conformance/faulty_backends/).
+        `engine_dir`: one bundled engine for every case (each case is materialized for it)."""
         self.runtime_factory = runtime_factory
         try:
             import gpu_backend
@@ -136,6 +138,7 @@ class InprocessAdapter(Adapter):
         self.gb, self.device, self.timeout = gpu_backend, device, timeout
         self.salt = "gpu_backend:" + source_digest(Path(list(gpu_backend.__path__)[0]))
         self._manifest = None
+        self.fixed = fixed_engine(engine_dir) if engine_dir else None
 
     def capabilities(self) -> dict:
         if self._manifest is None:
@@ -144,6 +147,9 @@ class InprocessAdapter(Adapter):
         return self._manifest
 
     def engine(self, build_args: dict) -> Engine:
+        if self.fixed:
+            return self.fixed
+
         def build(folder: Path) -> None:
             try:
                 self.gb.build_engine(str(folder), build_args)
@@ -156,5 +162,9 @@ class InprocessAdapter(Adapter):
     def start(self, engine: Engine, runtime: dict) -> Session:
         return InprocessSession(self.gb, engine, runtime, self.device, self.timeout, self.runtime_factory)
 
+    def fixed_engine(self) -> Engine | None:
+        return self.fixed
+
     def describe(self) -> dict:
-        return {"device": self.device, "timeout_s": self.timeout}
+        return {"device": self.device, "timeout_s": self.timeout,
+                "engine_dir": self.fixed.directory if self.fixed else None}

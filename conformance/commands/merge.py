@@ -100,8 +100,9 @@ def main(args) -> int:
     claim_report_folder(out, args.force, hint="pass --force to replace it")
     out.mkdir(parents=True, exist_ok=True)
     for folder in folders:
-        if (folder / "reproducers").is_dir():
-            shutil.copytree(folder / "reproducers", out / "reproducers", dirs_exist_ok=True)
+        for kept in ("reproducers", "materialized"):
+            if (folder / kept).is_dir():
+                shutil.copytree(folder / kept, out / kept, dirs_exist_ok=True)
     write_json_atomic(out / "report.json", merged)
     results = [CaseResult.from_json(c) for c in merged["cases"]]
     write_outputs(out, merged, results)

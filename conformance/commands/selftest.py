@@ -70,6 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", default="kvconform-report-selftest", metavar="DIR",
                         help="folder for selftest.json, kill-matrix.md and reproducers "
                              "(default kvconform-report-selftest)")
+    parser.add_argument("--fixed-engines", action="store_true",
+                        help="judge every variant through fixed P = 16 engines (attention with vision and LoRA, "
+                             "hybrid with LoRA, FP8), each case materialized for them, as a real deployment is "
+                             "judged; baselines must hold on each")
     parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
     parser.add_argument("--no-progress", action="store_true", help="no line per finished target")
 
@@ -140,34 +144,59 @@ def run_target(kind: str, name: str, opts: dict, part: str | None = None) -> dic
     target. Variants stop at the first case that catches them (except with --generated-only)."""
     import torch
     torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and workers must not oversubscribe
-    from ..adapters import make_adapter
-    from ..execute import run_case
-    from ..generate import run_generated
     from ..suite import make_plan
-    from ..verdicts import CaseResult, Verdict
-    import shutil
-    import tempfile
 
     started = time.monotonic()
-    if kind == "variant":
-        from ..faulty_backends import CATALOGUE
-        adapter = CATALOGUE[name].adapter(device=opts["device"], timeout=opts["timeout"])
-    elif name == "inprocess":
-        adapter = make_adapter("inprocess", device=opts["device"], timeout=opts["timeout"])
-    elif name == "broken-judging":
-        from ..adapters.broken import BrokenJudgingAdapter
-        adapter = BrokenJudgingAdapter(device=opts["device"], timeout=opts["timeout"])
-    else:
-        adapter = make_adapter(name)
-    try:
-        manifest, manifest_error = adapter.capabilities(), ""
-    except Exception as e:  # the broken adapter
-        manifest, manifest_error = None, f"{type(e).__name__}: {e}"
     plan = make_plan(None, None, None, None, False, generated=True, curated=True, families=None, shard=None)
     only_generated = kind == "variant" and opts.get("generated_only")
     cases = sorted(plan.cases, key=case_cost) if part in (None, "curated") and not only_generated else []
     families = [f for f in plan.families if part in (None, f)]
     stop = kind == "variant" and not only_generated
+    # Through fixed engines a variant is judged on each engine in turn until one catches it; a
+    # baseline must hold on every engine. The oracle and the broken adapter build no engines.
+    engines = opts.get("fixed_engines") or [None]
+    if name in ("reference", "broken"):
+        engines = [None]
+    results, killer, engine_of_kill = [], None, None
+    for engine_dir in engines:
+        adapter = _adapter(kind, name, opts, engine_dir)
+        got, killer = _run_parts(adapter, kind, name, opts, plan, cases, families, stop, only_generated)
+        results += got
+        if killer is not None:
+            engine_of_kill = engine_dir
+            break
+    out = {"kind": kind, "name": name, "part": part, "duration_s": round(time.monotonic() - started, 2),
+           "cases_run": len(results), "verdicts": {}}
+    for r in results:
+        out["verdicts"][r.verdict.name] = out["verdicts"].get(r.verdict.name, 0) + 1
+    return _target_result(out, kind, name, results, killer, engine_of_kill, cases, families, only_generated)
+
+
+def _adapter(kind: str, name: str, opts: dict, engine_dir: str | None):
+    from ..adapters import make_adapter
+    if kind == "variant":
+        from ..faulty_backends import CATALOGUE
+        return CATALOGUE[name].adapter(device=opts["device"], timeout=opts["timeout"], engine_dir=engine_dir)
+    if name == "inprocess":
+        return make_adapter("inprocess", device=opts["device"], timeout=opts["timeout"], engine_dir=engine_dir)
+    if name == "broken-judging":
+        from ..adapters.broken import BrokenJudgingAdapter
+        return BrokenJudgingAdapter(device=opts["device"], timeout=opts["timeout"], engine_dir=engine_dir)
+    return make_adapter(name)
+
+
+def _run_parts(adapter, kind: str, name: str, opts: dict, plan, cases, families, stop: bool,
+               only_generated: bool):
+    """The curated cases, then the generated families, against one adapter; (results, killer)."""
+    import shutil
+    import tempfile
+    from ..execute import run_case
+    from ..generate import run_generated
+    from ..verdicts import Verdict
+    try:
+        manifest, manifest_error = adapter.capabilities(), ""
+    except Exception as e:  # the broken adapter
+        manifest, manifest_error = None, f"{type(e).__name__}: {e}"
     results, killer = [], None
     for case in cases:
         r = run_case(case, adapter, manifest, manifest_error)
@@ -193,15 +222,19 @@ def run_target(kind: str, name: str, opts: dict, part: str | None = None) -> dic
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
     adapter.close()
-    out = {"kind": kind, "name": name, "part": part, "duration_s": round(time.monotonic() - started, 2),
-           "cases_run": len(results), "verdicts": {}}
-    for r in results:
-        out["verdicts"][r.verdict.name] = out["verdicts"].get(r.verdict.name, 0) + 1
+    return results, killer
+
+
+def _target_result(out: dict, kind: str, name: str, results, killer, engine_dir, cases, families,
+                   only_generated: bool) -> dict:
+    from ..verdicts import CaseResult, Verdict
     if kind == "variant":
         broken = killer is not None and killer.verdict == Verdict.ERROR and \
             HARNESS_ERRORS.search(f"{killer.reason}\n{killer.stderr_tail}")
         out["killed"] = killer is not None and not broken
         out["kill"] = summarize_result(killer) if killer else None
+        if out["kill"] and engine_dir:
+            out["kill"]["engine"] = Path(engine_dir).name
         if broken:
             out["invalid"] = f"the variant itself is broken: {killer.reason[:300]}"
         if only_generated:
@@ -213,7 +246,7 @@ def run_target(kind: str, name: str, opts: dict, part: str | None = None) -> dic
             bad = [r for r in results if r.verdict != Verdict.PASS]
         elif name == "broken-judging":
             judged = {c.id for c in cases if compares_logprobs(c)} | {f"generated/{f}" for f in families}
-            bad = [r for r in results if r.id in judged and r.verdict != Verdict.ERROR]
+            bad = [r for r in results if r.id in judged and r.verdict not in (Verdict.ERROR, Verdict.NOT_SUPPORTED)]
             if not any(r.id in judged for r in results):
                 bad = results or [CaseResult("(nothing)", []).settle(Verdict.PASS, "no case compared log-probabilities")]
         else:
@@ -241,8 +274,8 @@ def kill_table(variants: list[dict], catalogue, fmt: str = "simple") -> str:
         k = v.get("kill") or {}
         caught = k.get("case", "SURVIVED") if not v.get("invalid") else "INVALID (variant crashed)"
         rows.append([v["name"], meta.group, meta.bug_class, ", ".join(meta.rules[:2]),
-                     caught, k.get("rule", "") or "", k.get("check", ""),
-                     k.get("observable", ""), k.get("verdict", "")])
+                     caught + (f" ({k['engine']})" if k.get("engine") else ""), k.get("rule", "") or "",
+                     k.get("check", ""), k.get("observable", ""), k.get("verdict", "")])
     return tabulate(rows, headers=["variant", "group", "bug class", "violates", "caught by (first case)",
                                    "failing rule", "check", "observable", "verdict"], tablefmt=fmt)
 
@@ -276,7 +309,8 @@ def main(args) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     opts = {"device": args.device, "timeout": args.timeout, "examples": args.examples,
             "budget_s": args.budget_seconds, "seed": args.seed, "max_steps": args.max_steps,
-            "shrink": args.shrink, "generated_only": args.generated_only, "report": str(folder)}
+            "shrink": args.shrink, "generated_only": args.generated_only, "report": str(folder),
+            "fixed_engines": fixed_engines(args.device) if args.fixed_engines else None}
     from ..generate.draw import FAMILIES
     parts = ["curated", *FAMILIES]           # a baseline runs as parts, so that workers share it
     targets = ([] if args.no_baselines else [("baseline", b, part) for b in BASELINES for part in parts])
@@ -356,6 +390,25 @@ def main(args) -> int:
           + f"; {wall:.0f} s; {folder}/selftest.json, {folder}/kill-matrix.md")
     print("SELFTEST PASSED" if ok else "SELFTEST FAILED")
     return 0 if ok else 1
+
+
+FIXED_ENGINES = {   # P = 16 engines a selftest judges variants through (--fixed-engines)
+    "p16-attention-vision-lora": {"maxInputLen": 512, "maxKVCacheCapacity": 640, "maxKVPoolPages": 0,
+                                  "tokensPerPage": 16, "maxBatchSize": 3, "vision": True, "loraAdapters": ["a", "b"]},
+    "p16-hybrid-lora": {"maxInputLen": 512, "maxKVCacheCapacity": 640, "maxKVPoolPages": 0, "tokensPerPage": 16,
+                        "maxBatchSize": 3, "model": "hybrid", "loraAdapters": ["a", "b"]},
+    "p16-fp8": {"maxInputLen": 512, "maxKVCacheCapacity": 640, "maxKVPoolPages": 0, "tokensPerPage": 16,
+                "kvCacheDtype": "fp8"},
+}
+
+
+def fixed_engines(device: str) -> list[str]:
+    """The folders of FIXED_ENGINES, built once into the kit's engine cache."""
+    import torch
+    torch.set_num_threads(1)
+    from ..adapters import make_adapter
+    adapter = make_adapter("inprocess", device=device)
+    return [adapter.engine_for(args).directory for args in FIXED_ENGINES.values()]
 
 
 def _worker_init() -> None:

@@ -18,6 +18,7 @@ identity
     media-hash-without-geometry     CR-ID-4    item hashed over raw bytes, no geometry/modality
     adjacent-media-merged           CR-ID-4    adjacent images merged into one item (0.10 quirk)
     weak-16bit-digest               CR-ID-6    16-bit page keys (birthday collisions)
+    checkpoint-partial-page-ignored CR-HYB-5   checkpoint key without its partial page's positions
 planning
     full-hit-zero-token-prefill     CR-PLAN-2  no rewind: a full hit leaves nothing to compute
     full-hit-replays-last-token     CR-PLAN-2  full hit keeps every page, replays the last token

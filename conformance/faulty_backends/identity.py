@@ -124,3 +124,24 @@ class Weak16BitDigest(SequenceIdentity):
             h.update(self._material(i * P, (i + 1) * P))
             self.keys.append(h.digest())
         return self.keys[:num_pages]
+
+
+@variant("checkpoint-partial-page-ignored", "identity")
+class CheckpointPartialPageIgnored(SequenceIdentity):
+    """A checkpoint's key covers its length and its complete pages but not the positions of its
+    partial last page: two inputs of the same length that differ only after the last page
+    boundary share a checkpoint, and the later one restores the other's recurrent state.
+
+    Bug class: partial-block reuse (exact-length identity). Violates: CR-HYB-5, CR-ID-1, CR-OUT-1.
+    Mirrors: vLLM #57267 (hybrid prefix caching keyed on whole blocks: a Mamba state restored
+    for a prompt that differs within the last block) and SGLang's radix cache for hybrid models
+    (MambaRadixCache matches on token prefixes, and a state is valid only at its exact length).
+    """
+
+    def exact_key(self, L: int) -> bytes:
+        full = L // self.P
+        h = hashlib.blake2b(digest_size=32, person=b"kvc-ckpt-v1")
+        h.update(struct.pack("<Q", L))
+        h.update(self.page_keys(full)[-1] if full else ROOT)
+        h.update(self.adapter)                                     # DEFECT: no material of [full*P, L)
+        return h.digest()

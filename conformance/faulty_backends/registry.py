@@ -46,8 +46,9 @@ class Variant:
     def rule(self) -> str:
         return self.rules[0]
 
-    def adapter(self, device: str = "auto", timeout: float | None = 120.0) -> "FaultyAdapter":
-        return FaultyAdapter(self, device=device, timeout=timeout)
+    def adapter(self, device: str = "auto", timeout: float | None = 120.0,
+                engine_dir: str | None = None) -> "FaultyAdapter":
+        return FaultyAdapter(self, device=device, timeout=timeout, engine_dir=engine_dir)
 
 
 CATALOGUE: dict[str, Variant] = {}
@@ -99,8 +100,9 @@ class FaultyAdapter(InprocessAdapter):
     Engines are the bundled backend's (the same build tool and cache): only the runtime differs.
     """
 
-    def __init__(self, v: Variant, device: str = "auto", timeout: float | None = 120.0):
-        super().__init__(device=device, timeout=timeout, runtime_factory=v.factory)
+    def __init__(self, v: Variant, device: str = "auto", timeout: float | None = 120.0,
+                 engine_dir: str | None = None):
+        super().__init__(device=device, timeout=timeout, runtime_factory=v.factory, engine_dir=engine_dir)
         self.variant = v
         self.name = f"faulty:{v.name}"
 

@@ -31,7 +31,7 @@ from ..cases import load_case
 from ..engines import digest
 from ..report import write_reproducer
 from ..verdicts import CaseResult, Failure, Verdict
-from .draw import FAMILIES, draw_setup, policy_switch, recipes
+from .draw import FAMILIES, draw_setup, fixed_engine_gaps, policy_switch, recipes
 from .machine import Example, Mismatch, run_whole
 
 RULES = {
@@ -84,6 +84,11 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
     missing = supported(family, manifest)
     if missing:
         return result.settle(Verdict.NOT_SUPPORTED, f"the backend does not declare {', '.join(missing)}")
+    fixed = adapter.fixed_engine()
+    engine = fixed.config if fixed is not None else None
+    gaps = fixed_engine_gaps(family, engine) if engine is not None else []
+    if gaps:
+        return result.settle(Verdict.NOT_SUPPORTED, f"the engine under test lacks {' and '.join(gaps)}")
     media_dir, base_dir = workdir / "media", str(workdir)
     state = _Progress()
     deadline = started + budget_s
@@ -116,7 +121,7 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
         # Everything is drawn before the budget is looked at: an example that returned before
         # drawing would make Hypothesis see the same choices behave differently (a "flaky
         # strategy"), so calls after the budget draw the same data and only skip the running.
-        setup = draw_setup(data, family, manifest)
+        setup = draw_setup(data, family, manifest, engine)
         steps = data.draw(recipes(setup, max_steps), label="steps")
         if adapter.sessions and len(steps) > 1:
             setup.switch_at = data.draw(policy_switch(setup, len(steps)), label="policy_switch")
@@ -136,6 +141,8 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
                 if adapter.sessions:
                     ex.step(batch)
                     state.batches += not shrinking
+                    if ex.refused is not None:
+                        break          # a refused deployment runs nothing: its refusal was judged
             if not adapter.sessions:
                 judged, why = run_whole(ex, run_case_doc)
                 state.batches += judged if not shrinking else 0

@@ -41,6 +41,8 @@ class Setup:
     segments: list[str] = field(default_factory=list)
     questions: list[str] = field(default_factory=list)
     images: list[ImageSpec] = field(default_factory=list)
+    max_input: int = 64
+    """The longest input an example may build (the engine's limit, less the generation)."""
     switch_at: int | None = None
     """Policy switch: the request file of this step uses the other lookup policy (session adapters
     only: one runtime instance then sees use_cache and bypass files, CR-BATCH-3). Drawn after the
@@ -54,12 +56,68 @@ def family_requirements(family: str, model: str) -> list[str]:
     return need
 
 
-def draw_setup(data, family: str, manifest: dict) -> Setup:
+def draw_setup(data, family: str, manifest: dict, engine: dict | None = None) -> Setup:
+    """Draw an example's engine, flags and pools. With `engine` (the description of the one
+    engine under test) only what that engine admits is drawn: its page size, model kind,
+    encoders and adapters, batches up to its batch size, lengths up to its limits."""
     draw = data.draw
     models, vision = FAMILIES[family]
-    models = [m for m in models if m in manifest.get("model_kinds", [])]
     features = set(manifest.get("features", []))
     observables = {k for k, v in manifest.get("observables", {}).items() if v}
+    if engine is None:
+        args, model, P, batch, max_gen, adapters = _draw_engine(draw, family, manifest, features, models, vision)
+        max_input = args["maxInputLen"]
+    else:
+        args, model, P, batch, max_gen, adapters = _fixed_engine(draw, family, engine, features)
+        max_input = min(engine["max_input_len"], engine["max_kv_cache_capacity"] - max_gen)
+    runtime = {"enableContextReuse": draw(st.sampled_from([True, True, True, True, False]), label="reuse")}
+    records = draw(st.sampled_from([1024, 1024, 0, 1, 2, 3]), label="max_records")
+    if records != 1024:
+        runtime["contextCacheMaxRecords"] = records
+    if "warmup" in features:
+        warm = draw(st.sampled_from([0, 0, 0, 1, 2]), label="warmup")
+        if warm:
+            runtime["warmup"] = warm
+    if "prefill_profile" in observables:
+        runtime["dumpProfile"] = True
+    if model != "attention":
+        described = oracle.engine_of(engine) if engine is not None else oracle.derive_engine(args)
+        recurrent_slot, partial_slot = slot_sizes(described)
+        runtime["contextCacheRecurrentSnapshotPoolBytes"] = recurrent_slot * draw(st.integers(1, 6), label="rslots")
+        if model == "hybrid":
+            runtime["contextCachePartialKVSnapshotPoolBytes"] = partial_slot * draw(st.integers(1, 6), label="pslots")
+    settings = {
+        "batch_size": batch, "top_k": 1, "temperature": 1.0, "max_generate_length": max_gen,
+        "apply_chat_template": draw(st.booleans(), label="chat_template"),
+        "context_cache_lookup_policy": draw(st.sampled_from(["use_cache", "use_cache", "use_cache", "bypass"]),
+                                            label="lookup_policy"),
+        "context_cache_commit_policy": draw(st.sampled_from(["including_generated_tokens", "prefill_state_only"]),
+                                            label="commit_policy"),
+    }
+    if "logprobs" in observables and draw(st.booleans(), label="logprobs"):
+        settings["num_logprobs"] = 2
+    if len(adapters) > 1:
+        paths = (engine or {}).get("lora_adapters") or {}
+        settings["available_lora_weights"] = {a: (paths.get(a) or {}).get("path", f"lora/{a}.safetensors")
+                                              for a in adapters[1:]}
+    setup = Setup(args, runtime, settings, batch, adapters, max_input=max_input)
+    # Page-aligned lengths first: Hypothesis draws (and shrinks towards) early entries most. On
+    # an engine under test, three segments and a question must fit in one input.
+    longest = max(2, max_input // 4) if engine is not None else 3 * P + 1
+    boundary = [k * P + d for d in (0, -1, 1) for k in (1, 2, 3) if 0 < k * P + d <= longest] or [P, P - 1]
+    for _ in range(draw(st.integers(1, 3), label="segments")):
+        length = draw(st.sampled_from(boundary + [2, 5]), label="segment_length")
+        setup.segments.append(draw(st.text(LETTERS[:6], min_size=length, max_size=length), label="segment"))
+    for _ in range(draw(st.integers(1, 3), label="questions")):
+        setup.questions.append(draw(st.text(LETTERS, min_size=1, max_size=min(P + 1, longest)), label="question"))
+    if vision:
+        setup.images = draw_images(data)
+    return setup
+
+
+def _draw_engine(draw, family: str, manifest: dict, features: set, models, vision: bool):
+    """A small engine of the family's kind, built for this example."""
+    models = [m for m in models if m in manifest.get("model_kinds", [])]
     pages = manifest.get("tokens_per_page", "any")
     sizes = [p for p in ((4, 8, 16) if vision else (4, 8)) if pages == "any" or p in pages]
     model = draw(st.sampled_from(models), label="model")
@@ -79,44 +137,33 @@ def draw_setup(data, family: str, manifest: dict) -> Setup:
     if family == "text" and "lora" in features and draw(st.booleans(), label="lora"):
         args["loraAdapters"] = ["a", "b"]
         adapters += ["a", "b"]
-    runtime = {"enableContextReuse": draw(st.sampled_from([True, True, True, True, False]), label="reuse")}
-    records = draw(st.sampled_from([1024, 1024, 0, 1, 2, 3]), label="max_records")
-    if records != 1024:
-        runtime["contextCacheMaxRecords"] = records
-    if "warmup" in features:
-        warm = draw(st.sampled_from([0, 0, 0, 1, 2]), label="warmup")
-        if warm:
-            runtime["warmup"] = warm
-    if "prefill_profile" in observables:
-        runtime["dumpProfile"] = True
-    if model != "attention":
-        recurrent_slot, partial_slot = slot_sizes(oracle.derive_engine(args))
-        runtime["contextCacheRecurrentSnapshotPoolBytes"] = recurrent_slot * draw(st.integers(1, 6), label="rslots")
-        if model == "hybrid":
-            runtime["contextCachePartialKVSnapshotPoolBytes"] = partial_slot * draw(st.integers(1, 6), label="pslots")
-    settings = {
-        "batch_size": batch, "top_k": 1, "temperature": 1.0, "max_generate_length": max_gen,
-        "apply_chat_template": draw(st.booleans(), label="chat_template"),
-        "context_cache_lookup_policy": draw(st.sampled_from(["use_cache", "use_cache", "use_cache", "bypass"]),
-                                            label="lookup_policy"),
-        "context_cache_commit_policy": draw(st.sampled_from(["including_generated_tokens", "prefill_state_only"]),
-                                            label="commit_policy"),
-    }
-    if "logprobs" in observables and draw(st.booleans(), label="logprobs"):
-        settings["num_logprobs"] = 2
-    if len(adapters) > 1:
-        settings["available_lora_weights"] = {a: f"lora/{a}.safetensors" for a in adapters[1:]}
-    setup = Setup(args, runtime, settings, batch, adapters)
-    # Page-aligned lengths first: Hypothesis draws (and shrinks towards) early entries most.
-    boundary = [k * P + d for d in (0, -1, 1) for k in (1, 2, 3) if k * P + d > 0]
-    for _ in range(draw(st.integers(1, 3), label="segments")):
-        length = draw(st.sampled_from(boundary + [2, 5]), label="segment_length")
-        setup.segments.append(draw(st.text(LETTERS[:6], min_size=length, max_size=length), label="segment"))
-    for _ in range(draw(st.integers(1, 3), label="questions")):
-        setup.questions.append(draw(st.text(LETTERS, min_size=1, max_size=P + 1), label="question"))
-    if vision:
-        setup.images = draw_images(data)
-    return setup
+    return args, model, P, batch, max_gen, adapters
+
+
+def _fixed_engine(draw, family: str, engine: dict, features: set):
+    """The engine under test as it is; batches and adapters drawn from what it has."""
+    from ..materialize import build_args_of
+    args = build_args_of(engine)
+    batch = draw(st.integers(1, min(3, engine["max_batch_size"])), label="batch_size") \
+        if "batching" in features and engine["max_batch_size"] > 1 else 1
+    max_gen = draw(st.integers(1, 6), label="max_generate_length")
+    adapters = [None]
+    names = sorted(engine.get("lora_adapters") or {})
+    if family == "text" and names and "lora" in features and draw(st.booleans(), label="lora"):
+        adapters += names[:2]
+    return args, args["model"], engine["tokens_per_page"], batch, max_gen, adapters
+
+
+def fixed_engine_gaps(family: str, engine: dict) -> list[str]:
+    """What a family needs that the engine under test lacks (empty: the family can run on it)."""
+    models, vision = FAMILIES[family]
+    kinds = set(engine["layer_kinds"])
+    gaps = []
+    if "recurrent" in models and "recurrent" not in kinds:
+        gaps.append("recurrent layers")
+    if vision and not engine.get("vision"):
+        gaps.append("vision encoder")
+    return gaps
 
 
 def policy_switch(setup: Setup, steps: int):
@@ -199,7 +246,7 @@ def build_request(recipe: dict, setup: Setup, earlier: list[dict], media_dir: Pa
                 last["content"][-1] = dict(tail, text=tail["text"][:1 + recipe["cut"] % len(tail["text"])])
         elif kind == "swap" and isinstance(messages[-1]["content"], list):
             messages[-1]["content"] = list(reversed(messages[-1]["content"]))
-        if estimate(messages, template, max_gen) <= setup.engine_args["maxInputLen"]:
+        if estimate(messages, template, max_gen) <= setup.max_input:
             return {"messages": messages}
     messages = []
     if recipe["system"] is not None:

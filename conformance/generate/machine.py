@@ -21,6 +21,7 @@ from .. import oracle
 from ..adapters.base import Adapter
 from ..cases import materialize, resolve_outputs, with_policy
 from ..execute import judge, merged_transcripts, prediction_refused, same_reason, shape_failures
+from ..materialize import engine_key
 from ..verdicts import Failure, Verdict
 from .draw import Setup, build_request, strip_private
 
@@ -182,6 +183,10 @@ class Example:
             "engine": self.setup.engine_args, "runtime": self.setup.runtime,
             "flags": ["generated", "regression"],
         }
+        fixed = self.adapter.fixed_engine()
+        if fixed is not None:        # drawn for the engine under test: nothing to lay out again
+            doc["_conformance"]["materialized"] = {"engine": engine_key(fixed.config), "engine_config": fixed.config,
+                                                   "source_engine": self.setup.engine_args, "adaptations": []}
         k = self.setup.switch_at
         if k is not None and self.adapter.sessions and k < len(self.steps):
             # One request file cannot switch the lookup policy; the trace records where it did, and

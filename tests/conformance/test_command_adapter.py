@@ -74,7 +74,7 @@ def test_a_hanging_executable_times_out(fake):
     assert result.verdict == Verdict.TIMEOUT and "no exit within 2 s" in result.reason
 
 
-def test_a_fixed_engine_makes_other_page_sizes_not_supported(fake, tmp_path, reference_manifest):
+def test_a_fixed_engine_gets_every_case_laid_out_for_it(fake, tmp_path, reference_manifest):
     engine = tmp_path / "engine"
     engine.mkdir()
     from reference import engine_from_build_args
@@ -82,9 +82,12 @@ def test_a_fixed_engine_makes_other_page_sizes_not_supported(fake, tmp_path, ref
     (engine / "config.json").write_text(json.dumps(engine_from_build_args(engine_args).to_config()))
     adapter = CommandAdapter(f"{sys.executable} {FAKE} infer", engine_dir=str(engine), workdir=str(tmp_path))
     assert adapter.capabilities()["tokens_per_page"] == [4]
-    assert run(adapter, "sections/plan/boundary-p8-k1-exact").verdict == Verdict.NOT_SUPPORTED
+    other = run(adapter, "sections/plan/boundary-p8-k1-exact")          # written for P = 8
+    assert other.verdict == Verdict.PASS, (other.reason, [f.line() for f in other.failures])
+    assert "pages laid out from 8 to 4 tokens" in other.details["materialized"]["adaptations"]
     result = run(adapter, "sections/plan/boundary-p4-k2-exact")
     assert result.verdict == Verdict.PASS, [f.line() for f in result.failures]
+    assert run(adapter, "golden/media-trim-split").verdict == Verdict.NOT_SUPPORTED     # no vision encoder
 
 
 def test_bundled_cli_agrees_with_inprocess_on_a_few_cases():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.adapters import make_adapter
-from conformance.adapters.base import fixed_engine_fit, missing_capabilities, requirements
+from conformance.adapters.base import missing_capabilities, requirements
 from conformance.execute import run_case
 from conformance.verdicts import Verdict
 
@@ -86,16 +86,6 @@ def test_page_size_outside_the_manifest_is_not_supported(reference_adapter, refe
     manifest = dict(reference_manifest, tokens_per_page=[128])
     result = run_case(case("sections/plan/boundary-p8-k1-exact"), reference_adapter, manifest)
     assert result.verdict == Verdict.NOT_SUPPORTED and "tokens_per_page:8" in result.reason
-
-
-def test_fixed_engine_fit_names_what_differs():
-    wanted = {"tokens_per_page": 4, "layer_kinds": ["attention"] * 2, "kv_cache_dtype": "fp16",
-              "vision": {"patch_size": 16}, "lora_adapters": {"a": {}}, "deployment": {}}
-    fixed = {"tokens_per_page": 128, "layer_kinds": ["attention"] * 2, "kv_cache_dtype": "fp16",
-             "vision": None, "lora_adapters": {}, "deployment": {"spec_decode": None}}
-    reasons = " | ".join(fixed_engine_fit(wanted, fixed).reasons)
-    assert "tokens_per_page 128" in reasons and "no vision encoder" in reasons and "'a'" in reasons
-    assert not fixed_engine_fit(wanted, wanted).reasons
 
 
 def test_refused_build_must_be_refused(reference_adapter, reference_manifest):
