@@ -26,7 +26,7 @@ SECTIONS = {
     "ID": "1 Cache identity", "PLAN": "2 Planning", "MEDIA": "3 Media spans",
     "PUB": "4 Publication", "POL": "5 Policies", "CAP": "6 Capacity", "BATCH": "7 Batching",
     "HYB": "8 Recurrent and hybrid", "SUP": "9 Support matrix", "MET": "10 Metrics",
-    "OUT": "11 Outputs",
+    "OUT": "11 Outputs", "TOK": "12 Tokenizers and media counts",
 }
 
 OUTPUT_TEMPLATE = re.compile(r"\{\{output:(\d+)\}\}")
@@ -52,7 +52,8 @@ class Case:
 
     @property
     def section(self) -> str:
-        return self.rules[0].split("-")[1]
+        first = self.rules[0]
+        return "TOK" if first.startswith("TOK-") else first.split("-")[1]
 
     @property
     def mandatory(self) -> bool:
@@ -105,6 +106,11 @@ def load_case(path: str | Path) -> Case:
         block = [(p, m) for p, m in errors if p.startswith("$._conformance")]
         if block:
             raise KvconformError(block[0][1], str(path), block[0][0])
+    engine = doc["_conformance"].get("engine")
+    if isinstance(engine, dict) and isinstance(engine.get("tokenizer"), str) and not os.path.isabs(engine["tokenizer"]):
+        # a tokenizer folder is named relative to the case file, like media; resolved once, so
+        # that a reproducer written elsewhere still names it
+        engine["tokenizer"] = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), engine["tokenizer"]))
     case = Case(Path(path), doc)
     check_templates(case)
     return case

@@ -65,7 +65,7 @@ def build_cached(build_args: dict, salt: str, build: Callable[[Path], None]) -> 
 def fixed_engine(engine_dir: str, description: str | None = None):
     """The one engine of a deployment under test: its folder and the description the oracle reads
     (DIR/config.json, or `description` for a runtime whose folder holds something else)."""
-    import os
+    from reference.engine import resolve_paths
 
     from . import oracle
     from .adapters.base import Engine
@@ -75,7 +75,7 @@ def fixed_engine(engine_dir: str, description: str | None = None):
         raise KvconformError("not an engine folder", engine_dir)
     source = description or os.path.join(engine_dir, "config.json")
     try:
-        config = oracle.engine_of(read_json(source)).to_config()
+        config = oracle.engine_of(resolve_paths(read_json(source), os.path.dirname(os.path.abspath(source)))).to_config()
     except oracle.InputError as e:
         raise KvconformError(e.message, source, e.path) from None
     return Engine("fixed-" + digest(config, 8), config, os.path.abspath(engine_dir), fixed=True)

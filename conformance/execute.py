@@ -28,7 +28,8 @@ from .verdicts import CaseResult, Failure, Verdict
 # must write exactly what the build arguments derive.
 DESCRIPTION_KEYS = ("tokens_per_page", "max_input_len", "max_kv_cache_capacity", "max_batch_size",
                     "kv_pool_pages", "kv_cache_dtype", "layer_kinds", "num_kv_heads", "head_dim",
-                    "recurrent", "vision", "audio", "deployment")
+                    "recurrent", "vision", "audio", "deployment", "tokenizer", "vocab_size", "eos_token_id",
+                    "image_token_id")
 
 
 class Settled(Exception):
@@ -309,7 +310,8 @@ class Runner:
                 self.result.add(p)
             raise Settled
         try:
-            prediction = oracle.predict(engine, flags, doc, self.case.base_dir, merged_transcripts(main, replay))
+            prediction = oracle.predict(engine, flags, doc, self.case.base_dir,
+                                        merged_transcripts(main, replay, engine))
         except reference.NeedsTranscript as e:
             self.settle(Verdict.ERROR, f"the counts depend on generated tokens the backend does not expose: {e}")
         except oracle.InputError as e:
@@ -356,12 +358,12 @@ def shape_failures(main: RunResult, replay: RunResult | None, count: int) -> lis
     return out
 
 
-def merged_transcripts(main: RunResult, replay: RunResult | None) -> list:
+def merged_transcripts(main: RunResult, replay: RunResult | None, engine=None) -> list:
     """Generated tokens for the oracle: the run's own (its counters follow what it generated),
     the replay's where the run exposes none (spec/RUNNING.md section 4 step 5)."""
-    generated = oracle.transcripts(main.responses)
+    generated = oracle.transcripts(main.responses, engine)
     if replay is not None:
-        backup = oracle.transcripts(replay.responses)
+        backup = oracle.transcripts(replay.responses, engine)
         generated = [g if g is not None else b for g, b in zip(generated, backup)]
     return generated
 
@@ -386,7 +388,7 @@ def judge(engine, flags, manifest: dict, prediction, main: RunResult, replay: Ru
     """
     ex = Explainer(engine, flags, prediction)
     out = compare_requests(prediction.responses, main.responses, ex, observable(manifest, "per_request_metrics"),
-                           manifest.get("tokenizer") == "bytes-v1", start)
+                           True, start)
     if replay is not None:
         out += compare_outputs(main.responses, replay.responses, ex, observable(manifest, "output_ids"), start)
     out += compare_profile(prediction.profile, main.profile, ex,
@@ -413,4 +415,8 @@ def _words(text: str) -> list[str]:
 
 
 def _norm(value):
-    return {k: v for k, v in value.items() if v not in (None, False)} if isinstance(value, dict) else value
+    """A description value as compared: unset entries dropped, and an hf profile without the
+    place of its files (a build copies them into the engine folder, TOK-HF-1)."""
+    if not isinstance(value, dict):
+        return value
+    return {k: v for k, v in value.items() if v not in (None, False, {}) and not (k == "files" and "profile" in value)}

@@ -14,6 +14,7 @@ from .verdicts import Verdict
 class Explainer:
     def __init__(self, engine, flags, prediction):
         parsed = prediction.parsed
+        self.engine = engine
         self.P = engine.tokens_per_page
         self.kind = engine.kind
         self.pool = engine.kv_pool_pages
@@ -244,7 +245,10 @@ class Explainer:
     def input_tokens(self, i: int) -> str:
         r = self.requests[i]
         media = sum(s.end - s.start for s in r.spans)
-        return (f"bytes-v1 (spec/tokenizer.md) gives n = {r.n} for request {i}"
+        tok = self.engine.tokenizer
+        profile = ("bytes-v1 (spec/tokenizer.md)" if not self.engine.hf else
+                   f"the hf profile ({tok['loader']} loader, spec/hf-tokenizer.md)")
+        return (f"{profile} gives n = {r.n} for request {i}"
                 + (f", {media} of them media placeholders" if media else ""))
 
     def output(self, i: int, detail: str) -> str:

@@ -76,15 +76,15 @@ class OracleSession:
                           parse(doc, base_dir, self.engine, self.flags), list(generated or []))
 
 
-def transcript(response: dict) -> list[int] | None:
+def transcript(response: dict, engine=None) -> list[int] | None:
     """The token ids a response generated: from `output_ids`, else greedy `logprobs`, else
-    `output_text` when that is unambiguous (spec/RUNNING.md section 4 step 5)."""
-    tokens = reference.transcript_tokens({"responses": [response]})[0]
+    (bytes-v1 only) `output_text` when that is unambiguous (spec/RUNNING.md section 4 step 5)."""
+    tokens = reference.transcript_tokens({"responses": [response]}, engine)[0]
     return list(tokens) if tokens is not None else None
 
 
-def transcripts(responses: list[dict] | None) -> list[list[int] | None]:
-    return [transcript(r) if isinstance(r, dict) else None for r in (responses or [])]
+def transcripts(responses: list[dict] | None, engine=None) -> list[list[int] | None]:
+    return [transcript(r, engine) if isinstance(r, dict) else None for r in (responses or [])]
 
 
 def text_of(tokens: list[int]) -> str:

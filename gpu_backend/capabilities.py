@@ -14,7 +14,7 @@ def capabilities(device: str = "auto") -> dict:
         "backend": "gpu_backend",
         "version": "1.0.0",
         "semantics_profile": "edge-llm-0.10",
-        "tokenizer": "bytes-v1",
+        "tokenizer": ["bytes-v1", "hf"],          # spec/tokenizer.md; spec/hf-tokenizer.md (build --tokenizer)
         "observables": {"per_request_metrics": True, "output_ids": True, "logprobs": True,
                         "prefill_profile": True, "rejection_messages": True},
         "model_kinds": ["attention", "recurrent", "hybrid"],

@@ -43,6 +43,11 @@ def _parser():
     b.add_argument("--kvCacheDtype")
     b.add_argument("--loraAdapters")
     b.add_argument("--specDecode")
+    b.add_argument("--tokenizer", help="a Hugging Face tokenizer folder (spec/hf-tokenizer.md)")
+    b.add_argument("--tokenizerLoader", help="tokenizers-raw (default) or transformers-auto")
+    b.add_argument("--chatTemplateKwargs", help="JSON object of chat template keywords")
+    b.add_argument("--imageCounter", help="media token counter (spec/media-tokens.md)")
+    b.add_argument("--imageCounterSettings", help="JSON object of the counter's settings")
     b.add_argument("--force", action="store_true", help="replace whatever --engineDir holds")
     for name in ("untiedEmbeddings", "vision", "audio", "actionRunner", "blockDiffusion", "visionBidirectional"):
         _bool_flag(b, name)
@@ -94,8 +99,30 @@ def _build(a) -> int:
     args = {k: v for k, v in vars(a).items() if k not in ("command", "engineDir", "force") and v is not None}
     if "loraAdapters" in args:
         args["loraAdapters"] = [n for n in args["loraAdapters"].split(",") if n] if args["loraAdapters"] else []
+    for flag in ("chatTemplateKwargs", "imageCounterSettings"):
+        if flag in args:
+            args[flag] = _json_object(flag, args[flag])
     build_engine(a.engineDir, args, force=a.force)
     return 0
+
+
+def _json_object(flag: str, text: str) -> dict:
+    """A flag's JSON object (RFC 8259: no NaN or Infinity, no repeated key)."""
+    def pairs(items):
+        obj = dict(items)
+        if len(obj) != len(items):
+            raise ValueError("a key is repeated")
+        return obj
+
+    def constant(name):
+        raise ValueError(f"{name} is not a JSON number")
+    try:
+        value = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    except (ValueError, RecursionError) as e:
+        raise BackendInputError(f"--{flag}", f"not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise BackendInputError(f"--{flag}", f"expected a JSON object, got {text[:200]}")
+    return value
 
 
 OUTPUT_FLAGS = ("outputFile", "profileOutputFile", "outputHiddenStates")

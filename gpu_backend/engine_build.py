@@ -10,16 +10,25 @@ fires on that token's embedding and writes the unembedding direction of a succes
 chosen by a seeded map over printable ASCII (a few successors are <|eos|>). The other
 mixers (attention, recurrence) and MLPs are random and add a context-dependent push of
 comparable size, so the next token depends on the context, not only on the current token.
+
+With a Hugging Face tokenizer (`--tokenizer DIR`, hf_build.py) the same structure is laid
+over a vocabulary of tens of thousands of ids: the walk runs over a seeded sample of word-like
+normal tokens (the ones the sampler may emit), and the added tokens and the pieces of a newline
+and a space (what prompts end with) are keyed into the walk, so generation is confident from
+its first token on; the output rows of all other tokens are scaled down (OTHER_ROW_GAIN) so
+that tens of thousands of random logits do not outvote the walk and the context.
 """
 import json
 import math
 import os
+import re
 import shutil
 import zlib
 
 import numpy as np
 from safetensors.numpy import save_file
 
+from . import hf_build
 from .errors import BackendInputError
 from .inputs import MAX_SIZE
 
@@ -43,7 +52,10 @@ BUILD_ARGS = {
     "loraAdapters": (list, []), "loraRank": (int, 4), "kvCacheDtype": (str, "fp16"), "seed": (int, 0),
     "specDecode": (str, None), "actionRunner": (bool, False), "blockDiffusion": (bool, False),
     "visionBidirectional": (bool, False),
+    **hf_build.BUILD_ARGS,
 }
+OPTIONAL = {"specDecode"} | set(hf_build.BUILD_ARGS)
+WALK = 96                             # successor walk length (bytes-v1: its 96 text tokens)
 
 # scales of the confident init (see module docstring); measured in tests/gpu_backend/test_model.py
 KEY_GAIN = 1.0        # gate/up gain of a key neuron
@@ -54,6 +66,7 @@ REC_MIXER_GAIN = 20.0  # later recurrent mixers (their raw output is smaller)
 ATTN_SHARPNESS = 3.0  # query/key gain: > 1 makes attention pick few positions
 LOGIT_GAIN = 1.5     # final norm weight: sets the logit scale
 LORA_GAIN = 0.5       # adapter delta relative to the base projection
+OTHER_ROW_GAIN = 0.5  # hf vocabularies: output rows of the tokens outside the walk
 
 
 def _fail(flag, message):
@@ -68,9 +81,10 @@ def make_config(args: dict) -> dict:
             _fail(k, "unknown build argument")
     for k, (typ, default) in BUILD_ARGS.items():
         v = args.get(k, default)
-        if v is None and default is None and k != "specDecode":
+        if v is None and default is None and k not in OPTIONAL:
             _fail(k, "is required")
-        if v is not None and not (type(v) is typ or (typ is list and isinstance(v, (list, tuple)))):
+        if v is not None and not (type(v) is typ or (typ is list and isinstance(v, (list, tuple)))
+                                  or (typ is dict and isinstance(v, dict))):
             _fail(k, f"expected {typ.__name__}, got {v!r}")
         a[k] = v
     for k in ("maxInputLen", "maxKVCacheCapacity", "maxBatchSize", "tokensPerPage", "numLayers", "hiddenSize",
@@ -79,6 +93,10 @@ def make_config(args: dict) -> dict:
             _fail(k, f"must be at least 1, got {a[k]}")
     if a["maxKVPoolPages"] < 0:
         _fail("maxKVPoolPages", f"must be at least 0, got {a['maxKVPoolPages']}")
+    if a["tokenizer"] is None:
+        for k in hf_build.BUILD_ARGS:
+            if a[k] is not None:
+                _fail(k, "needs --tokenizer")
     for k, (typ, _) in BUILD_ARGS.items():
         if typ is int and k != "seed" and a[k] > MAX_SIZE:
             _fail(k, f"{a[k]} is above {MAX_SIZE}: sizes fit in a signed 32-bit integer")
@@ -134,6 +152,8 @@ def make_config(args: dict) -> dict:
                        "block_diffusion": a["blockDiffusion"], "vision_bidirectional": a["visionBidirectional"]},
         "seed": a["seed"], "weights": "model.safetensors",
     }
+    if a["tokenizer"] is not None:
+        cfg.update(hf_build.describe(a, _fail))
     count = parameter_count(cfg)
     if count > MAX_PARAMETERS:
         flag = max(("hiddenSize", "intermediateSize", "numLayers", "numHeads", "headDim", "stateSize", "loraRank"),
@@ -149,7 +169,7 @@ def parameter_count(cfg: dict) -> int:
     H, G, D = cfg["num_attention_heads"], cfg["num_kv_heads"], cfg["head_dim"]
     n_att = cfg["layer_kinds"].count("attention")
     n_rec = len(cfg["layer_kinds"]) - n_att
-    count = VOCAB * d * (1 if cfg["tie_embeddings"] else 2) + d
+    count = cfg.get("vocab_size", VOCAB) * d * (1 if cfg["tie_embeddings"] else 2) + d
     count += len(cfg["layer_kinds"]) * (2 * d + 3 * inter * d) + n_att * 2 * (H + G) * D * d
     lora = n_att * (4 * d + 2 * (H + G) * D)
     if n_rec:
@@ -181,8 +201,39 @@ def successor_map(seed: int) -> dict:
     return succ
 
 
-def init_weights(cfg: dict) -> dict:
-    seed, d, I, V = cfg["seed"], cfg["hidden_size"], cfg["intermediate_size"], VOCAB
+def hf_successor_plan(seed: int, tok, eos: int, neurons: int) -> tuple[list, dict, list]:
+    """(keyed tokens, successor map, spoken tokens) over an hf vocabulary: every added token and
+    the pieces of a newline and a space (what prompts end with) lead into a seeded cycle through
+    up to WALK word-like normal tokens, four of which exit to the EOS; the cycle takes the key
+    neurons the entry tokens leave. Successors are always normal tokens or the EOS, the only
+    ids the sampler emits (hf_prompt.normal_tokens); the spoken tokens keep full output rows."""
+    from .hf_prompt import normal_tokens
+    entry = sorted(set(tok.get_added_tokens_decoder()) | set(tok.encode("\n", add_special_tokens=False).ids)
+                   | set(tok.encode(" ", add_special_tokens=False).ids))
+    entry_set = set(entry)
+    normal = [int(t) for t in np.flatnonzero(normal_tokens(tok)) if int(t) not in entry_set]
+    words = [t for t in normal if _WORDLIKE.fullmatch(tok.id_to_token(t) or "")]
+    pool = words if len(words) >= WALK else normal
+    if not pool:                                 # nothing but specials to say: stop at once
+        return entry, {t: eos for t in entry}, [eos]
+    size = min(WALK, len(pool), max(neurons - len(entry), neurons // 2, 1))
+    rng = _rng(seed, "successor")
+    walk = [int(t) for t in rng.choice(pool, size=size, replace=False)]
+    succ = {t: walk[(i + 1) % len(walk)] for i, t in enumerate(walk)}
+    for t in rng.choice(walk, size=min(4, len(walk)), replace=False):
+        succ[int(t)] = eos
+    for t in entry:
+        succ[t] = int(rng.choice(walk))
+    return walk + entry, succ, walk + [eos]
+
+
+_WORDLIKE = re.compile("[\u2581\u0120]?[A-Za-z]{2,12}")     # a Metaspace or ByteLevel word piece
+
+
+def init_weights(cfg: dict, plan=None) -> dict:
+    """`plan`: (keyed tokens, successor map, spoken tokens) for an hf vocabulary
+    (hf_successor_plan); None: the bytes-v1 walk over printable ASCII."""
+    seed, d, I, V = cfg["seed"], cfg["hidden_size"], cfg["intermediate_size"], cfg.get("vocab_size", VOCAB)
     H, G, D = cfg["num_attention_heads"], cfg["num_kv_heads"], cfg["head_dim"]
     # final norm with mixed signs: the residual's own token embedding adds ~0 to its own logit
     # (no "repeat the current token" bias under tied embeddings), while key neurons write
@@ -192,6 +243,13 @@ def init_weights(cfg: dict) -> dict:
     if not cfg["tie_embeddings"]:
         w["lm_head"] = _normal(seed, "lm_head", (V, d), 1.0)
     out_rows = w.get("lm_head", w["embed"])
+    if plan is not None:
+        # A large vocabulary: the model mostly speaks the walk (as bytes-v1 speaks printable
+        # ASCII); the other output rows are shrunk so tens of thousands of random logits do not
+        # drown the successor and the context pushes.
+        quiet = np.ones(V, bool)
+        quiet[[t for t in plan[2] if t < V]] = False
+        out_rows[quiet] *= OTHER_ROW_GAIN
     unit = lambda v: v / np.linalg.norm(v)
     for i, kind in enumerate(cfg["layer_kinds"]):
         p = f"layers.{i}"
@@ -219,8 +277,11 @@ def init_weights(cfg: dict) -> dict:
         up = _normal(seed, f"{p}.mlp.up", (I, d), 1 / math.sqrt(d))
         down = _normal(seed, f"{p}.mlp.down", (d, I), 0.5 / math.sqrt(I))
         if i == 0:
-            succ = successor_map(seed)
-            keyed = (TEXT_TOKENS + KEYED_SPECIALS)[:I]
+            if plan is None:
+                succ = successor_map(seed)
+                keyed = (TEXT_TOKENS + KEYED_SPECIALS)[:I]
+            else:
+                keyed, succ = plan[0][:I], plan[1]
             for j, t in enumerate(keyed):
                 e = unit(w["embed"][t])
                 gate[j] = KEY_GAIN * e
@@ -262,10 +323,11 @@ def _atomic_write(path, write):
             os.remove(tmp)
 
 
-def check_engine_dir(engine_dir, cfg: dict) -> None:
+def check_engine_dir(engine_dir, cfg: dict, tokenizer_src=None) -> None:
     """Refuse to build into a folder that holds something else (spec/engine.md section 1): only
     a missing or empty folder, or an engine built with exactly these arguments (a rebuild
-    rewrites the same files), is built into without --force."""
+    rewrites the same files; with `--tokenizer`, from the same tokenizer files), is built into
+    without --force."""
     if not os.path.lexists(engine_dir):
         return
     if not os.path.isdir(engine_dir):
@@ -277,8 +339,11 @@ def check_engine_dir(engine_dir, cfg: dict) -> None:
     if not entries:
         return
     existing = _existing_config(os.path.join(engine_dir, "config.json"))
-    if existing == cfg:
+    if existing == cfg and (tokenizer_src is None or hf_build.same_tokenizer(tokenizer_src, engine_dir)):
         return
+    if existing == cfg:
+        _fail("engineDir", f"{engine_dir} holds an engine built from other tokenizer files;"
+                           " pass --force to replace it")
     if isinstance(existing, dict) and existing.get("format") == cfg["format"]:
         keys = list(cfg) + [k for k in existing if k not in cfg]
         key = next(k for k in keys if existing.get(k, _MISSING) != cfg.get(k, _MISSING))
@@ -309,15 +374,16 @@ def build_engine(engine_dir, build_args: dict, *, force: bool = True) -> dict:
     that fails part-way removes the folder it created, so no half engine is left behind.
     """
     cfg = make_config(build_args)
+    source = build_args.get("tokenizer")
     if not force:
-        check_engine_dir(engine_dir, cfg)
+        check_engine_dir(engine_dir, cfg, source)
     created = not os.path.lexists(engine_dir)
     try:
         os.makedirs(os.path.join(engine_dir, "lora"), exist_ok=True)
     except OSError as e:
         raise BackendInputError("--engineDir", f"cannot create {engine_dir}: {e.strerror or e}") from None
     try:
-        _write_engine(engine_dir, cfg)
+        _write_engine(engine_dir, cfg, source)
     except BaseException as e:
         if created:
             shutil.rmtree(engine_dir, ignore_errors=True)
@@ -328,8 +394,14 @@ def build_engine(engine_dir, build_args: dict, *, force: bool = True) -> dict:
     return cfg
 
 
-def _write_engine(engine_dir, cfg: dict) -> None:
-    weights = init_weights(cfg)
+def _write_engine(engine_dir, cfg: dict, tokenizer_src=None) -> None:
+    plan = None
+    if tokenizer_src is not None:
+        from .hf_loader import load_tokenizer
+        hf_build.copy_tokenizer(tokenizer_src, engine_dir)
+        tok = load_tokenizer(os.path.join(engine_dir, hf_build.FOLDER), cfg["tokenizer"]["loader"])
+        plan = hf_successor_plan(cfg["seed"], tok, cfg["eos_token_id"], cfg["intermediate_size"])
+    weights = init_weights(cfg, plan)
     _atomic_write(os.path.join(engine_dir, "model.safetensors"), lambda f: save_file(weights, f))
     for name in cfg["lora_adapters"]:
         lw = lora_weights(cfg, name, weights)

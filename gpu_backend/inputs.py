@@ -107,8 +107,9 @@ def _is_int(v, lo=1):
     return type(v) is int and lo <= v <= MAX_SIZE
 
 
-def check_engine_config(cfg: dict, path: str) -> None:
-    """The keys the runtime and the model read, beyond those load_engine_config checks."""
+def check_engine_config(cfg: dict, path: str, hf: bool = False) -> None:
+    """The keys the runtime and the model read, beyond those load_engine_config checks. `hf`:
+    the engine names an hf tokenizer profile, whose vocabulary hf_prompt.HFText checks."""
     def fail(key, message):
         raise BackendInputError(key, message, file=path)
 
@@ -120,7 +121,10 @@ def check_engine_config(cfg: dict, path: str) -> None:
     theta = cfg.get("rope_theta", 10000.0)
     if type(theta) not in (int, float) or not math.isfinite(theta) or theta <= 0:
         fail("$.rope_theta", f"expected a finite number > 0, got {theta!r}")
-    if "vocab_size" in cfg and cfg["vocab_size"] != 320:
+    if hf:
+        if type(cfg.get("vocab_size")) is not int or not 1 <= cfg["vocab_size"] <= MAX_SIZE:
+            fail("$.vocab_size", f"expected the tokenizer's id count, got {cfg.get('vocab_size')!r}")
+    elif "vocab_size" in cfg and cfg["vocab_size"] != 320:
         fail("$.vocab_size", f"the bytes-v1 tokenizer has 320 tokens, got {cfg['vocab_size']!r}")
     weights = cfg.get("weights", "model.safetensors")
     if not isinstance(weights, str) or not weights or "\0" in weights:

@@ -1,5 +1,9 @@
 """Media decoding for bytes-v1 (spec/tokenizer.md section 3).
 
+Engines with an `hf` tokenizer decode images by the same rules; only the token count differs:
+`decode_image(..., count=f)` counts an image with `f(H, W)` (the engine's media counter,
+spec/media-tokens.md) instead of one placeholder per 16x16 patch, before any pixel is decoded.
+
 Only encodings whose decoded samples every decoder agrees on are accepted, because media
 identity is defined on decoded samples (CR-ID-4): non-interlaced PNG (8-bit grey, RGB,
 grey+alpha, RGBA; palette at 1/2/4/8 bits), binary PPM `P6` with maxval 255, and WAV PCM
@@ -40,11 +44,13 @@ class MediaItem:
 
     __slots__ = ("modality", "geometry", "data", "digest", "placeholders")
 
-    def __init__(self, modality, geometry, data):
+    def __init__(self, modality, geometry, data, placeholders=None):
         self.modality, self.geometry, self.data = modality, geometry, data
         raw = np.ascontiguousarray(data).astype(data.dtype.newbyteorder("<"), copy=False).tobytes()
         self.digest = media_digest(modality, geometry, raw)
-        if modality == "image":
+        if placeholders is not None:
+            self.placeholders = placeholders
+        elif modality == "image":
             H, W, _ = geometry
             self.placeholders = math.ceil(H / PATCH) * math.ceil(W / PATCH)
         else:
@@ -72,22 +78,31 @@ def _read(path) -> bytes:
         raise MediaError(f"cannot read {path}: {e.strerror or e}") from None
 
 
-def _check_geometry(H: int, W: int, max_placeholders: int) -> None:
+def _check_geometry(H: int, W: int, max_placeholders: int, count=None) -> int:
     if H == 0 or W == 0:
         raise MediaError(f"image has a zero dimension ({H}x{W})")
     if H > MAX_SIDE or W > MAX_SIDE:
         raise MediaError(f"image of {H}x{W} exceeds the {MAX_SIDE}-pixel side limit")
+    if count is not None:
+        try:
+            tokens = count(H, W)
+        except ValueError as e:          # the counter's runtime refuses this size (TOK-MEDIA-1)
+            raise MediaError(f"image of {H}x{W}: {e}") from None
+        if tokens > max_placeholders:
+            raise MediaError(f"image of {H}x{W} needs {tokens} tokens, more than max_input_len {max_placeholders}")
+        return tokens
     count = math.ceil(H / PATCH) * math.ceil(W / PATCH)
     if count > max_placeholders:
         raise MediaError(f"image of {H}x{W} needs {count} placeholders, more than max_input_len {max_placeholders}")
+    return count
 
 
-def _decode_png(data: bytes, max_placeholders: int) -> np.ndarray:
+def _decode_png(data: bytes, max_placeholders: int, count=None) -> np.ndarray:
     if len(data) < 33 or data[12:16] != b"IHDR":
         raise MediaError("PNG has no IHDR header")
     W, H = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     depth, ctype, interlace = data[24], data[25], data[28]
-    _check_geometry(H, W, max_placeholders)
+    _check_geometry(H, W, max_placeholders, count)
     if ctype not in _PNG_OK or depth not in _PNG_OK[ctype]:
         raise MediaError(f"unsupported PNG encoding (colour type {ctype}, bit depth {depth})")
     if interlace != 0:
@@ -163,7 +178,7 @@ def _check_png_structure(data: bytes, W: int, H: int, depth: int, ctype: int) ->
     return len(palette) // 3 if palette else 0
 
 
-def _decode_ppm(data: bytes, max_placeholders: int) -> np.ndarray:
+def _decode_ppm(data: bytes, max_placeholders: int, count=None) -> np.ndarray:
     fields, i = [], 2
     while len(fields) < 3:
         while i < len(data) and (data[i:i + 1].isspace() or data[i:i + 1] == b"#"):
@@ -182,7 +197,7 @@ def _decode_ppm(data: bytes, max_placeholders: int) -> np.ndarray:
     if i >= len(data) or not data[i:i + 1].isspace():
         raise MediaError("malformed PPM header")
     W, H, maxval = fields
-    _check_geometry(H, W, max_placeholders)
+    _check_geometry(H, W, max_placeholders, count)
     if maxval != 255:
         raise MediaError(f"PPM maxval {maxval} is not supported (only 255)")
     body = data[i + 1:i + 1 + H * W * 3]
@@ -191,18 +206,19 @@ def _decode_ppm(data: bytes, max_placeholders: int) -> np.ndarray:
     return np.frombuffer(body, dtype=np.uint8).reshape(H, W, 3).copy()
 
 
-def decode_image(path, max_placeholders: int) -> MediaItem:
+def decode_image(path, max_placeholders: int, count=None) -> MediaItem:
+    """`count(H, W)`: the engine's token count for an image (ValueError: refused); None: bytes-v1."""
     data = _read(path)
     if data.startswith(_PNG_SIG):
-        rgb = _decode_png(data, max_placeholders)
+        rgb = _decode_png(data, max_placeholders, count)
     elif data[:2] == b"P6":
-        rgb = _decode_ppm(data, max_placeholders)
+        rgb = _decode_ppm(data, max_placeholders, count)
     elif not data:
         raise MediaError("image file is empty")
     else:
         raise MediaError("unsupported image encoding (accepted: PNG, binary PPM P6)")
     H, W, _ = rgb.shape
-    return MediaItem("image", (H, W, 3), rgb)
+    return MediaItem("image", (H, W, 3), rgb, None if count is None else count(H, W))
 
 
 def decode_audio(path, max_placeholders: int) -> MediaItem:

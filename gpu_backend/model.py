@@ -101,8 +101,11 @@ class Model:
                 shapes[f"{prefix}.{n}"] = tuple(self.w[f"{prefix}.{n}"].shape)
         return shapes
 
-    def encode_media(self, modality: str, data) -> torch.Tensor:
-        """One embedding per placeholder: [count, hidden]."""
+    def encode_media(self, modality: str, data, count: int | None = None) -> torch.Tensor:
+        """One embedding per placeholder: [count, hidden]. An engine with a media counter
+        (hf tokenizers) gives an image `count` embeddings, whatever its size: see _counted_image."""
+        if modality == "image" and count is not None and (self.cfg.get("vision") or {}).get("counter"):
+            return self._counted_image(data, count)
         if modality == "image":
             img = torch.as_tensor(data, device=self.device).to(torch.float32) / 255.0 - 0.5  # [H, W, 3]
             H, W, _ = img.shape
@@ -114,6 +117,16 @@ class Model:
         count = -(-samples.numel() // FRAME)
         frames = F.pad(samples, (0, count * FRAME - samples.numel())).view(count, FRAME)
         return frames @ self.w["audio.proj"].T + self.w["audio.bias"]
+
+    def _counted_image(self, data, count: int) -> torch.Tensor:
+        """`count` embeddings of an image: its row-major RGB samples, linearly resampled to
+        `count` feature vectors of one 16x16 patch's size, through the same projection. Every
+        placeholder depends on a different part of the image, so a cache that confuses two
+        images gives different KV (CR-ID-4) at any count the runtime's counter chooses."""
+        img = torch.as_tensor(data, device=self.device).to(torch.float32) / 255.0 - 0.5      # [H, W, 3]
+        width = 3 * PATCH * PATCH
+        feats = F.interpolate(img.reshape(1, 1, -1), size=count * width, mode="linear", align_corners=False)
+        return feats.view(count, width) @ self.w["vision.proj"].T + self.w["vision.bias"]
 
     # ------------------------------------------------------------------ forward
 

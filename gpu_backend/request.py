@@ -7,6 +7,10 @@ kit metadata; each one is listed in `RequestFile.warnings` (a mistyped `max_gene
 would otherwise silently run with the default), except keys beginning with `_` (the kit's
 `_conformance` blocks). The known keys are this parser's own list, not the kit's schema.
 Length limits are not input errors: they fail their batch at run time (CR-BATCH-5).
+
+An engine with an `hf` tokenizer passes its `hf_prompt.HFText` as `text`: images are then
+counted by the engine's media counter and the prompt laid out by spec/hf-tokenizer.md; the
+bytes-v1 layout (spec/tokenizer.md) is used otherwise.
 """
 import difflib
 import math
@@ -51,6 +55,7 @@ class Request:
     num_logprobs: int
     logit_bias: dict = field(default_factory=dict)
     stop: list = field(default_factory=list)
+    text: str | None = None         # hf engines: the encoded prompt text (before image expansion)
 
     @property
     def n(self) -> int:
@@ -58,7 +63,7 @@ class Request:
 
     @property
     def formatted(self) -> str:
-        return render(self.ids)
+        return render(self.ids) if self.text is None else self.text
 
     @property
     def greedy(self) -> bool:
@@ -88,8 +93,10 @@ def _is_num(v):
 
 
 class _Checker:
-    def __init__(self, engine, base_dir, lora_check):
+    def __init__(self, engine, base_dir, lora_check, text=None):
         self.engine, self.base_dir, self.lora_check = engine, base_dir, lora_check
+        self.hf = text
+        self.vocab = VOCAB if text is None else text.vocab_size
         self.media_cache = {}
 
     def fail(self, path, message):
@@ -126,8 +133,8 @@ class _Checker:
             self.fail(f"{path}.logit_bias", "expected an object of at most 1024 token-id: bias entries")
         out = {}
         for k, v in lb.items():
-            if not (isinstance(k, str) and k.isdigit() and k.isascii()) or int(k) >= VOCAB:
-                self.fail(f"{path}.logit_bias", f"key {k!r} is not a token id below {VOCAB}")
+            if not (isinstance(k, str) and k.isdigit() and k.isascii()) or int(k) >= self.vocab:
+                self.fail(f"{path}.logit_bias", f"key {k!r} is not a token id below {self.vocab}")
             if not _is_num(v) or not -100 <= v <= 100:
                 self.fail(f"{path}.logit_bias[{k!r}]", f"expected a number in [-100, 100], got {v!r}")
             out[int(k)] = float(v)
@@ -136,6 +143,8 @@ class _Checker:
     def media(self, kind, ref, path):
         if not isinstance(ref, str) or not ref:
             self.fail(path, f"expected a non-empty {kind} path")
+        if self.hf is not None and kind == "audio":
+            self.fail(path, "audio input is not defined with an hf tokenizer (spec/hf-tokenizer.md)")
         if self.engine.get("vision" if kind == "image" else "audio") is None:
             self.fail(path, f"the engine has no {'vision' if kind == 'image' else 'audio'} encoder"
                             f" (build with --{'vision' if kind == 'image' else 'audio'})")
@@ -146,8 +155,11 @@ class _Checker:
             self.fail(path, f"not a usable file path: {ref[:200]!r}")
         if key not in self.media_cache:
             try:
-                decode = decode_image if kind == "image" else decode_audio
-                self.media_cache[key] = decode(full, self.engine["max_input_len"])
+                if self.hf is not None:
+                    self.media_cache[key] = decode_image(full, self.engine["max_input_len"], self.hf.image_count)
+                else:
+                    decode = decode_image if kind == "image" else decode_audio
+                    self.media_cache[key] = decode(full, self.engine["max_input_len"])
             except MediaError as e:
                 self.fail(path, str(e))
         return self.media_cache[key]
@@ -184,13 +196,15 @@ class _Checker:
 
 
 def parse_request_file(doc, *, engine: dict, base_dir: str, lora_check,
-                       batch_size: int | None = None, max_generate_length: int | None = None) -> RequestFile:
+                       batch_size: int | None = None, max_generate_length: int | None = None,
+                       text=None) -> RequestFile:
     """Validate `doc` (the parsed JSON) completely and return the runnable requests.
 
     `lora_check(name, path)` loads an adapter file and raises ValueError if it does not fit the
-    engine. `batch_size` / `max_generate_length` are the CLI overrides.
+    engine. `batch_size` / `max_generate_length` are the CLI overrides. `text`: the engine's
+    `HFText` for an hf tokenizer, None for bytes-v1.
     """
-    c = _Checker(engine, base_dir, lora_check)
+    c = _Checker(engine, base_dir, lora_check, text)
     if not isinstance(doc, dict):
         c.fail("$", "expected a JSON object")
     top = {}
@@ -204,7 +218,13 @@ def parse_request_file(doc, *, engine: dict, base_dir: str, lora_check,
     max_gen = c.int_field(doc, "max_generate_length", "$", lo=1, default=DEFAULTS["max_generate_length"])
     chat = c.bool_field(doc, "apply_chat_template", "$", True)
     gen_prompt = c.bool_field(doc, "add_generation_prompt", "$", True)
-    c.bool_field(doc, "enable_thinking", "$", False)
+    # An hf engine's chat template gets enable_thinking when the file sets it, over the engine's
+    # own chat_template_kwargs (spec/hf-tokenizer.md TOK-HF-4); bytes-v1 has no template keywords.
+    thinking = c.bool_field(doc, "enable_thinking", "$", False)
+    keywords = {"enable_thinking": thinking} if "enable_thinking" in doc else {}
+    if text is not None and chat and text.template is None:
+        c.fail("$.apply_chat_template", "the engine's tokenizer has no chat template (set apply_chat_template"
+                                        " to false)")
     num_lp = c.int_field(doc, "num_logprobs", "$", lo=0, hi=50, default=0)
     top_bias = c.logit_bias(doc, "$") or {}
     lookup = c.enum_field(doc, "context_cache_lookup_policy", "$", LOOKUP_POLICIES, "use_cache")
@@ -261,14 +281,21 @@ def parse_request_file(doc, *, engine: dict, base_dir: str, lora_check,
             c.fail(f"{p}.stop", "expected a non-empty string or a list of non-empty strings")
         bias = dict(top_bias)
         bias.update(c.logit_bias(r, p) or {})
-        ids, spans = encode_prompt(parsed, chat, gen_prompt)
+        formatted = None
+        if text is None:
+            ids, spans = encode_prompt(parsed, chat, gen_prompt)
+        else:
+            try:
+                ids, spans, formatted = text.layout(parsed, chat, gen_prompt, keywords)
+            except ValueError as e:
+                c.fail(f"{p}.messages", str(e))
         if len(ids) == 0:
             c.fail(f"{p}.messages", "the input has 0 tokens (CR-BATCH-5)")
         requests.append(Request(
             idx=i, batch_idx=i // bs, ids=ids, spans=spans, messages=echo, lora_name=lora,
             save_system_prompt=save_sys, temperature=temperature, top_k=top_k, top_p=top_p,
             max_generate_length=max_gen, num_logprobs=c.int_field(r, "num_logprobs", p, lo=0, hi=50, default=num_lp),
-            logit_bias=bias, stop=list(stop)))
+            logit_bias=bias, stop=list(stop), text=formatted))
 
     batches = [requests[k:k + bs] for k in range(0, len(requests), bs)]
     for batch in batches:

@@ -31,14 +31,13 @@ from .model import ForwardBatch, Model
 from .prefix_cache import ContextCache
 from .request import parse_request_file
 from .snapshots import SnapshotStore, partial_kv_slot_bytes, recurrent_slot_bytes
-from .tokenizer import EOS
 
 MAX_POOL = 2 ** 30 - 1
 # spec/engine.md section 3: --warmup runs the first batch this many times at most, so a typo
 # (an extra few zeros) is refused instead of running for hours.
 MAX_WARMUP = 1000
 PUBLISHABLE = ("end-of-sequence", "max-length", "stop-words")
-_CONFIG_KEYS = {"format": str, "tokenizer": str, "model": str, "layer_kinds": list, "tokens_per_page": int,
+_CONFIG_KEYS = {"format": str, "model": str, "layer_kinds": list, "tokens_per_page": int,
                 "max_input_len": int, "max_kv_cache_capacity": int, "max_batch_size": int, "kv_pool_pages": int,
                 "kv_cache_dtype": str, "num_kv_heads": int, "head_dim": int, "hidden_size": int,
                 "num_attention_heads": int, "intermediate_size": int, "tie_embeddings": bool}
@@ -64,8 +63,12 @@ def load_engine_config(engine_dir) -> dict:
     for key, typ in _CONFIG_KEYS.items():
         if type(cfg.get(key)) is not typ:
             raise BackendInputError(f"$.{key}", f"missing or not a {typ.__name__}", file=path)
-    if cfg["format"] != "kvconform-engine-v1" or cfg["tokenizer"] != "bytes-v1":
-        raise BackendInputError("$.format", "not a kvconform-engine-v1 engine with the bytes-v1 tokenizer", file=path)
+    if type(cfg.get("tokenizer")) not in (str, dict):
+        raise BackendInputError("$.tokenizer", "missing or not a str", file=path)
+    hf = isinstance(cfg["tokenizer"], dict) and cfg["tokenizer"].get("profile") == "hf"
+    if cfg["format"] != "kvconform-engine-v1" or (cfg["tokenizer"] != "bytes-v1" and not hf):
+        raise BackendInputError("$.format", "not a kvconform-engine-v1 engine with the bytes-v1 tokenizer"
+                                            " or an hf tokenizer profile", file=path)
     if not cfg["layer_kinds"] or any(k not in ("attention", "recurrent") for k in cfg["layer_kinds"]):
         raise BackendInputError("$.layer_kinds", "expected a non-empty list of attention / recurrent", file=path)
     if "recurrent" in cfg["layer_kinds"] and not isinstance(cfg.get("recurrent"), dict):
@@ -78,7 +81,7 @@ def load_engine_config(engine_dir) -> dict:
         raise BackendInputError("$.kv_pool_pages", "must be at least 0", file=path)
     if cfg["kv_cache_dtype"] not in ("fp16", "fp8"):
         raise BackendInputError("$.kv_cache_dtype", "expected fp16 or fp8", file=path)
-    check_engine_config(cfg, path)
+    check_engine_config(cfg, path, hf=hf)
     cfg.setdefault("rope_theta", 10000.0)
     cfg.setdefault("deployment", {})
     cfg.setdefault("lora_adapters", {})
@@ -142,6 +145,7 @@ class Runtime:
                                         else f"expected an integer, got {v!r}")
         self.engine_dir = str(engine_dir)
         self.cfg = cfg = load_engine_config(engine_dir)
+        self.vocab = self._load_vocab(cfg)
         self.kind = deployment_kind(cfg)
         self.reuse = bool(enable_context_reuse)
         self.P = cfg["tokens_per_page"]
@@ -186,6 +190,17 @@ class Runtime:
         self.prefill_stats = {"runs": 0, "reused": 0, "computed": 0, "seconds": 0.0}
 
     # ------------------------------------------------------------------ start-up checks
+
+    def _load_vocab(self, cfg):
+        """The engine's tokenizer as the sampler and the responses see it: bytes-v1, or the
+        `hf` profile's tokenizer loaded from the engine folder (spec/hf-tokenizer.md)."""
+        if cfg["tokenizer"] == "bytes-v1":
+            return sampler.BYTES_V1
+        from .hf_prompt import EngineTextError, HFText
+        try:
+            return HFText(self.engine_dir, cfg)
+        except EngineTextError as e:
+            raise BackendInputError(e.path, e.message, file=os.path.join(self.engine_dir, "config.json")) from None
 
     def _check_deployment(self, tp_size, rec_slots, pkv_slots):
         """CR-SUP-1..7, 9, then CR-HYB-2, in that order; the first that applies is reported."""
@@ -270,7 +285,7 @@ class Runtime:
             if v is not None and (type(v) is not int or v < 1):
                 raise BackendInputError(flag, f"expected a positive integer, got {v!r}")
         rf = parse_request_file(request, engine=self.cfg, base_dir=str(base_dir), lora_check=self._load_lora,
-                                batch_size=batch_size, max_generate_length=max_generate_length)
+                                batch_size=batch_size, max_generate_length=max_generate_length, text=self._hf_text())
         for name, path in rf.lora_paths.items():
             self._load_lora(name, path)
         return rf
@@ -365,7 +380,8 @@ class Runtime:
             raise BatchFailure(f"request {r.idx}: the KV page pool cannot hold the batch")
         plan, pages, pins = got
         gen = torch.Generator().manual_seed((self.seed * 1_000_003 + r.idx + (7919 if warmup else 0)) % 2 ** 63)
-        return Sequence(r, ident, plan, pages, pins, sampler.bias_row(r.logit_bias), gen, bool(r.spans))
+        return Sequence(r, ident, plan, pages, pins, sampler.bias_row(r.logit_bias, self.vocab.vocab_size), gen,
+                        bool(r.spans))
 
     def _release(self, seqs):
         for s in seqs:
@@ -443,7 +459,8 @@ class Runtime:
         the paged pool and the recurrent state carry, as prefill and decode run. Uses private
         pages (evicting records like decode growth if the pool is full); looks nothing up and
         publishes nothing. For diagnosis and tests."""
-        rf = parse_request_file(request, engine=self.cfg, base_dir=str(base_dir), lora_check=self._load_lora)
+        rf = parse_request_file(request, engine=self.cfg, base_dir=str(base_dir), lora_check=self._load_lora,
+                                text=self._hf_text())
         r = rf.requests[0]
         n = r.n
         sizes = list(chunks or [n])
@@ -469,8 +486,11 @@ class Runtime:
         """Encoder output of a media item, memoized by identity for the current request file."""
         if span.digest not in self._media_cache:
             with torch.inference_mode():
-                self._media_cache[span.digest] = self.model.encode_media(span.modality, span.data)
+                self._media_cache[span.digest] = self.model.encode_media(span.modality, span.data, count=span.count)
         return self._media_cache[span.digest]
+
+    def _hf_text(self):
+        return None if self.vocab is sampler.BYTES_V1 else self.vocab
 
     def _lora(self, seqs):
         name = seqs[0].req.lora_name
@@ -489,17 +509,17 @@ class Runtime:
 
     def _take(self, seqs, logits):
         """Append the chosen token of each sequence and apply CR-BATCH-7."""
-        for s, (tok, lp) in zip(seqs, sampler.select(logits, seqs)):
+        for s, (tok, lp) in zip(seqs, sampler.select(logits, seqs, self.vocab)):
             s.generated.append(tok)
             s.ident.append(tok)
             if lp is not None:
                 s.logprobs.append(lp)
             r = s.req
-            if tok == EOS:
+            if tok == self.vocab.eos:
                 s.finish = "end-of-sequence"
                 continue
             if r.stop:
-                text = bytes(s.generated).decode("ascii")
+                text = self.vocab.text(s.generated)
                 hits = [text.find(x) for x in r.stop if x in text]
                 if hits:
                     s.finish, s.text_end = "stop-words", min(hits)
@@ -596,7 +616,7 @@ class Runtime:
 
     def _response(self, s) -> dict:
         r = s.req
-        text = bytes(t for t in s.generated if t != EOS).decode("ascii")
+        text = self.vocab.text(s.generated)
         if s.text_end is not None:
             text = text[:s.text_end]
         out = {"request_idx": r.idx, "batch_idx": r.batch_idx, "output_text": text, "finish_reason": s.finish,

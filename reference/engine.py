@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field, fields
 
 from .errors import InputError
-from .tokenizer import VOCAB_SIZE
+from .tokenizer import EOS, IMAGE, VOCAB_SIZE
 
 MAX_POOL_PAGES = 2 ** 30 - 1
 MAX_LAYERS = 65536      # an implementation limit of the description (layer_kinds is a list)
@@ -27,6 +27,8 @@ BUILD_DEFAULTS = {
     "untiedEmbeddings": False, "stateSize": 16, "convKernel": 4, "vision": False, "audio": False,
     "loraAdapters": [], "loraRank": 4, "kvCacheDtype": "fp16", "seed": 0, "specDecode": None,
     "actionRunner": False, "blockDiffusion": False, "visionBidirectional": False,
+    "tokenizer": None, "tokenizerLoader": None, "chatTemplateKwargs": None, "imageCounter": None,
+    "imageCounterSettings": None,
 }
 BUILD_REQUIRED = ("maxInputLen", "maxKVCacheCapacity", "maxKVPoolPages")
 
@@ -50,7 +52,22 @@ class EngineConfig:
     lora_adapters: dict = field(default_factory=dict)
     deployment: dict = field(default_factory=dict)
     snapshot_slot_bytes: dict | None = None
+    tokenizer: str | dict = "bytes-v1"
+    vocab_size: int = VOCAB_SIZE
+    eos_token_id: int = EOS
+    image_token_id: int | None = IMAGE
     raw: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def hf(self) -> bool:
+        """Whether the engine tokenizes with a real Hugging Face tokenizer (spec/hf-tokenizer.md)."""
+        return isinstance(self.tokenizer, dict)
+
+    def hf_tokenizer(self):
+        """The engine's `hf` tokenizer (TOK-HF-1), loaded once per process (the only third-party
+        code the oracle runs: it is imported here, never at import time)."""
+        from .hf_tokenizer import load_hf_tokenizer
+        return load_hf_tokenizer(self.tokenizer["files"], self.tokenizer["loader"])
 
     @property
     def attention_layers(self) -> int:
@@ -219,6 +236,9 @@ def engine_from_build_args(args: dict, where: str = "$._conformance.engine") -> 
                        "vision_bidirectional": a["visionBidirectional"]},
         "seed": a["seed"],
     }
+    if a["tokenizer"] is not None:
+        from .hf_tokenizer import describe_build
+        config.update(describe_build(a, where))
     count = parameter_count(config)
     if count > MAX_PARAMETERS:
         raise InputError(where, f"the engine would have {count} parameters, above the limit {MAX_PARAMETERS}")
@@ -236,7 +256,7 @@ def parameter_count(config: dict) -> int:
     H, G, D = config["num_attention_heads"], config["num_kv_heads"], config["head_dim"]
     kinds = config["layer_kinds"]
     attention, recurrent = kinds.count("attention"), kinds.count("recurrent")
-    embeddings = VOCAB_SIZE * d * (1 if config["tie_embeddings"] else 2) + d
+    embeddings = config.get("vocab_size", VOCAB_SIZE) * d * (1 if config["tie_embeddings"] else 2) + d
     layers = len(kinds) * (2 * d + 3 * inter * d) + attention * 2 * (H + G) * D * d
     adapter = attention * (4 * d + 2 * (H + G) * D)
     if recurrent:
@@ -259,7 +279,16 @@ def load_engine(path: str) -> EngineConfig:
             config = json.loads(f.read().decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise InputError("$", f"cannot read engine description {file}: {e}") from None
-    return engine_from_config(config)
+    return engine_from_config(resolve_paths(config, os.path.dirname(os.path.abspath(file))))
+
+
+def resolve_paths(config: dict, folder: str) -> dict:
+    """The description with its `hf` tokenizer folder made absolute: a relative `files` names a
+    folder beside the description (an engine folder carries its tokenizer, TOK-HF-1)."""
+    tok = config.get("tokenizer") if isinstance(config, dict) else None
+    if isinstance(tok, dict) and isinstance(tok.get("files"), str) and not os.path.isabs(tok["files"]):
+        config = dict(config, tokenizer=dict(tok, files=os.path.normpath(os.path.join(folder, tok["files"]))))
+    return config
 
 
 _REQUIRED_INTS = ("tokens_per_page", "max_input_len", "max_kv_cache_capacity", "max_batch_size",
@@ -331,9 +360,40 @@ def engine_from_config(config: dict) -> EngineConfig:
     for key in ("action_runner", "block_diffusion", "vision_bidirectional"):
         if type(deployment.get(key, False)) is not bool:
             raise InputError(f"$.deployment.{key}", "must be a boolean")
+    _check_tokenizer(config)
     known = {f.name for f in fields(EngineConfig)}
     values = {k: config[k] for k in known if k in config and k != "raw"}
     values.update(recurrent=recurrent, vision=config.get("vision"), audio=config.get("audio"),
                   lora_adapters=adapters, deployment=deployment, snapshot_slot_bytes=slot_bytes,
                   model=config.get("model", "attention"), raw=config)
     return EngineConfig(**values)
+
+
+def _check_tokenizer(config: dict) -> None:
+    """`tokenizer` is "bytes-v1" (spec/tokenizer.md, the default) or an `hf` profile: a folder of
+    tokenizer files, a loader and optional chat-template arguments (TOK-HF-1, TOK-HF-2). An `hf`
+    engine states its vocabulary size and its end-of-sequence and image token ids."""
+    tok = config.get("tokenizer", "bytes-v1")
+    if tok == "bytes-v1":
+        return
+    from .hf_tokenizer import LOADERS                     # a tuple: no third-party import
+    if not isinstance(tok, dict) or tok.get("profile") != "hf":
+        raise InputError("$.tokenizer", "must be \"bytes-v1\" or an object with profile \"hf\"")
+    if not isinstance(tok.get("files"), str) or not tok["files"]:
+        raise InputError("$.tokenizer.files", "must name the folder of tokenizer.json and tokenizer_config.json")
+    if tok.get("loader") not in LOADERS:
+        raise InputError("$.tokenizer.loader", f"must be one of {', '.join(LOADERS)}")
+    if not isinstance(tok.get("chat_template_kwargs", {}), dict):
+        raise InputError("$.tokenizer.chat_template_kwargs", "must be an object")
+    for key in ("vocab_size", "eos_token_id"):
+        if type(config.get(key)) is not int or config[key] < (1 if key == "vocab_size" else 0):
+            raise InputError(f"$.{key}", "an hf engine states it as an integer")
+    if config.get("vision") is not None:
+        if type(config.get("image_token_id")) is not int:
+            raise InputError("$.image_token_id", "an hf engine with vision states its image token id")
+        from .media_tokens import COUNTERS
+        if config["vision"].get("counter") not in COUNTERS:
+            raise InputError("$.vision.counter", f"must be one of {', '.join(sorted(COUNTERS))} (spec/media-tokens.md)")
+    if config.get("audio") is not None:
+        raise InputError("$.audio", "audio input is defined for the bytes-v1 tokenizer only")
+

@@ -67,7 +67,10 @@ class HFTokenizer:
         self.template_vars = {key: value for key, value in specials.items() if value is not None}
         self.bos_token_id = self._maybe_id(specials["bos_token"])
         self.eos_token_id = self._maybe_id(specials["eos_token"])
+        # TOK-HF-7: the single token an image placeholder expands (Qwen-VL's pad, else `<|image|>`)
         self.image_token_id = self._maybe_id("<|image_pad|>")
+        if self.image_token_id is None:
+            self.image_token_id = self._maybe_id("<|image|>")
 
     @property
     def vocab_size(self) -> int:
@@ -95,13 +98,14 @@ class HFTokenizer:
 
     def image_placeholder(self, k: int) -> str:
         """The text one image item becomes in a flattened message (TOK-HF-5); `k` counts the
-        images of the conversation from 1. Qwen-VL family: `<|vision_start|><|image_pad|><|vision_end|>`
-        (what its own chat templates emit); Phi-3-vision: `<|image_k|>` (the tag its processor
-        looks for). ValueError for a tokenizer without an image convention."""
-        if self.image_token_id is not None:
+        images of the conversation from 1 (unused by the two conventions: every image's
+        placeholder is the same text). Qwen-VL family: `<|vision_start|><|image_pad|><|vision_end|>`
+        (what its own chat templates emit); a tokenizer with a single `<|image|>` token
+        (Phi-3-vision): `<|image|>`. ValueError for a tokenizer without an image convention."""
+        if self._maybe_id("<|image_pad|>") is not None:
             return "<|vision_start|><|image_pad|><|vision_end|>"
         if self._maybe_id("<|image|>") is not None:
-            return f"<|image_{k}|>"
+            return "<|image|>"
         raise ValueError(f"{self.folder}: no image placeholder convention for this tokenizer")
 
     def apply_chat_template(self, messages, add_generation_prompt: bool = True, **template_kwargs) -> str:
@@ -173,6 +177,99 @@ class HFTokenizer:
 
     def _maybe_id(self, spelling):
         return None if spelling is None else self._backend.token_to_id(spelling)
+
+
+def tokenize_hf(messages, path: str, base_dir: str, chat_template: bool, generation_prompt: bool, engine,
+                keywords: dict | None = None):
+    """The input of one request under the engine's `hf` profile (TOK-HF-5 .. TOK-HF-9): the
+    flattened messages rendered with the chat template (or joined), encoded without special
+    tokens, each image's token repeated as many times as the engine's media counter says, and
+    the media spans of those runs (identity per item, CR-ID-4). `keywords`: the request file's
+    template keywords, over the engine's `chat_template_kwargs`. Returns a bytes-v1 `Prompt`
+    shape: token ids (array of int32) and spans."""
+    from array import array
+
+    from .decode import DecodeError, load_image
+    from .errors import InputError
+    from .identity import MediaSpan
+    from .media_tokens import image_tokens
+    from .tokenizer import Prompt
+
+    tok = engine.hf_tokenizer()
+    counts, items = [], []
+    for j, message in enumerate(messages):
+        content = message["content"]
+        for k, item in enumerate(content if isinstance(content, list) else []):
+            where = f"{path}[{j}].content[{k}]"
+            if item["type"] == "audio":
+                raise InputError(f"{where}.audio", "audio input is defined for the bytes-v1 tokenizer only")
+            if item["type"] != "image":
+                continue
+            if engine.vision is None:
+                raise InputError(f"{where}.image", "the engine has no vision encoder, so it cannot take image input")
+            try:
+                media = load_image(os.path.join(base_dir, item["image"]))
+                count = image_tokens(engine.vision["counter"], media.geometry[0], media.geometry[1],
+                                     engine.vision.get("settings"))
+            except (DecodeError, ValueError) as e:
+                raise InputError(f"{where}.image", str(e)) from None
+            if count > engine.max_input_len:
+                raise InputError(f"{where}.image", f"the image needs {count} tokens, more than max_input_len "
+                                                   f"{engine.max_input_len}")
+            counts.append(count)
+            items.append(media)
+    kwargs = {**(engine.tokenizer.get("chat_template_kwargs") or {}), **(keywords or {})}    # TOK-HF-4
+    try:
+        ids = (tok.chat_ids(messages, generation_prompt, **kwargs) if chat_template else tok.plain_ids(messages))
+        ids = tok.expand_images(ids, counts) if counts else ids
+    except ValueError as e:
+        raise InputError(path, str(e)) from None
+    prompt = Prompt()
+    prompt.tokens = array("i", ids)
+    start = 0
+    for media, count in zip(items, counts):      # the k-th run of image tokens is image k
+        start = ids.index(tok.image_token_id, start)
+        prompt.spans.append(MediaSpan(start, start + count, media.digest, "image"))
+        start += count
+    return prompt
+
+
+TOKENIZER_FOLDER = "tokenizer"   # an engine folder carries its tokenizer here (spec/engine.md section 1)
+
+
+def describe_build(args: dict, where: str) -> dict:
+    """The description keys a build with `--tokenizer DIR` writes (spec/engine.md section 1):
+    the profile (the files copied into the engine folder; here the source folder, which the
+    oracle reads), the id count (TOK-HF-9), the end-of-sequence and image token ids, and the
+    media counter with every setting (defaults of spec/media-tokens.md TOK-MEDIA-7)."""
+    from .errors import InputError
+    from .media_tokens import BUILD_SETTINGS, DEFAULT_COUNTER
+
+    folder, loader = args["tokenizer"], args["tokenizerLoader"] or "tokenizers-raw"
+    if loader not in LOADERS:
+        raise InputError(f"{where}.tokenizerLoader", f"must be one of {', '.join(LOADERS)}")
+    if not isinstance(folder, str) or not all(os.path.isfile(os.path.join(folder, f))
+                                              for f in ("tokenizer.json", "tokenizer_config.json")):
+        raise InputError(f"{where}.tokenizer", f"{folder!r} is not a folder with tokenizer.json and "
+                                               "tokenizer_config.json (TOK-HF-1)")
+    if args["audio"]:
+        raise InputError(f"{where}.audio", "audio input is defined for the bytes-v1 tokenizer only")
+    tok = load_hf_tokenizer(folder, loader)
+    kwargs = args["chatTemplateKwargs"] or {}
+    out = {"tokenizer": {"profile": "hf", "files": os.path.abspath(folder), "loader": loader,
+                         "chat_template_kwargs": dict(kwargs)},
+           "vocab_size": tok.vocab_size, "eos_token_id": tok.eos_token_id, "image_token_id": None,
+           "audio_token_id": None, "vision": None, "audio": None}
+    if not args["vision"]:
+        return out
+    if tok.image_token_id is None:
+        raise InputError(f"{where}.vision", "the tokenizer has no image token (<|image_pad|> or <|image|>)")
+    counter = args["imageCounter"] or DEFAULT_COUNTER[tok.decode([tok.image_token_id])]
+    if counter not in BUILD_SETTINGS:
+        raise InputError(f"{where}.imageCounter", f"must be one of {', '.join(sorted(BUILD_SETTINGS))}")
+    out.update(image_token_id=tok.image_token_id,
+               vision={"counter": counter, "settings": {**BUILD_SETTINGS[counter], **(args["imageCounterSettings"] or {})}})
+    return out
 
 
 def load_hf_tokenizer(folder: str, loader: str = "transformers-auto") -> HFTokenizer:

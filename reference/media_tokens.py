@@ -178,6 +178,19 @@ COUNTERS = {
 }
 
 
+# What a build writes when it is not told (spec/media-tokens.md TOK-MEDIA-7; spec/engine.md):
+# small but real settings, so that small engines take images of a few to a few hundred tokens.
+BUILD_SETTINGS = {
+    "hf/qwen-vl": {"patch": 14, "merge": 2, "min_pixels": 4 * 28 * 28, "max_pixels": 256 * 28 * 28},
+    "vllm/qwen-vl": {"patch": 14, "merge": 2, "min_pixels": 4 * 28 * 28, "max_pixels": 256 * 28 * 28},
+    "edge-llm/qwen-vl": {"patch": 14, "merge": 2, "min_image_tokens": 4, "max_image_tokens": 256},
+    "hf/internvl": {"min_patches": 1, "max_patches": 4, "tile": 448},
+    "edge-llm/internvl": {"min_image_tokens": 256, "max_image_tokens": 1280, "tile": 448},
+    "hf/phi-3-vision": {"num_crops": 4},
+}
+DEFAULT_COUNTER = {"<|image_pad|>": "edge-llm/qwen-vl", "<|image|>": "hf/phi-3-vision"}
+
+
 def image_tokens(counter: str, h: int, w: int, settings: dict | None = None) -> int:
     """Tokens of one h x w image under the named counter; `settings` are its keyword arguments
     (e.g. vision_settings(...) for hf/qwen-vl, {"min_image_tokens": .., "max_image_tokens": ..}

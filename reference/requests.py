@@ -101,13 +101,18 @@ def parse_request_file(doc, base_dir: str, engine=None, batch_size: int | None =
     _check(type(template) is bool, "$.apply_chat_template", "must be a boolean")
     gen_prompt = doc.get("add_generation_prompt", True)
     _check(type(gen_prompt) is bool, "$.add_generation_prompt", "must be a boolean")
-    _logit_bias(doc, "$")
+    thinking = doc.get("enable_thinking", False)
+    _check(type(thinking) is bool, "$.enable_thinking", "must be a boolean")
+    # TOK-HF-4: a file that sets enable_thinking passes it to an hf chat template (bytes-v1 has none)
+    keywords = {"enable_thinking": thinking} if "enable_thinking" in doc else {}
+    vocab = engine.vocab_size if engine is not None else VOCAB_SIZE
+    _logit_bias(doc, "$", vocab)
     lora = doc.get("available_lora_weights", {})
     _check(isinstance(lora, dict) and all(isinstance(v, str) and v for v in lora.values()),
            "$.available_lora_weights", "must map adapter names to weight paths")
     _check(isinstance(base_dir, str), "$", "base_dir must be a directory path")
 
-    requests = [_request(r, i, base_dir, template, gen_prompt, lora, engine, lora_files)
+    requests = [_request(r, i, base_dir, template, gen_prompt, lora, engine, lora_files, keywords)
                 for i, r in enumerate(reqs)]
     size = batch_size if batch_size is not None else file_batch
     if engine is not None and size > engine.max_batch_size:
@@ -126,7 +131,7 @@ def parse_request_file(doc, base_dir: str, engine=None, batch_size: int | None =
 
 
 def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: dict, engine,
-             lora_files: bool = False) -> Request:
+             lora_files: bool = False, keywords: dict | None = None) -> Request:
     path = f"$.requests[{i}]"
     _check(isinstance(r, dict), path, "a request must be an object")
     _check("messages" in r, path, "missing required key 'messages'")
@@ -141,7 +146,7 @@ def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: d
                f"LoRA adapter {name!r} is not in available_lora_weights (CR-BATCH-4)")
         if lora_files:
             _lora_file(name, lora[name], base_dir)
-    _logit_bias(r, path)
+    _logit_bias(r, path, engine.vocab_size if engine is not None else VOCAB_SIZE)
     legacy = r.get("save_system_prompt_kv_cache", False)
     _check(type(legacy) is bool, f"{path}.save_system_prompt_kv_cache", "must be a boolean")
     stop = r.get("stop", [])
@@ -149,7 +154,11 @@ def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: d
         stop = [stop]
     _check(isinstance(stop, list) and all(isinstance(s, str) and s for s in stop),
            f"{path}.stop", "must be a non-empty string or a list of them")
-    prompt = tokenize_messages(messages, f"{path}.messages", base_dir, template, gen_prompt, engine)
+    if engine is not None and engine.hf:
+        from .hf_tokenizer import tokenize_hf
+        prompt = tokenize_hf(messages, f"{path}.messages", base_dir, template, gen_prompt, engine, keywords)
+    else:
+        prompt = tokenize_messages(messages, f"{path}.messages", base_dir, template, gen_prompt, engine)
     _check(len(prompt.tokens) > 0, f"{path}.messages", "the input has 0 tokens (CR-BATCH-5)")
     return Request(i, prompt.tokens, prompt.spans, name, legacy, stop)
 
@@ -162,7 +171,7 @@ def _lora_file(name: str, ref: str, base_dir: str) -> None:
            f"no LoRA weight file at {ref[:200]} (missing or not a regular file)")
 
 
-def _logit_bias(obj: dict, path: str) -> None:
+def _logit_bias(obj: dict, path: str, vocab: int = VOCAB_SIZE) -> None:
     """`logit_bias` maps token ids (decimal strings) below the vocabulary size to a bias in
     [-100, 100]; a bias on a token the vocabulary does not have is an input error."""
     if "logit_bias" not in obj:
@@ -171,8 +180,8 @@ def _logit_bias(obj: dict, path: str) -> None:
     _check(isinstance(bias, dict) and len(bias) <= 1024, f"{path}.logit_bias",
            "must be an object of at most 1024 token-id: bias entries")
     for key, value in bias.items():
-        _check(key.isascii() and key.isdigit() and int(key) < VOCAB_SIZE, f"{path}.logit_bias",
-               f"key {key[:40]!r} is not a token id below {VOCAB_SIZE}")
+        _check(key.isascii() and key.isdigit() and int(key) < vocab, f"{path}.logit_bias",
+               f"key {key[:40]!r} is not a token id below {vocab}")
         _check(type(value) in (int, float) and -100 <= value <= 100, f"{path}.logit_bias[{key!r}]",
                "must be a number in [-100, 100]")
 

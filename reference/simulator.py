@@ -54,7 +54,7 @@ class Simulator:
         parsed = parse_request_file(request_dict, base_dir, self.engine, self.flags.batch_size,
                                     lora_files=lora_files)
         mgl = self.flags.max_generate_length or parsed.max_generate_length
-        gens = _check_generated(generated, len(parsed.requests), mgl)
+        gens = _check_generated(generated, len(parsed.requests), mgl, self.engine)
         runner = BatchRunner(self.engine, self.flags, self.cache, self.metrics, self.prefill)
         if self._files == 0 and self.flags.warmup:
             first = [parsed.requests[i] for i in parsed.batches[0]]
@@ -129,22 +129,24 @@ def _response(request, batch_idx, status, error, generated_tokens=None, facts=No
             "context_cache": facts}
 
 
-def _check_generated(generated, count: int, max_generate_length: int) -> list:
+def _check_generated(generated, count: int, max_generate_length: int, engine=None) -> list:
     if generated is None:
         return [None] * count
+    vocab = engine.vocab_size if engine is not None else VOCAB_SIZE
+    eos = engine.eos_token_id if engine is not None else EOS
     if not isinstance(generated, list) or len(generated) != count:
         raise InputError("$.generated", f"needs one entry per request ({count})")
     for i, tokens in enumerate(generated):
         if tokens is None:
             continue
         where = f"$.generated[{i}]"
-        if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t < VOCAB_SIZE for t in tokens):
-            raise InputError(where, f"must be a list of token ids in [0, {VOCAB_SIZE})")
+        if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t < vocab for t in tokens):
+            raise InputError(where, f"must be a list of token ids in [0, {vocab})")
         if not 1 <= len(tokens) <= max_generate_length:
             raise InputError(where, f"{len(tokens)} generated tokens, expected 1 to "
                                     f"max_generate_length {max_generate_length}")
-        if EOS in tokens[:-1]:
-            raise InputError(where, "<|eos|> (257) can only be the last generated token")
+        if eos in tokens[:-1]:
+            raise InputError(where, f"the end-of-sequence token ({eos}) can only be the last generated token")
     return list(generated)
 
 

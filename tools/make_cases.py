@@ -540,11 +540,82 @@ def catalogue_cases() -> list[dict]:
     ]
 
 
+def tokenizer_cases() -> list[dict]:
+    """Engines with a real tokenizer (spec/hf-tokenizer.md) and a runtime's media counter
+    (spec/media-tokens.md): the oracle tokenizes with the engine's own files and loader."""
+    tok = "../../../../spec/tokenizers/"
+    mini = {"maxInputLen": 1024, "maxKVCacheCapacity": 1280, "maxKVPoolPages": 0, "tokensPerPage": 16,
+            "tokenizer": tok + "phi-3-mini"}
+    vision = {"maxInputLen": 2048, "maxKVCacheCapacity": 2304, "maxKVPoolPages": 0, "tokensPerPage": 16,
+              "tokenizer": tok + "phi-3-vision", "tokenizerLoader": "transformers-auto", "vision": True}
+    chat = dict(GREEDY, apply_chat_template=True, max_generate_length=6)
+    system = ("system", "You are helpful.")
+    hello = turns(system, ("user", "Hello"))
+    joke = turns(system, ("user", "Hello"), ("assistant", "{{output:0}}"), ("user", "Tell me a joke."))
+    by_hand = ("By hand, request 0 is the worked example of TOK-HF-2: the rendered chat "
+               "<|system|>\\nYou are helpful.<|end|>\\n<|user|>\\nHello<|end|>\\n<|assistant|>\\n is 10 ids "
+               "under either loader.")
+    ask = {"type": "text", "text": "\nWhat is shown?"}
+    out = []
+    for loader, rules in (("tokenizers-raw", ["TOK-HF-2", "TOK-HF-4", "TOK-HF-6", "TOK-HF-9", "CR-PUB-2"]),
+                          ("transformers-auto", ["TOK-HF-3", "TOK-HF-2", "TOK-HF-4", "TOK-HF-6", "CR-PUB-2"])):
+        out.append(case(f"sections/tok/phi3-mini-{loader}", f"Phi-3-mini's own tokenizer files under the {loader} "
+                        "loader, chat template on: a system prompt and a question, a second turn that feeds the "
+                        "answer back and asks for a joke (in a later turn the loaders differ in length: "
+                        "'Tell' is 2 ids under transformers-auto, 1 under tokenizers-raw), then the first request "
+                        "again. " + by_hand, rules, [hello, joke, hello], engine=dict(mini, tokenizerLoader=loader),
+                        settings=chat, expect={"requests": [{"input_tokens": 10}, None, {"input_tokens": 10}]}))
+    out += [
+        case("sections/tok/template-off-joined", "Chat template off: the contents of all messages are joined and "
+             "encoded once with no special tokens (TOK-HF-8), so 'ab' then 'cd' is 2 ids (Phi-3-mini, "
+             "tokenizers-raw: 633 '▁ab', 2252 'cd'); list contents are flattened (TOK-HF-5); then a long shared "
+             "document with two questions.", ["TOK-HF-8", "TOK-HF-5", "CR-PLAN-1"],
+             [{"messages": [{"role": "user", "content": "ab"}, {"role": "user", "content": "cd"}]},
+              user(DOC * 2, " why?"), user(DOC * 2, " and how?")], engine=mini,
+             expect={"requests": [{"input_tokens": 2}, None, None]}),
+        case("sections/tok/phi3-vision-images", "Phi-3-vision's tokenizer with its own image counter "
+             "(hf/phi-3-vision, 4 crops): a 16x16 image becomes 2x2 crops of 336, (4 + 1)*144 + 1 + (2 + 1)*12 "
+             "= 757 tokens (TOK-MEDIA-6), one run of <|image|> (TOK-HF-7); the same image again reuses the pages "
+             "before the text, another image does not.", ["TOK-HF-7", "TOK-MEDIA-6", "TOK-MEDIA-1", "CR-ID-4"],
+             [user(image("img_a_16x16.png"), ask), user(image("img_a_16x16.png"), ask),
+              user(image("img_b_16x16.png"), ask)], engine=vision, settings=dict(GREEDY),
+             expect={"requests": [{"input_tokens": 4 + 757}, {"input_tokens": 4 + 757}, {"input_tokens": 4 + 757}]}),
+    ]
+    out.append(case("sections/tok/profile-without-tokenizer-json", "A tokenizer folder with tokenizer_config.json "
+                    "but no tokenizer.json is not an hf profile (TOK-HF-1): the build must refuse it.", ["TOK-HF-1"],
+                    [user("Hello")], engine=dict(mini, tokenizer="../../media/tokenizer-config-only")))
+    for counter, rules, tokens, why in (
+            ("edge-llm/qwen-vl", ["TOK-MEDIA-3", "TOK-MEDIA-7"], 3,
+             "Edge-LLM rounds 70/28 = 2.5 half away from zero: 84 x 28 pixels, (84/14)*(28/14)/4 = 3 tokens"),
+            ("hf/qwen-vl", ["TOK-MEDIA-2", "TOK-MEDIA-7"], 2,
+             "transformers rounds 70/28 = 2.5 half to even: 56 x 28 pixels, (56/14)*(28/14)/4 = 2 tokens")):
+        settings = ({"min_image_tokens": 1, "max_image_tokens": 256} if counter.startswith("edge")
+                    else {"min_pixels": 28 * 28, "max_pixels": 256 * 28 * 28})
+        out.append(case(f"sections/tok/{counter.replace('/', '-')}-rounding", f"The image counter belongs to the "
+                        f"runtime ({counter}, patch 14, merge 2): a 70 x 28 image; {why}. With the template off the "
+                        f"prompt <|image|> What ▁is ▁shown ? is 4 ids besides the image (rstrip on <|image|> eats the "
+                        f"newline): n = {4 + tokens}. A replay reuses nothing (one partial page).",
+                        rules + ["CR-ID-4"],
+                        [user(image("img_q_70x28.png"), ask), user(image("img_q_70x28.png"), ask)],
+                        engine=dict(vision, imageCounter=counter, imageCounterSettings=settings),
+                        settings=dict(GREEDY), expect={"requests": [{"input_tokens": 4 + tokens}] * 2}))
+    for counter, rules, tokens, why in (
+            ("edge-llm/internvl", ["TOK-MEDIA-5"], 514, "Edge-LLM always adds a thumbnail: 2 + 256 * (1 + 1)"),
+            ("hf/internvl", ["TOK-MEDIA-4"], 258, "transformers adds a thumbnail only to a grid of more than one "
+                                                  "tile: 2 + 256 * 1")):
+        out.append(case(f"sections/tok/{counter.replace('/', '-')}-thumbnail", f"InternVL tiling under {counter}: a "
+                        f"16x16 image takes a 1x1 grid of 448 tiles; {why} = {tokens} tokens. n = 4 + {tokens}.",
+                        rules + ["TOK-MEDIA-1"], [user(image("img_a_16x16.png"), ask)],
+                        engine=dict(vision, imageCounter=counter), settings=dict(GREEDY),
+                        expect={"requests": [{"input_tokens": 4 + tokens}]}))
+    return out
+
+
 def all_cases() -> dict[str, dict]:
     out = edge_llm_cases()
     for group in (identity_cases(), planning_cases(), media_cases(), publication_cases(), policy_cases(),
                   capacity_cases(), batching_cases(), hybrid_cases(), output_cases(), negative_cases(),
-                  catalogue_cases()):
+                  catalogue_cases(), tokenizer_cases()):
         for doc in group:
             out[doc["_conformance"]["id"] + ".json"] = doc
     return out

@@ -11,6 +11,8 @@ are fixed by the seeds below). What each asset is for:
   placeholder per 16x16 patch).
 - `img_{a,b}_16x64.png`: four placeholders in one row, to split an image across pages.
 - `img_a_32x32.png`, `img_20x40.png`: 4 and 2*3 = 6 placeholders (partial patches pad).
+- `img_q_70x28.png`: 70 rows, where Qwen-VL's resize rounds 70/28 = 2.5 to 3 rows of patches in
+  Edge-LLM and to 2 in transformers (spec/media-tokens.md).
 - `img_t_16x32.png` / `img_t_32x16.png`: the same raw RGB bytes under transposed geometry:
   different items by CR-ID-4 although their bytes are equal.
 - `img_a_16x16` re-encoded: `_palette.png` (colour type 3), `_rgba.png` (alpha dropped),
@@ -99,6 +101,7 @@ def assets() -> dict[str, bytes]:
         "img_b_16x64.png": png_bytes(rgb_image(pixels(5, 16, 64), 16, 64)),
         "img_a_32x32.png": png_bytes(rgb_image(pixels(6, 32, 32), 32, 32)),
         "img_20x40.png": png_bytes(rgb_image(pixels(7, 20, 40), 20, 40)),
+        "img_q_70x28.png": png_bytes(rgb_image(pixels(8, 70, 28), 70, 28)),
     }
     transposed = pixels(8, 16, 32)
     out["img_t_16x32.png"] = png_bytes(rgb_image(transposed, 16, 32))

@@ -13,17 +13,25 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from reference.engine import resolve_paths
+
 from ..errors import KvconformError
 from ..schemas import schema_errors
 
 
 @dataclass
 class Engine:
-    """An engine provided for a case: its description (what the oracle reads) and its folder."""
+    """An engine provided for a case: its description (what the oracle reads) and its folder.
+    A tokenizer folder the description names relative to the engine folder (TOK-HF-1) is made
+    absolute here, so whoever reads `config` finds the files."""
     key: str
     config: dict
     directory: str | None = None
     fixed: bool = False
+
+    def __post_init__(self):
+        if self.directory:
+            self.config = resolve_paths(self.config, self.directory)
 
 
 class BuildRefused(Exception):
@@ -172,6 +180,8 @@ def requirements(doc: dict, engine_args: dict, runtime: dict) -> list[str]:
         need.add("feature:spec_decode_eagle")
     if not is_greedy(doc) and not meta.get("negative"):
         need.add("feature:sampling")
+    if engine_args.get("tokenizer"):
+        need.add("tokenizer:hf")
     return sorted(need)
 
 
@@ -183,6 +193,8 @@ def missing_capabilities(need: list[str], manifest: dict) -> list[str]:
     declared.update(f"feature:{k}" for k in manifest.get("features", []))
     declared.update(f"observable:{k}" for k, v in manifest.get("observables", {}).items() if v)
     pages = manifest.get("tokens_per_page", "any")
+    tokenizers = manifest.get("tokenizer", "bytes-v1")
+    declared.update(f"tokenizer:{t}" for t in ([tokenizers] if isinstance(tokenizers, str) else tokenizers))
     out = []
     for r in need:
         if r.startswith("tokens_per_page:"):

@@ -20,11 +20,39 @@ LETTERS = b"abcdefghijklmnopqrstuvwxyz ,."
 EOS = 257
 
 
-def stand_in(request, max_length: int, stop: list[str]) -> tuple[list[int], str, str]:
+class Vocabulary:
+    """What the stand-in generator writes: bytes-v1 letters and <|eos|>, or, for an engine with a
+    real tokenizer, one-token words of that tokenizer (conformance/materialize/units.py) and its
+    end-of-sequence token; `text` spells generated ids as the engine's tokenizer decodes them."""
+
+    def __init__(self, engine=None):
+        self.hf = engine is not None and engine.hf
+        if not self.hf:
+            self.letters, self.eos = list(LETTERS), EOS
+            return
+        from ..materialize.units import unit_ids
+        self.tok = engine.hf_tokenizer()
+        self.letters, self.eos = unit_ids(engine)[:len(LETTERS)], engine.eos_token_id
+
+    def text(self, ids: list[int]) -> str:
+        return bytes(ids).decode("ascii") if not self.hf else self.tok.decode(ids)
+
+    def spell(self, token: int) -> tuple[str, list[int]]:
+        if not self.hf:
+            return ("<|eos|>", list(b"<|eos|>")) if token == EOS else (chr(token), [token])
+        piece = self.tok.decode([token])
+        return piece, list(piece.encode("utf-8"))
+
+
+BYTES = Vocabulary()
+
+
+def stand_in(request, max_length: int, stop: list[str], vocab: Vocabulary = BYTES) -> tuple[list[int], str, str]:
     """(generated ids, finish reason, output text) of the stand-in generator for one request.
 
-    Ids are printable ASCII bytes, sometimes ending in <|eos|> (257); generation stops at the
-    first of end-of-sequence, a stop string in the text, or `max_length` tokens (CR-BATCH-7).
+    Ids are the vocabulary's letters (printable ASCII bytes for bytes-v1), sometimes ending in
+    its end-of-sequence token; generation stops at the first of end-of-sequence, a stop string in
+    the text, or `max_length` tokens (CR-BATCH-7).
     """
     seed = hashlib.sha256(request.tokens.tobytes() + b"|" + (request.lora_name or "").encode()
                           + b"".join(s.digest for s in request.spans)).digest()
@@ -32,10 +60,10 @@ def stand_in(request, max_length: int, stop: list[str]) -> tuple[list[int], str,
     ids: list[int] = []
     while True:
         if ids and rng.random() < 0.2:
-            ids.append(EOS)
-            return ids, "end-of-sequence", bytes(ids[:-1]).decode("ascii")
-        ids.append(LETTERS[rng.randrange(len(LETTERS))])
-        text = bytes(ids).decode("ascii")
+            ids.append(vocab.eos)
+            return ids, "end-of-sequence", vocab.text(ids[:-1])
+        ids.append(vocab.letters[rng.randrange(len(vocab.letters))])
+        text = vocab.text(ids)
         hits = [text.find(s) for s in stop if s in text]
         if hits:
             return ids, "stop-words", text[:min(hits)]
@@ -43,21 +71,21 @@ def stand_in(request, max_length: int, stop: list[str]) -> tuple[list[int], str,
             return ids, "max-length", text
 
 
-def logprobs(ids: list[int], k: int) -> list[list[dict]]:
+def logprobs(ids: list[int], k: int, vocab: Vocabulary = BYTES) -> list[list[dict]]:
     """Top-k candidates per step: the chosen token first (a clear winner), then runners-up."""
     out = []
     for step, token in enumerate(ids):
-        others = [t for t in LETTERS if t != token][: max(0, k - 1)]
+        others = [t for t in vocab.letters if t != token][: max(0, k - 1)]
         cands = [token] + others
-        out.append([{"token_id": t, "token": "<|eos|>" if t == EOS else chr(t),
-                     "bytes": list(b"<|eos|>") if t == EOS else [t],
-                     "logprob": round(-0.01 - 2.0 * rank, 4)} for rank, t in enumerate(cands)])
+        out.append([dict(zip(("token", "bytes"), vocab.spell(t)), token_id=t, logprob=round(-0.01 - 2.0 * rank, 4))
+                    for rank, t in enumerate(cands)])
     return out
 
 
 class ReferenceSession(Session):
     def __init__(self, engine: Engine, runtime: dict):
         self.config = oracle.engine_of(engine.config)
+        self.vocab = Vocabulary(self.config) if self.config.hf else BYTES
         self.flags = oracle.flags_of(runtime)
         self.sim = None
 
@@ -70,7 +98,7 @@ class ReferenceSession(Session):
         except oracle.InputError as e:
             return RunResult("input_error", message=e.message, error_path=e.path, exit_code=2)
         max_length = self.flags.max_generate_length or parsed.max_generate_length
-        made = [stand_in(r, max_length, r.stop) for r in parsed.requests]
+        made = [stand_in(r, max_length, r.stop, self.vocab) for r in parsed.requests]
         if self.sim is None:
             self.sim = oracle.OracleSession(self.config, self.flags)
         predicted = self.sim.run(request, base_dir, [m[0] for m in made])
@@ -84,7 +112,7 @@ class ReferenceSession(Session):
                 r.update(output_text=text, finish_reason=finish, output_ids=ids)
                 k = raw.get("num_logprobs", request.get("num_logprobs", 0))
                 if k:
-                    r["logprobs"] = logprobs(ids, k)
+                    r["logprobs"] = logprobs(ids, k, self.vocab)
             responses.append(r)
         failed = sum(1 for b in predicted.batches if b["status"] != "ok")
         return RunResult("ok", responses, predicted.profile, failed, 1 if failed else 0, wrote_output=True)
@@ -98,7 +126,7 @@ class ReferenceAdapter(Adapter):
         return {
             "format": "kvconform-capabilities-v1", "backend": "reference",
             "version": oracle.reference.SPEC_VERSION, "semantics_profile": "edge-llm-0.10",
-            "tokenizer": "bytes-v1",
+            "tokenizer": ["bytes-v1", "hf"],
             "observables": {"per_request_metrics": True, "output_ids": True, "logprobs": True,
                             "prefill_profile": True, "rejection_messages": True},
             "model_kinds": ["attention", "recurrent", "hybrid"], "media": ["image", "audio"],

@@ -71,9 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for selftest.json, kill-matrix.md and reproducers "
                              "(default kvconform-report-selftest)")
     parser.add_argument("--fixed-engines", action="store_true",
-                        help="judge every variant through fixed P = 16 engines (attention with vision and LoRA, "
-                             "hybrid with LoRA, FP8), each case materialized for them, as a real deployment is "
-                             "judged; baselines must hold on each")
+                        help="judge every variant through fixed engines (P = 16: attention with vision and LoRA, "
+                             "hybrid with LoRA, FP8; P = 128 with Phi-3-vision's real tokenizer and two image "
+                             "counters), each case materialized for them, as a real deployment is judged; "
+                             "baselines must hold on each")
     parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
     parser.add_argument("--no-progress", action="store_true", help="no line per finished target")
 
@@ -392,13 +393,25 @@ def main(args) -> int:
     return 0 if ok else 1
 
 
-FIXED_ENGINES = {   # P = 16 engines a selftest judges variants through (--fixed-engines)
+TOKENIZERS = Path(__file__).resolve().parents[2] / "spec" / "tokenizers"
+_PHI3_VISION = {"maxInputLen": 2048, "maxKVCacheCapacity": 2304, "maxKVPoolPages": 0, "tokensPerPage": 128,
+                "maxBatchSize": 3, "vision": True, "tokenizer": str(TOKENIZERS / "phi-3-vision"),
+                "tokenizerLoader": "transformers-auto"}
+FIXED_ENGINES = {   # the engines a selftest judges variants through (--fixed-engines)
     "p16-attention-vision-lora": {"maxInputLen": 512, "maxKVCacheCapacity": 640, "maxKVPoolPages": 0,
                                   "tokensPerPage": 16, "maxBatchSize": 3, "vision": True, "loraAdapters": ["a", "b"]},
     "p16-hybrid-lora": {"maxInputLen": 512, "maxKVCacheCapacity": 640, "maxKVPoolPages": 0, "tokensPerPage": 16,
                         "maxBatchSize": 3, "model": "hybrid", "loraAdapters": ["a", "b"]},
     "p16-fp8": {"maxInputLen": 512, "maxKVCacheCapacity": 640, "maxKVPoolPages": 0, "tokensPerPage": 16,
                 "kvCacheDtype": "fp8"},
+    # Phi-3-vision's real tokenizer at Edge-LLM's page size, with the two runtimes' counters whose
+    # rounding the sections/tok cases pin down (the same settings, so those cases keep their images)
+    "p128-phi3-vision-lora-edge-llm-qwen-vl": dict(_PHI3_VISION, loraAdapters=["a", "b"],
+                                                   imageCounter="edge-llm/qwen-vl",
+                                                   imageCounterSettings={"min_image_tokens": 1,
+                                                                         "max_image_tokens": 256}),
+    "p128-phi3-vision-hf-internvl": dict(_PHI3_VISION, imageCounter="hf/internvl",
+                                         imageCounterSettings={"min_patches": 1, "max_patches": 4, "tile": 448}),
 }
 
 

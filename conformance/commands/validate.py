@@ -131,8 +131,11 @@ def check_case(doc: dict, base_dir: str, file: str) -> list[tuple[str | None, st
         flags = reference.RuntimeFlags.from_case_runtime(meta.get("runtime"))
     except reference.InputError as e:
         return problems + [(e.path, e.message)]
+    args = dict(meta["engine"])
+    if isinstance(args.get("tokenizer"), str) and not os.path.isabs(args["tokenizer"]):
+        args["tokenizer"] = os.path.join(base_dir, args["tokenizer"])     # relative to the case file
     try:
-        engine = reference.engine_from_build_args(meta["engine"])
+        engine = reference.engine_from_build_args(args)
     except reference.InputError as e:
         # A refused build is a legitimate case (the backend's build must refuse it too), but
         # then nothing runs, so the case cannot expect counts or a parse failure.

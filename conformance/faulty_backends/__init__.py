@@ -52,13 +52,17 @@ support
 metrics
     hit-counted-at-lookup           CR-MET-2   hits counted at lookup (forced-cold / trimmed as hit)
     media-aware-per-batch           CR-MET-3   media-aware counted per batch
+tokenizer
+    loader-ignored                  TOK-HF-2   tokenizer.json read raw whatever the engine's loader
+    edge-llm-rounds-half-even       TOK-MEDIA-3 Edge-LLM Qwen-VL images counted with transformers' rounding
+    internvl-thumbnail-always       TOK-MEDIA-4 HF InternVL adds a thumbnail to one-tile images
 
 Each class's docstring names its bug class, the rules it violates and the real-world issue it
 mirrors; README.md in this folder has the kill matrix.
 """
 from __future__ import annotations
 
-from . import batching, capacity, compute, identity, metrics, planning, publication, support  # noqa: F401
+from . import batching, capacity, compute, identity, metrics, planning, publication, support, tokenizer  # noqa: F401
 from .registry import CATALOGUE, GROUPS, FaultyAdapter, Variant
 
 # catalogue order: by group as listed above, then by definition order within the group

@@ -26,7 +26,8 @@ from gpu_backend.runtime import Runtime
 
 from ..adapters.inprocess import InprocessAdapter
 
-GROUPS = ("identity", "planning", "publication", "capacity", "batching", "compute", "support", "metrics")
+GROUPS = ("identity", "planning", "publication", "capacity", "batching", "compute", "support", "metrics",
+          "tokenizer")
 _FIELDS = {"bug_class": "Bug class", "rules": "Violates", "mirrors": "Mirrors"}
 
 
@@ -74,8 +75,8 @@ def variant(name: str, group: str):
         fields = _docfields(cls)
         missing = [k for k in ("summary", *_FIELDS) if not fields[k]]
         assert not missing, f"{cls.__name__}: docstring lacks {missing}"
-        rules = tuple(re.findall(r"CR-[A-Z]+-\d+", fields["rules"]))
-        assert rules, f"{cls.__name__}: 'Violates:' names no CR-* rule"
+        rules = tuple(re.findall(r"(?:CR|TOK)-[A-Z]+-\d+", fields["rules"]))
+        assert rules, f"{cls.__name__}: 'Violates:' names no CR-* or TOK-* rule"
         if issubclass(cls, Runtime):
             component, factory = "runtime", cls
         else:

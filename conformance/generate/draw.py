@@ -43,6 +43,9 @@ class Setup:
     images: list[ImageSpec] = field(default_factory=list)
     max_input: int = 64
     """The longest input an example may build (the engine's limit, less the generation)."""
+    hf_engine: object = None
+    """The engine under test when it has a real tokenizer: texts are written in its one-token
+    units (conformance/materialize/units.py) and images counted by its media counter."""
     switch_at: int | None = None
     """Policy switch: the request file of this step uses the other lookup policy (session adapters
     only: one runtime instance then sees use_cache and bypass files, CR-BATCH-3). Drawn after the
@@ -64,12 +67,15 @@ def draw_setup(data, family: str, manifest: dict, engine: dict | None = None) ->
     models, vision = FAMILIES[family]
     features = set(manifest.get("features", []))
     observables = {k for k, v in manifest.get("observables", {}).items() if v}
+    described = None
     if engine is None:
         args, model, P, batch, max_gen, adapters = _draw_engine(draw, family, manifest, features, models, vision)
         max_input = args["maxInputLen"]
     else:
         args, model, P, batch, max_gen, adapters = _fixed_engine(draw, family, engine, features)
-        max_input = min(engine["max_input_len"], engine["max_kv_cache_capacity"] - max_gen)
+        described = oracle.engine_of(engine)
+        # a real tokenizer's chat template writes more than bytes-v1's one token per role: a margin
+        max_input = min(engine["max_input_len"], engine["max_kv_cache_capacity"] - max_gen) - (64 if described.hf else 0)
     runtime = {"enableContextReuse": draw(st.sampled_from([True, True, True, True, False]), label="reuse")}
     records = draw(st.sampled_from([1024, 1024, 0, 1, 2, 3]), label="max_records")
     if records != 1024:
@@ -100,7 +106,8 @@ def draw_setup(data, family: str, manifest: dict, engine: dict | None = None) ->
         paths = (engine or {}).get("lora_adapters") or {}
         settings["available_lora_weights"] = {a: (paths.get(a) or {}).get("path", f"lora/{a}.safetensors")
                                               for a in adapters[1:]}
-    setup = Setup(args, runtime, settings, batch, adapters, max_input=max_input)
+    setup = Setup(args, runtime, settings, batch, adapters, max_input=max_input,
+                  hf_engine=described if described is not None and described.hf else None)
     # Page-aligned lengths first: Hypothesis draws (and shrinks towards) early entries most. On
     # an engine under test, three segments and a question must fit in one input.
     longest = max(2, max_input // 4) if engine is not None else 3 * P + 1
@@ -194,8 +201,9 @@ def draw_images(data) -> list[ImageSpec]:
 
 # --- requests ------------------------------------------------------------------------------------
 
-def estimate(messages: list, template: bool, max_gen: int) -> int:
-    """Input length in bytes-v1 tokens, counting a fed-back answer at its longest."""
+def estimate(messages: list, template: bool, max_gen: int, setup: Setup | None = None) -> int:
+    """Input length in tokens (one per letter: bytes-v1, or units of a real tokenizer), counting
+    a fed-back answer at its longest."""
     n = 2 if template else 0
     for m in messages:
         n += 2 if template else 0
@@ -206,8 +214,17 @@ def estimate(messages: list, template: bool, max_gen: int) -> int:
                 n += max_gen if "{{output:" in p["text"] else len(p["text"])
             else:
                 spec = p["_spec"] if "_spec" in p else None
-                n += spec.placeholders if spec else 1
+                n += image_count(spec, setup) if spec else 1
     return n
+
+
+def image_count(spec: ImageSpec, setup: Setup | None) -> int:
+    """Tokens of a drawn image: bytes-v1 placeholders, or the counter of a real-tokenizer engine."""
+    engine = setup.hf_engine if setup is not None else None
+    if engine is None:
+        return spec.placeholders
+    from reference.media_tokens import image_tokens
+    return image_tokens(engine.vision["counter"], spec.height, spec.width, engine.vision.get("settings"))
 
 
 def recipes(setup: Setup, max_steps: int):
@@ -246,7 +263,7 @@ def build_request(recipe: dict, setup: Setup, earlier: list[dict], media_dir: Pa
                 last["content"][-1] = dict(tail, text=tail["text"][:1 + recipe["cut"] % len(tail["text"])])
         elif kind == "swap" and isinstance(messages[-1]["content"], list):
             messages[-1]["content"] = list(reversed(messages[-1]["content"]))
-        if estimate(messages, template, max_gen) <= setup.max_input:
+        if estimate(messages, template, max_gen, setup) <= setup.max_input:
             return {"messages": messages}
     messages = []
     if recipe["system"] is not None:

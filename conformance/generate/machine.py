@@ -21,7 +21,7 @@ from .. import oracle
 from ..adapters.base import Adapter
 from ..cases import materialize, resolve_outputs, with_policy
 from ..execute import judge, merged_transcripts, prediction_refused, same_reason, shape_failures
-from ..materialize import engine_key
+from ..materialize import engine_key, write_units
 from ..verdicts import Failure, Verdict
 from .draw import Setup, build_request, strip_private
 
@@ -90,6 +90,9 @@ class Example:
 
     def doc_for(self, requests: list[dict], policy: str | None = None) -> dict:
         doc = dict(self.setup.settings, requests=[strip_private(r) for r in requests])
+        if self.setup.hf_engine is not None:       # letters become one-token units of the engine's tokenizer
+            for r in doc["requests"]:
+                write_units(r, self.setup.hf_engine, self.setup.settings.get("apply_chat_template", True))
         if policy is not None:
             doc["context_cache_lookup_policy"] = policy
         return doc
@@ -122,7 +125,7 @@ class Example:
         problems = shape_failures(main, replay, len(batch))
         if problems:
             raise Mismatch(problems)
-        generated = merged_transcripts(main, replay)
+        generated = merged_transcripts(main, replay, self.engine)
         try:
             predicted = oracle_s.run(doc, self.base_dir, generated)
         except oracle.InputError as e:

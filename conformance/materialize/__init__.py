@@ -27,6 +27,8 @@ oracle's prediction on both engines.
 from __future__ import annotations
 
 import copy
+import functools
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +42,10 @@ from .. import oracle, scenarios
 from ..cases import OUTPUT_TEMPLATE, Case
 from ..engines import digest
 from .layout import atoms_of
-from .media import placeholders, resized
+from .media import counted, placeholders, resized
 from .relayout import CannotRelayout, apply_texts, filler, relayout
+from .hf_positions import token_labels, with_target_widths
+from .units import write_units
 
 BATCH_RULES = {"CR-BATCH-2", "CR-BATCH-6"}
 
@@ -125,11 +129,33 @@ def _check_fit(case: Case, src, dst) -> None:
     have = {k: v for k, v in (dst.deployment or {}).items() if v}
     if want != have:
         raise NotExpressible(f"needs the deployment {want or 'plain'}; this engine is {have or 'plain'}")
+    if src.hf and _tokenizer_of(src) != _tokenizer_of(dst):
+        raise NotExpressible(f"is written for the {src.tokenizer['loader']} reading of {src.tokenizer['files']}; "
+                             f"this engine tokenizes otherwise")
     kinds = _media_kinds(case.doc)
+    if src.hf and "image" in kinds and (src.vision or {}) != (dst.vision or {}):
+        raise NotExpressible(f"counts its images with {src.vision}; this engine with {dst.vision}")
     for kind, encoder in (("image", dst.vision), ("audio", dst.audio)):
         needs = kind in kinds or (kind == "image" and src.vision and case.negative)
         if needs and encoder is None:
             raise NotExpressible(f"needs {'a vision' if kind == 'image' else 'an audio'} encoder")
+
+
+def _tokenizer_of(engine) -> tuple | None:
+    """What decides an engine's ids: its tokenizer files' contents, the loader, template keywords."""
+    if not engine.hf:
+        return None
+    return (_files_digest(engine.tokenizer["files"]), engine.tokenizer["loader"],
+            engine.tokenizer.get("chat_template_kwargs") or {})
+
+
+@functools.lru_cache(maxsize=16)
+def _files_digest(folder: str) -> str:
+    h = hashlib.sha256()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        path = Path(folder) / name
+        h.update(name.encode() + (path.read_bytes() if path.is_file() else b"-"))
+    return h.hexdigest()
 
 
 def _cites(case: Case, *prefixes: str) -> bool:
@@ -216,8 +242,11 @@ def _snapshots(runtime: dict, src, dst, notes: list[str], requests: int) -> None
 # --- pages and lengths ------------------------------------------------------------------------------------
 
 def _relayout(doc: dict, src, dst, media_dir: Path, notes: list[str]) -> None:
+    """Pages laid out at the engine's size; on an engine with a real tokenizer, every text
+    position then becomes a unit of one token (units.py) and every image an image of the same
+    number of tokens under the engine's media counter."""
     p0, p1 = src.tokens_per_page, dst.tokens_per_page
-    if p0 == p1:
+    if (p0 == p1 and not dst.hf) or src.hf:     # a case written in a real tokenizer's text keeps it
         return
     template = doc.get("apply_chat_template", True)
     prompt = doc.get("add_generation_prompt", True)
@@ -227,18 +256,46 @@ def _relayout(doc: dict, src, dst, media_dir: Path, notes: list[str]) -> None:
             continue                                         # a negative case's broken request
         try:
             atoms = atoms_of(request, template, prompt, lambda item: placeholders(item, "/"))
+            if dst.hf:
+                atoms = with_target_widths(atoms, token_labels(_in_units(request, dst, template), dst, template,
+                                                               prompt, _keywords(doc)))
             edits = relayout(atoms, p0, p1)
         except CannotRelayout as e:
             raise NotExpressible(f"request {i}: {e}") from None
         except DecodeError:
             continue                                         # undecodable media: a negative case
         apply_texts(request, edits.texts)
-        for (m, k), delta in edits.media.items():
-            item = request["messages"][m]["content"][k]
-            item[item["type"]] = resized(item, "/", placeholders(item, "/") + delta, media_dir)
-            resized_items += 1
+        for m, message in enumerate(request["messages"]):
+            for k, item in enumerate(message["content"] if isinstance(message["content"], list) else []):
+                if item["type"] == "text":
+                    continue
+                count = placeholders(item, "/") + edits.media.get((m, k), 0)
+                if dst.hf:
+                    item[item["type"]] = _counted_image(item, count, dst, media_dir, i)
+                elif (m, k) in edits.media:
+                    item[item["type"]] = resized(item, "/", count, media_dir)
+                else:
+                    continue
+                resized_items += 1
+        if dst.hf:
+            write_units(request, dst, template)
     notes.append(f"pages laid out from {p0} to {p1} tokens"
+                 + (f"; text written in one-token units of the {dst.tokenizer['loader']} tokenizer" if dst.hf else "")
                  + (f"; {resized_items} media item(s) resized" if resized_items else ""))
+
+
+def _in_units(request: dict, dst, template: bool) -> dict:
+    unit = copy.deepcopy(request)
+    write_units(unit, dst, template)
+    return unit
+
+
+def _counted_image(item: dict, count: int, dst, media_dir: Path, request: int) -> str:
+    try:
+        return counted(item, "/", count, dst.vision["counter"], dst.vision.get("settings") or {}, media_dir)
+    except ValueError as e:
+        raise NotExpressible(f"request {request}: no image has {count} tokens under {dst.vision['counter']}: {e}") \
+            from None
 
 
 def _well_formed(request) -> bool:
@@ -308,7 +365,7 @@ def _lengths(doc: dict, base_dir: str, engine) -> list | None:
     out = []
     for request in doc.get("requests", []):
         try:
-            parsed = reference.parse_request_file(dict(doc, requests=[request], batch_size=1), base_dir, None)
+            parsed = reference.parse_request_file(dict(doc, requests=[request], batch_size=1), base_dir, engine)
             out.append(parsed.requests[0].n)
         except reference.InputError:
             out.append(None)
@@ -341,8 +398,8 @@ def _check_structure(case: Case, doc: dict, src, dst) -> None:
     after = structure(doc, "/", dst)
     if before is None or after is None or before == after:
         return
-    for what, a, b in zip(("full pages per request", "shared leading pages", "whole inputs a request starts with"),
-                          before, after):
+    for what, a, b in zip(("full pages per request", "shared leading pages", "whole inputs a request starts with",
+                           "distance of each input's end to a page boundary"), before, after):
         if a != b:
             raise NotExpressible(f"the layout changes the {what} ({_first_difference(a, b)}): the case's page "
                                  "structure cannot be kept on this engine")
@@ -350,21 +407,24 @@ def _check_structure(case: Case, doc: dict, src, dst) -> None:
 
 def structure(doc: dict, base_dir: str, engine) -> tuple | None:
     """(full pages of each request; for each pair, the leading pages they share; for each
-    pair, whether the later one starts with the earlier one's whole input). A request is cut
+    pair, whether the later one starts with the earlier one's whole input; where each input
+    ends relative to a page boundary, `_boundary_class`). A request is cut
     at its first `{{output:K}}`: what follows depends on an answer of unknown length on either
     engine. None when the file does not parse alone."""
     try:
-        parsed = reference.parse_request_file(dict(_dummy_templates(doc), batch_size=1), base_dir, None)
+        parsed = reference.parse_request_file(dict(_dummy_templates(doc, engine), batch_size=1), base_dir, engine)
     except reference.InputError:
         return None
     template, prompt = doc.get("apply_chat_template", True), doc.get("add_generation_prompt", True)
     P = engine.tokens_per_page
     histories = []
     for r, raw in zip(parsed.requests, doc["requests"]):
-        cut = _known_positions(raw, template, prompt, base_dir)
+        cut = _hf_known_positions(raw, r.spans, engine, template, prompt, _keywords(doc)) if engine.hf else \
+            _known_positions(raw, template, prompt, base_dir)
         histories.append(TokenHistory(r.tokens[:cut], [s for s in r.spans if cut is None or s.end <= cut],
                                       adapter_root(r.lora_name), P))
     pages = [len(h) // P for h in histories]
+    ends = [_boundary_class(len(h), P) for h in histories]
     shared, starts = [], []
     for i, a in enumerate(histories):
         for j in range(i + 1, len(histories)):
@@ -374,7 +434,35 @@ def structure(doc: dict, base_dir: str, engine) -> tuple | None:
                 common += 1
             shared.append(common)
             starts.append(len(a) <= len(b) and b.exact_digest(len(a)) == a.exact_digest(len(a)))
-    return pages, shared, starts
+    return pages, shared, starts, ends
+
+
+def _boundary_class(n: int, P: int) -> str | int:
+    """Where an input ends relative to its last page boundary, as the layout keeps it (relayout.py):
+    exactly on it, 1 past it, 1 before the next (k*P, k*P + 1, k*P - 1), or in between."""
+    r = n % P
+    if r <= 1:
+        return r
+    return -1 if r == P - 1 else "between"
+
+
+def _keywords(doc: dict) -> dict:
+    """The request file's own chat-template keywords (TOK-HF-4)."""
+    return {"enable_thinking": doc["enable_thinking"]} if "enable_thinking" in doc else {}
+
+
+def _hf_known_positions(request: dict, spans, engine, template: bool, prompt: bool, keywords: dict) -> int | None:
+    """As `_known_positions`, under the engine's real tokenizer: the first `{{output:K}}` among
+    the labelled tokens, moved past the expansion of the images before it."""
+    if not OUTPUT_TEMPLATE.search(json.dumps(request)):
+        return None
+    try:
+        labels = token_labels(request, engine, template, prompt, keywords)
+    except CannotRelayout:
+        return 0
+    cut = next((i for i, label in enumerate(labels) if label[0] == "output"), len(labels))
+    images = sum(1 for label in labels[:cut] if label[0] == "image")
+    return cut + sum(s.end - s.start - 1 for s in spans[:images])
 
 
 def _known_positions(request: dict, template: bool, prompt: bool, base_dir: str) -> int | None:
@@ -394,7 +482,7 @@ def _check_parse(case: Case, doc: dict, dst, runtime: dict) -> None:
     """The laid-out file must parse on this engine exactly as the case parses on its own: run,
     or fail with the same input error."""
     flags = oracle.flags_of(runtime)
-    resolved = _dummy_templates(doc)
+    resolved = _dummy_templates(doc, dst)
     try:
         oracle.parse(resolved, "/", dst, flags)
     except oracle.InputError as e:
@@ -408,10 +496,16 @@ def _check_parse(case: Case, doc: dict, dst, runtime: dict) -> None:
         raise NotExpressible(f"the input error at {case.negative['path']} cannot be shown on this engine")
 
 
-def _dummy_templates(doc: dict) -> dict:
-    """`{{output:K}}` replaced by a fixed answer: enough to parse and predict the shape."""
+def _dummy_templates(doc: dict, engine=None) -> dict:
+    """`{{output:K}}` replaced by a fixed answer: enough to parse and predict the shape. With a
+    real tokenizer the answer is its end-of-sequence token, which never merges with the text
+    around it (it marks where the answer starts)."""
     text = json.dumps(doc)
-    return json.loads(OUTPUT_TEMPLATE.sub("ok", text)) if OUTPUT_TEMPLATE.search(text) else doc
+    if not OUTPUT_TEMPLATE.search(text):
+        return doc
+    answer = engine.hf_tokenizer().decode([engine.hf_tokenizer().eos_token_id]) if engine is not None and engine.hf \
+        else "ok"
+    return json.loads(OUTPUT_TEMPLATE.sub(lambda m: json.dumps(answer)[1:-1], text))
 
 
 def intent_differences(case: Case, doc: dict, src, dst) -> list[str]:
@@ -446,7 +540,7 @@ def _shape(doc: dict, base_dir: str, engine, runtime: dict) -> dict | None:
         return None
     try:
         sim = reference.Simulator(engine, flags)
-        responses = sim.run(_dummy_templates(doc), base_dir)
+        responses = sim.run(_dummy_templates(doc, engine), base_dir)
     except (reference.InputError, reference.NeedsTranscript, reference.OutOfScope):
         return None
     P = engine.tokens_per_page

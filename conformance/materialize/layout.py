@@ -22,7 +22,9 @@ class Atom:
     text: `message`, `item` (None for a string content) and `offset`, the byte offset in the
     text's UTF-8 encoding; `boundary_before` / `boundary_after` say whether a character starts
     at it / ends with it (filler may only go between characters). media: `message`, `item`,
-    `offset` (placeholder index in the item) and `count` (the item's placeholders)."""
+    `offset` (placeholder index in the item) and `count` (the item's placeholders). `width`: the
+    tokens it becomes on the target engine, 1 except where a real tokenizer's chat template
+    writes more or fewer tokens than bytes-v1 (hf_positions.py)."""
     kind: str
     message: int | None = None
     item: int | None = None
@@ -30,6 +32,7 @@ class Atom:
     boundary_before: bool = True
     boundary_after: bool = True
     count: int = 1
+    width: int = 1
 
     def same_item(self, other: "Atom") -> bool:
         return (self.kind == other.kind == "media" and self.message == other.message

@@ -73,3 +73,41 @@ def _wav(seed: bytes, count: int) -> bytes:
     header = (b"RIFF" + struct.pack("<I", 36 + len(samples)) + b"WAVEfmt "
               + struct.pack("<IHHIIHH", 16, 1, 1, 16000, 32000, 2, 16) + b"data" + struct.pack("<I", len(samples)))
     return header + samples
+
+
+def counted(item: dict, base_dir: str, count: int, counter: str, settings: dict, folder: Path) -> str:
+    """The path of an image like `item` whose token count under the runtime's media counter
+    (spec/media-tokens.md) is exactly `count`: sizes a whole number of patches on each side are
+    tried, the factorizations of `count` over the common patch factors; ValueError if none fits."""
+    from reference.media_tokens import image_tokens
+    source = load_image(_path(item, base_dir))
+    for factor in (28, 32, 14, 16, 56, 64, 336, 448):
+        for rows in _divisors(count):
+            h, w = rows * factor, count // rows * factor
+            if max(h, w) > 4096 or max(h, w) // min(h, w) > 100:
+                continue
+            try:
+                if image_tokens(counter, h, w, settings) == count:
+                    return _write_png(folder, source.digest, count, h, w, counter)
+            except ValueError:
+                continue
+    raise ValueError(f"no size of up to 4096 pixels a side found")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _write_png(folder: Path, seed: bytes, count: int, h: int, w: int, counter: str) -> str:
+    name = hashlib.sha256(seed + struct.pack("<QQQ", count, h, w) + counter.encode()).hexdigest()[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"counted-{name}.png"
+    if not target.exists():
+        image = Image.frombytes("RGB", (w, h), _stream(seed + struct.pack("<Q", count), h * w * 3))
+        buf = io.BytesIO()
+        image.save(buf, format="PNG")
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_bytes(buf.getvalue())
+        tmp.replace(target)
+    return str(target)
+

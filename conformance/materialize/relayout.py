@@ -56,7 +56,8 @@ def filler(position: int, size: int) -> str:
 def relayout(atoms: list[Atom], p0: int, p1: int) -> Edits:
     """The edits that turn pages of `p0` positions into pages of `p1`."""
     known = next((i for i, a in enumerate(atoms) if a.kind == "opaque"), len(atoms))
-    if p1 > p0:
+    widened = any(a.width != 1 for a in atoms[:known])
+    if p1 > p0 or (p1 == p0 and widened):
         return _stretch(atoms, known, p0, p1)
     if p1 < p0:
         return _shrink(atoms, known, p0, p1)
@@ -64,11 +65,17 @@ def relayout(atoms: list[Atom], p0: int, p1: int) -> Edits:
 
 
 def _stretch(atoms: list[Atom], known: int, p0: int, p1: int) -> Edits:
+    """Each page gets P1 - P0 filler positions, less what its atoms already take beyond one
+    position each on the target engine (`Atom.width`), so that it still ends on a boundary."""
     out = Edits()
-    extra, middle = p1 - p0, (p0 + 1) // 2
+    middle = (p0 + 1) // 2
     for start in range(0, known, p0):
         end = min(start + p0, known)
-        if not _insert(atoms, start, end, middle, extra, out) and end - start == p0:
+        extra = p1 - p0 - sum(a.width - 1 for a in atoms[start:end])
+        if extra < 0:
+            raise CannotRelayout(f"page {start // p0} (positions {start}-{end - 1}) takes {p1 - extra} tokens on "
+                                 f"this engine, more than its {p1}")
+        if extra and not _insert(atoms, start, end, middle, extra, out) and end - start == p0:
             raise CannotRelayout(f"page {start // p0} (positions {start}-{end - 1}) has no text or media item "
                                  f"to stretch from {p0} to {p1} positions")
     return out

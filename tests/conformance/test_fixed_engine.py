@@ -1,7 +1,9 @@
 """A real deployment has one engine: the whole suite comes to it.
 
-Three fixed engines (an Edge-LLM-shaped P = 128 engine with vision, LoRA and batch 4; a P = 16
-hybrid engine with LoRA; a P = 4 text engine with batch 1): the bundled backend is CONFORMANT on
+Five fixed engines (an Edge-LLM-shaped P = 128 engine with vision, LoRA and batch 4; a P = 16
+hybrid engine with LoRA; a P = 4 text engine with batch 1; and at P = 128 the real Phi-3-mini
+tokenizer with LoRA and batch 4, and Phi-3-vision's under transformers' loader with its image
+counter): the bundled backend is CONFORMANT on
 each with every case materialized for it, and a wrapper that reuses more than it may (one page
 too many on a full hit; a checkpoint of another prefix on the hybrid engine), or that misreports
 one counter, is NOT CONFORMANT on each, with the rule and a reproducer that re-runs.
@@ -28,9 +30,17 @@ ENGINES = {
     "p16-hybrid-lora": ["--tokensPerPage", "16", "--model", "hybrid", "--loraAdapters", "a,b", "--maxBatchSize", "2",
                         "--maxInputLen", "1024", "--maxKVCacheCapacity", "1280"],
     "p4-text-b1": ["--tokensPerPage", "4", "--maxInputLen", "256", "--maxKVCacheCapacity", "320"],
+    # real tokenizers at Edge-LLM's page size (spec/hf-tokenizer.md): every case's text in one-token units
+    "p128-phi3-mini-lora-b4": ["--tokensPerPage", "128", "--tokenizer", str(ROOT / "spec/tokenizers/phi-3-mini"),
+                               "--loraAdapters", "a,b", "--maxBatchSize", "4", "--maxInputLen", "3072",
+                               "--maxKVCacheCapacity", "4096"],
+    "p128-phi3-vision-auto": ["--tokensPerPage", "128", "--tokenizer", str(ROOT / "spec/tokenizers/phi-3-vision"),
+                              "--tokenizerLoader", "transformers-auto", "--vision", "--maxInputLen", "3072",
+                              "--maxKVCacheCapacity", "4096"],
 }
 # What the curated cases give on each engine in process (measured; a drop means the suite lost reach)
-MIN_JUDGED = {"p128-vision-lora-b4": 104, "p16-hybrid-lora": 96, "p4-text-b1": 72}
+MIN_JUDGED = {"p128-vision-lora-b4": 104, "p16-hybrid-lora": 96, "p4-text-b1": 72, "p128-phi3-mini-lora-b4": 85,
+              "p128-phi3-vision-auto": 80}
 
 
 @pytest.fixture(scope="module")

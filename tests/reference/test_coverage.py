@@ -11,12 +11,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RULE = re.compile(r"CR-[A-Z]+-\d+")
+RULE = re.compile(r"(?:CR|TOK)-[A-Z]+-\d+")
+RULE_FILES = ("context-reuse.md", "hf-tokenizer.md", "media-tokens.md")
 
 
 def spec_rules() -> set[str]:
-    text = (ROOT / "spec" / "context-reuse.md").read_text(encoding="utf-8")
-    return set(re.findall(r"\*\*(CR-[A-Z]+-\d+) \(", text))
+    return {rule for name in RULE_FILES
+            for rule in re.findall(r"\*\*((?:CR|TOK)-[A-Z]+-\d+) \(", (ROOT / "spec" / name).read_text(encoding="utf-8"))}
 
 
 def reference_docstrings() -> dict[str, set[str]]:

@@ -151,20 +151,20 @@ def test_phi3_vision_without_generation_prompt():
 
 
 @pytest.mark.parametrize("loader, expected", [
-    # <|user|> \n < | image _ 1 | > \n What ▁is ▁shown ? <|end|> \n <|assistant|>
-    (AUTO, [32010, 13, 29966, 29989, 3027, 29918, 29896, 29989, 29958, 13, 5618, 338, 4318, 29973,
-            32007, 13, 32001]),
-    (RAW, [32010, 29871, 13, 29966, 29989, 3027, 29918, 29896, 29989, 29958, 13, 5618, 338, 4318, 29973,
-           32007, 29871, 13, 32001]),
+    # <|user|> \n <|image|> What ▁is ▁shown ? <|end|> \n <|assistant|>: `<|image|>` (32044) carries
+    # rstrip in Phi-3-vision's added tokens, so the "\n" after it vanishes; under tokenizers-raw
+    # the segment after an added token gets "▁" (29871 alone before a newline; ▁What = 1724)
+    (AUTO, [32010, 13, 32044, 5618, 338, 4318, 29973, 32007, 13, 32001]),
+    (RAW, [32010, 29871, 13, 32044, 1724, 338, 4318, 29973, 32007, 29871, 13, 32001]),
 ])
-def test_phi3_vision_image_item_becomes_its_tag(loader, expected):
+def test_phi3_vision_image_item_becomes_its_image_token(loader, expected):
     t = tok("phi-3-vision", loader)
     messages = [{"role": "user", "content": [{"type": "image", "image": "a.png"},
                                              {"type": "text", "text": "\nWhat is shown?"}]}]
-    assert t.apply_chat_template(messages) == "<|user|>\n<|image_1|>\nWhat is shown?<|end|>\n<|assistant|>\n"
+    assert t.apply_chat_template(messages) == "<|user|>\n<|image|>\nWhat is shown?<|end|>\n<|assistant|>\n"
     assert t.chat_ids(messages) == expected
-    with pytest.raises(ValueError, match="TOK-HF-7"):
-        t.expand_images(expected, [1921])
+    expanded = t.expand_images(expected, [5])
+    assert len(expanded) == len(expected) + 4 and expanded.count(32044) == 5
 
 
 def test_image_items_need_an_image_convention():
