@@ -11,11 +11,13 @@ tiny default engine (where launch overhead, not math, dominates). Measurements:
   4. `kvconform run --device cuda`: generated scenarios per minute
   5. peak CUDA memory allocated vs weights + pool
 Every section checks the time left before it starts (--limit, default 450 s from start), and the
-JSON is rewritten after each section, so a cut run keeps what it finished. Results:
+JSON is rewritten after each section, so a cut run keeps what it finished; a section that raises
+is reported (`failed` in the JSON, its traceback's tail printed) and the next one runs. Results:
 benchmarks/results/gpu.{json,png,md}. Nothing here has been run on a GPU yet.
 
-L stops at 8192: with float32 compute, SDPA may take its math path for grouped-query attention
-(which materialises [heads, T, S] scores); at 8k that is 8.7 GB per buffer, at 16k 35 GB.
+L stops at 8192. On CUDA the backend runs attention in FP16 (gpu_backend/layers.py), so SDPA's
+flash / memory-efficient kernels apply; in float32 with grouped KV heads it would take the math
+path, which materialises [heads, T, S] scores: 8.7 GB per buffer at 8k, 35 GB at 16k.
 """
 from __future__ import annotations
 
@@ -75,7 +77,9 @@ def main(argv=None) -> int:
                      threads=torch.get_num_threads(), quick=a.smoke, deadline=t0 + a.limit,
                      primary="tiny" if a.smoke else "llama-8b-layer")
     print(report.markdown(res, png=name + ".png"))
-    return 0
+    for section, why in (res.get("failed") or {}).items():       # the other sections ran anyway
+        print(f"section {section} FAILED: {why['error']}\n  " + "\n  ".join(why["traceback"]))
+    return 1 if res.get("failed") else 0
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 import time
+import traceback
 
 import torch
 
@@ -81,39 +82,49 @@ def run(cfg: dict, *, device: str, only, name: str, out_dir: str, threads: int, 
             t0 = time.time()
             res["load"][section] = {"before": loadavg()}
             log(f"== {section}")
-            c = cfg[section]
-            if section == "oracle":
-                out = oracle.run(tmp, sizes=c["sizes"], reps=c["reps"])
-            elif section in ("reuse", "paged"):
-                out = {"shapes": {}}
-                for shape_name, shape in c["shapes"].items():
+            try:
+                c = cfg[section]
+                if section == "oracle":
+                    out = oracle.run(tmp, sizes=c["sizes"], reps=c["reps"])
+                elif section in ("reuse", "paged"):
+                    out = {"shapes": {}}
+                    for shape_name, shape in c["shapes"].items():
+                        d = engine_for(engines, shape_name, shape, cfg["engine"])
+                        rt = gpu_backend.Runtime(d, enable_context_reuse=True, device=device, dump_profile=True)
+                        desc = {"build_args": json.load(open(os.path.join(d, "bench-args.json"))),
+                                "pool": memory.pool_check(rt)}
+                        if section == "reuse":
+                            r = reuse.run(rt, lengths=c["lengths"], reps=c["reps"], pairs=c["pairs"],
+                                          suffix=c.get("suffix", 64))
+                        else:
+                            p = c.get("per_shape", {}).get(shape_name, {})
+                            r = paged.run(rt, batches=p.get("batches", c["batches"]), n0=p.get("n0", c["n0"]),
+                                          steps=p.get("steps", c["steps"]), reps=p.get("reps", c["reps"]))
+                        out["shapes"][shape_name] = {**desc, **r}
+                        del rt
+                        if device == "cuda":
+                            torch.cuda.empty_cache()
+                elif section == "memory":
+                    shape_name, shape = c["shape"]
                     d = engine_for(engines, shape_name, shape, cfg["engine"])
-                    rt = gpu_backend.Runtime(d, enable_context_reuse=True, device=device, dump_profile=True)
-                    desc = {"build_args": json.load(open(os.path.join(d, "bench-args.json"))),
-                            "pool": memory.pool_check(rt)}
-                    if section == "reuse":
-                        r = reuse.run(rt, lengths=c["lengths"], reps=c["reps"], pairs=c["pairs"],
-                                      suffix=c.get("suffix", 64))
-                    else:
-                        p = c.get("per_shape", {}).get(shape_name, {})
-                        r = paged.run(rt, batches=p.get("batches", c["batches"]), n0=p.get("n0", c["n0"]),
-                                      steps=p.get("steps", c["steps"]), reps=p.get("reps", c["reps"]))
-                    out["shapes"][shape_name] = {**desc, **r}
-                    del rt
                     if device == "cuda":
-                        torch.cuda.empty_cache()
-            elif section == "memory":
-                shape_name, shape = c["shape"]
-                d = engine_for(engines, shape_name, shape, cfg["engine"])
-                if device == "cuda":
-                    out = memory.run_cuda(d, prefix=c["prefix"])
+                        out = memory.run_cuda(d, prefix=c["prefix"])
+                    else:
+                        out = memory.run(tmp, d, prefix=c["prefix"], threads=threads)
+                    out["shape"] = shape_name
                 else:
-                    out = memory.run(tmp, d, prefix=c["prefix"], threads=threads)
-                out["shape"] = shape_name
-            else:
-                out = suite.run(tmp, families=c["families"], examples=c["examples"], default_run=c["default_run"],
-                                profile=c["profile"], profile_examples=c.get("profile_examples", 100),
-                                device=device)
+                    out = suite.run(tmp, families=c["families"], examples=c["examples"], default_run=c["default_run"],
+                                    profile=c["profile"], profile_examples=c.get("profile_examples", 100),
+                                    device=device)
+            except Exception as e:                  # a failing section is reported; the next one runs
+                tail = traceback.format_exc().strip().splitlines()[-6:]
+                res.setdefault("failed", {})[section] = {"error": f"{type(e).__name__}: {e}", "traceback": tail,
+                                                         "section_seconds": time.time() - t0}
+                log(f"== {section}: FAILED after {time.time() - t0:.0f} s: {type(e).__name__}: {e}")
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+                write(res, out_dir, name, final=False)
+                continue
             out["section_seconds"] = time.time() - t0
             out["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t0))
             out["code"] = res["machine"].get("code")

@@ -81,10 +81,31 @@ class Case:
 
     @property
     def base_dir(self) -> str:
-        return str(self.path.parent)
+        """Absolute: media paths are joined to it, and a backend may run in another folder."""
+        return str(self.path.resolve().parent)
 
     def batch_size(self) -> int:
         return self.runtime.get("batchSize") or self.doc.get("batch_size", 1)
+
+    @property
+    def profiles(self) -> list[str]:
+        """The semantics profiles the case holds in (spec/profiles.md): as it says, else every
+        profile in which all of its rules hold."""
+        from reference.semantics import PROFILE_NAMES, load_profile
+        if "profiles" in self.meta:
+            return list(self.meta["profiles"])
+        return [p for p in PROFILE_NAMES if all(load_profile(p).holds(r) for r in self.rules)]
+
+    def for_profile(self, name: str) -> "Case":
+        """The case as it runs under one semantics profile: the runtime flag `semanticsProfile`
+        set (the oracle reads it, a backend that implements several profiles gets it), and the
+        hand-derived expectations of that profile (`profile_expect`, else `expect`)."""
+        doc = dict(self.doc)
+        meta = doc["_conformance"] = dict(self.meta)
+        meta["runtime"] = dict(self.runtime, semanticsProfile=name)
+        if name in meta.get("profile_expect", {}):
+            meta["expect"] = meta["profile_expect"][name]
+        return Case(self.path, doc)
 
     def source(self) -> str:
         try:
@@ -213,9 +234,13 @@ def materialize(doc: dict, base_dir: str, engine_dir: str | None) -> dict:
     return out
 
 
-def with_policy(doc: dict, lookup_policy: str) -> dict:
-    out = dict(doc)
-    out["context_cache_lookup_policy"] = lookup_policy
+def bypass_replay_of(doc: dict) -> dict:
+    """The file under `bypass` (CR-OUT-1's reference run), asking at least two log-probability
+    candidates per step, whatever the file asks: a first difference is then judged a near-tie or
+    not by the replay's own top-2 gap even when the case asks one (spec/RUNNING.md section 5)."""
+    out = dict(doc, context_cache_lookup_policy="bypass", num_logprobs=max(2, doc.get("num_logprobs") or 0))
+    out["requests"] = [dict(r, num_logprobs=max(2, r["num_logprobs"])) if isinstance(r, dict)
+                       and isinstance(r.get("num_logprobs"), int) else r for r in doc.get("requests", [])]
     return out
 
 

@@ -18,6 +18,7 @@ COMMANDS = {
     "describe": ("conformance.commands.describe", "write the engine description of a real engine folder"),
     "merge": ("conformance.commands.merge", "merge sharded report folders into one"),
     "selftest": ("conformance.commands.selftest", "check that the suite catches every seeded faulty backend"),
+    "campaign": ("conformance.commands.campaign", "draw generated request sets seed after seed for hours, locally or on Ray"),
 }
 
 

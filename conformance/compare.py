@@ -15,13 +15,16 @@ from .verdicts import Failure, Verdict
 
 NEAR_TIE_NATS = 0.05
 LOGPROB_DRIFT = 0.02
+LOGPROB_FAIL = 0.1
 TOLERANCES = {
     "near_tie_top2_gap_nats": NEAR_TIE_NATS,
     "logprob_drift_nats": LOGPROB_DRIFT,
+    "logprob_fail_nats": LOGPROB_FAIL,
     "counters": "exact",
     "note": "spec/RUNNING.md section 5: a differing greedy token is a QUALITY_WARNING only when each run's "
             "token is among the other's candidates and the bypass run's top-1/top-2 gap is below "
-            "near_tie_top2_gap_nats; log-probabilities of agreeing tokens may differ by logprob_drift_nats",
+            "near_tie_top2_gap_nats; log-probabilities of agreeing tokens differing from the bypass run's by more "
+            "than logprob_drift_nats are a QUALITY_WARNING, by more than logprob_fail_nats a FAIL",
 }
 
 COUNTER_RULES = {
@@ -74,8 +77,15 @@ def check_shape(responses, count: int) -> list[Failure]:
     return out
 
 
-def compare_profile(expected: dict, observed: dict | None, ex: Explainer, prefill: bool) -> list[Failure]:
-    """The profile's context_cache section (CR-MET-1..11, CR-POL-6) and, if declared, prefill (CR-MET-12)."""
+RECORD_INTERNALS = ("records", "resource_pools", "reclaimed_resources")
+
+
+def compare_profile(expected: dict, observed: dict | None, ex: Explainer, prefill: bool,
+                    record_internals: bool = True, prefill_required: bool = False) -> list[Failure]:
+    """The profile's context_cache section (CR-MET-1..11, CR-POL-6) and, if declared, prefill (CR-MET-12).
+    `record_internals`: compare the record-granular counters (spec/profiles.md: mandatory in
+    edge-llm-0.10, else only when the backend declares them). `prefill_required`: the semantics
+    profile writes the prefill section with every profile file, so its absence is a FAIL."""
     out = []
     want = expected.get("context_cache")
     have = (observed or {}).get("context_cache")
@@ -87,7 +97,7 @@ def compare_profile(expected: dict, observed: dict | None, ex: Explainer, prefil
                            "the context_cache section is present exactly when --enableContextReuse is on"))
     elif want is not None:
         for key, value in leaves(want):
-            if key.split(".")[-1] in NOT_COMPARED:
+            if key.split(".")[-1] in NOT_COMPARED or (not record_internals and key.split(".")[0] in RECORD_INTERNALS):
                 continue
             got = dotted_get(have, key)
             if got is MISSING or not isinstance(got, int) or isinstance(got, bool):
@@ -101,7 +111,9 @@ def compare_profile(expected: dict, observed: dict | None, ex: Explainer, prefil
         want_p, have_p = expected.get("prefill") or {}, (observed or {}).get("prefill")
         if want_p and have_p is None:
             out.append(Failure("CR-MET-12", "profile.prefill", "present", "absent",
-                               "--dumpProfile writes the prefill section", verdict=Verdict.ERROR))
+                               "the semantics profile writes the prefill section with every profile file"
+                               if prefill_required else "--dumpProfile writes the prefill section",
+                               verdict=Verdict.FAIL if prefill_required else Verdict.ERROR))
         elif want_p:
             for key in PREFILL_KEYS:
                 if have_p.get(key) != want_p.get(key):
@@ -174,11 +186,14 @@ def _logprob_of(r: dict, step: int, token) -> float | None:
     return next((c["logprob"] for c in steps[step] if c.get("token_id") == token), None)
 
 
-def compare_outputs(main: list[dict], replay: list[dict], ex: Explainer, ids: bool, start: int = 0) -> list[Failure]:
-    """CR-OUT-1/2/3 from index `start` on: the run with reuse against its bypass replay, greedy decoding."""
+def compare_outputs(main: list[dict], replay: list[dict], ex: Explainer, ids: bool, start: int = 0,
+                    undefined: frozenset = frozenset()) -> list[Failure]:
+    """CR-OUT-1/2/3 from index `start` on: the run with reuse against its bypass replay, greedy decoding.
+    `undefined`: requests whose outputs the semantics profile does not define (they reuse KV of
+    other media, spec/profiles.md), not compared."""
     out = []
     for i, (a, b) in enumerate(zip(main, replay)):
-        if i < start:
+        if i < start or i in undefined:
             continue
         out += _nan_check(i, a)
         if a.get("finish_reason") == "error" or b.get("finish_reason") == "error":
@@ -215,20 +230,23 @@ def _window(seq, t: int, width: int = 6):
 
 
 def _near_tie(a: dict, b: dict, t: int, ta, tb) -> float | None:
-    """RUNNING.md section 5: each run's token among the other's candidates, bypass gap below tolerance."""
+    """RUNNING.md section 5: the run's token among the bypass replay's top two (the replay always
+    asks two, `bypass_replay_of`), the replay's token among the run's candidates when the run has
+    two or more, and the replay's top-2 gap below tolerance."""
     if not (isinstance(ta, list) and isinstance(tb, list)) or t >= len(ta) or t >= len(tb):
         return None
     ca, cb = _candidates(a, t), _candidates(b, t)
-    if ca is None or cb is None:
+    if cb is None or ta[t] not in {c["token_id"] for c in cb[:2]}:
         return None
-    if ta[t] not in {c["token_id"] for c in cb} or tb[t] not in {c["token_id"] for c in ca}:
+    if ca is not None and tb[t] not in {c["token_id"] for c in ca}:
         return None
     gap = cb[0]["logprob"] - cb[1]["logprob"]
     return gap if gap < NEAR_TIE_NATS else None
 
 
 def _drift(i: int, a: dict, b: dict, tokens, ex: Explainer) -> list[Failure]:
-    """CR-OUT-2: log-probabilities of agreeing tokens within LOGPROB_DRIFT."""
+    """CR-OUT-2: log-probabilities of agreeing tokens within LOGPROB_DRIFT of the bypass run; beyond
+    LOGPROB_FAIL the drift is no rounding noise (spec/RUNNING.md section 5): a FAIL."""
     if tokens is None or not a.get("logprobs") or not b.get("logprobs"):
         return []
     worst, at = 0.0, None
@@ -237,9 +255,10 @@ def _drift(i: int, a: dict, b: dict, tokens, ex: Explainer) -> list[Failure]:
         if la is not None and lb is not None and abs(la - lb) > worst:
             worst, at = abs(la - lb), s
     if worst > LOGPROB_DRIFT:
-        return [Failure("CR-OUT-2", f"responses[{i}].logprobs[{at}]", f"within {LOGPROB_DRIFT} of the bypass run",
-                        round(worst, 6), ex.output(i, f"log-probability drift {worst:.4f} nats at token {at}"),
-                        i, Verdict.QUALITY_WARNING)]
+        verdict = Verdict.FAIL if worst > LOGPROB_FAIL else Verdict.QUALITY_WARNING
+        return [Failure("CR-OUT-2", f"responses[{i}].logprobs[{at}]", f"within {LOGPROB_DRIFT} of the bypass run "
+                        f"(tolerance {LOGPROB_FAIL})", round(worst, 6),
+                        ex.output(i, f"log-probability drift {worst:.4f} nats at token {at}"), i, verdict)]
     return []
 
 

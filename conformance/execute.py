@@ -16,9 +16,10 @@ import reference
 from . import oracle
 from .adapters.base import (Adapter, AdapterError, BuildRefused, Engine, RunResult, is_greedy,
                             missing_capabilities, observable, requirements)
-from .cases import Case, materialize, resolve_outputs, template_refs, with_policy
+from .cases import Case, bypass_replay_of, materialize, resolve_outputs, template_refs
 from .engines import cache_root
 from .materialize import NotExpressible, materialize_for
+from .numerics import check_outputs
 from .compare import MISSING, check_shape, compare_outputs, compare_profile, compare_requests, dotted_get, leaves
 from .errors import KvconformError
 from .explain import Explainer
@@ -80,6 +81,11 @@ class Runner:
         raise Settled
 
     def run(self) -> None:
+        profile = self.case.runtime.get("semanticsProfile")
+        if profile is not None and profile not in self.case.profiles:
+            held = ", ".join(r for r in self.case.rules if not reference.load_profile(profile).holds(r))
+            self.settle(Verdict.NOT_SUPPORTED, f"not part of the {profile} profile"
+                        + (f" ({held} does not hold there)" if held else f" (the case holds in {', '.join(self.case.profiles)})"))
         fixed = self.adapter.fixed_engine()
         if fixed is not None:
             self.case = self.materialized(fixed)
@@ -95,9 +101,6 @@ class Runner:
             refused = oracle.rejection(engine, flags)
         except reference.OutOfScope as e:
             self.settle(Verdict.NOT_SUPPORTED, f"outside spec {reference.SPEC_VERSION}: {e}")
-        if refused is None and flags.enable_context_reuse and (engine.deployment or {}).get("spec_decode") == "eagle":
-            self.settle(Verdict.NOT_SUPPORTED, f"attention-only EAGLE reuse is outside spec {reference.SPEC_VERSION} "
-                                               "(CR-SUP-6): the oracle cannot predict it")
         wanted = (case.meta.get("expect") or {}).get("rejected")
         if wanted and (refused is None or refused.rule != wanted["rule"]):
             self.settle(Verdict.ERROR, f"oracle self-check: the case expects a refusal by {wanted['rule']}, the oracle "
@@ -119,7 +122,7 @@ class Runner:
             self.fail(Failure(None, "input", "the file runs", f"refused as bad input: {main.message}",
                               "the oracle accepts this request file, so the backend must run it"))
         if replay is None and case.compare_outputs and greedy:
-            replay = early or self.invoke(handle, with_policy(doc, "bypass"), "bypass replay")
+            replay = early or self.invoke(handle, bypass_replay_of(doc), "bypass replay")
             if replay.outcome != "ok":
                 self.fail(Failure("CR-OUT-1", "bypass replay", "the file runs", replay.outcome,
                                   f"the same file under bypass must run: {replay.message}"))
@@ -233,7 +236,7 @@ class Runner:
         pool = ThreadPoolExecutor(2)
         try:
             run = pool.submit(self.run_file, handle, doc)
-            bypass = pool.submit(self.run_file, handle, with_policy(doc, "bypass"))
+            bypass = pool.submit(self.run_file, handle, bypass_replay_of(doc))
             main, early = run.result(), bypass.result()
         finally:            # interrupted: return at once; the adapter's close() ends the processes
             pool.shutdown(wait=False, cancel_futures=True)
@@ -267,7 +270,7 @@ class Runner:
         try:
             for cut in cuts:
                 doc = resolve_outputs(doc, texts, upto=cut)
-                part = dict(with_policy(doc, "bypass"), requests=doc["requests"][start if session else 0:cut])
+                part = bypass_replay_of(dict(doc, requests=doc["requests"][start if session else 0:cut]))
                 if not part["requests"]:
                     continue
                 if session:
@@ -314,10 +317,18 @@ class Runner:
                                         merged_transcripts(main, replay, engine))
         except reference.NeedsTranscript as e:
             self.settle(Verdict.ERROR, f"the counts depend on generated tokens the backend does not expose: {e}")
+        except reference.OutOfScope as e:
+            self.settle(Verdict.UNSPECIFIED, f"the {flags.semantics_profile} profile leaves these counts undefined: {e}")
         except oracle.InputError as e:
             self.fail(prediction_refused(e))
         self.check_expect(engine, flags, doc, prediction)
         for f in judge(engine, flags, self.manifest, prediction, main, replay):
+            self.result.add(f)
+        handle = self.adapter.fixed_engine() or self.adapter.engine_for(self.case.engine_args)
+        found, self.result.details["reference"] = check_outputs(      # against the numerical reference
+            self.manifest, handle.directory, engine, doc, self.case.base_dir, prediction.parsed,
+            prediction.responses, main.responses) if self.case.compare_outputs else ([], {})
+        for f in found:
             self.result.add(f)
 
     def check_expect(self, engine, flags, doc: dict, prediction) -> None:
@@ -390,9 +401,16 @@ def judge(engine, flags, manifest: dict, prediction, main: RunResult, replay: Ru
     out = compare_requests(prediction.responses, main.responses, ex, observable(manifest, "per_request_metrics"),
                            True, start)
     if replay is not None:
-        out += compare_outputs(main.responses, replay.responses, ex, observable(manifest, "output_ids"), start)
+        undefined = frozenset(i for i, p in enumerate(prediction.responses) if p.get("outputs_defined") is False)
+        out += compare_outputs(main.responses, replay.responses, ex, observable(manifest, "output_ids"), start,
+                               undefined)
+    profile = flags.semantics
+    always = profile.prefill_section == "profile-output-file"
     out += compare_profile(prediction.profile, main.profile, ex,
-                           flags.dump_profile and observable(manifest, "prefill_profile"))
+                           (flags.dump_profile or always) and observable(manifest, "prefill_profile"),
+                           record_internals=profile.record_internals == "mandatory"
+                           or observable(manifest, "record_internals"),
+                           prefill_required=always and not flags.dump_profile)
     failed = sum(1 for b in prediction.batches if b.get("status") != "ok") - failed_before
     if main.failed_batches is not None:
         if failed != main.failed_batches:

@@ -32,12 +32,23 @@ class Explainer:
 
     # --- verdict modifiers (CR-MEDIA-6) --------------------------------------------------------
     def counter_verdict(self) -> Verdict:
-        """Aggregate counters of a file with audio input are unspecified (CR-MEDIA-6)."""
+        """Aggregate counters of a file with audio input are unspecified (CR-MEDIA-6): they add up
+        the audio requests' own counts."""
         return Verdict.UNSPECIFIED if self.audio_from is not None else Verdict.FAIL
 
     def request_verdict(self, i: int) -> Verdict:
-        """From the first audio request on, reuse counts (and what they leave behind) are open."""
-        return Verdict.UNSPECIFIED if self.audio_from is not None and i >= self.audio_from else Verdict.FAIL
+        """CR-MEDIA-6 leaves open the counts of a request with audio and what it leaves in the cache:
+        so also those of a later request that could reuse what an audio request published (a full
+        page in common under the same adapter), and once records were evicted those of every
+        request after an audio one (the victims depend on what the audio requests left). Every
+        other request is judged exactly."""
+        if self.audio_from is None or i < self.audio_from:
+            return Verdict.FAIL
+        if self.requests[i].has_audio or self.evicted:
+            return Verdict.UNSPECIFIED
+        shares = any(self.requests[j].has_audio and same_adapter and common >= self.P
+                     for j, common, _, same_adapter, _ in self.sources(i))
+        return Verdict.UNSPECIFIED if shares else Verdict.FAIL
 
     # --- positions --------------------------------------------------------------------------------
     def ids(self, i: int) -> list:

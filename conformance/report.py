@@ -23,13 +23,15 @@ from xml.etree import ElementTree as ET
 from tabulate import tabulate
 
 import reference
+import reference.semantics
 
 from . import KIT_VERSION, RUNNING_VERSION
 from .cases import ROOT, SECTIONS
 from .compare import TOLERANCES
+from .numerics.judge import TOLERANCES as REFERENCE_TOLERANCES
 from .errors import KvconformError
 from .schemas import schema_errors
-from .verdicts import CaseResult, Verdict, summarize
+from .verdicts import CaseResult, Verdict, headline_note, summarize
 
 SHORT = {"PASS": "PASS", "NOT_SUPPORTED": "N/S", "UNSPECIFIED": "UNSPEC", "QUALITY_WARNING": "QW",
          "TIMEOUT": "TIMEOUT", "FAIL": "FAIL", "ERROR": "ERROR"}
@@ -97,7 +99,8 @@ class Report:
     VERSIONS = {"kit_version": KIT_VERSION, "spec_version": reference.SPEC_VERSION, "running_version": RUNNING_VERSION}
 
     def __init__(self, folder: Path, adapter_name: str, manifest: dict | None, settings: dict, options: dict,
-                 shard: str | None = None, plan: dict | None = None, self_check: bool = False):
+                 shard: str | None = None, plan: dict | None = None, self_check: bool = False,
+                 profile: str = reference.semantics.DEFAULT):
         self.folder = Path(folder)
         make_folder(self.folder)
         self.results: list[CaseResult] = []
@@ -105,9 +108,9 @@ class Report:
         self.doc = {
             "format": "kvconform-report-v1", "kit_version": KIT_VERSION,
             "spec_version": reference.SPEC_VERSION, "running_version": RUNNING_VERSION,
-            "semantics_profile": "edge-llm-0.10", "started": now(), "finished": None, "complete": False,
+            "semantics_profile": profile, "started": now(), "finished": None, "complete": False,
             "shard": shard, "backend": {"adapter": adapter_name, "settings": settings, "self_check": self_check},
-            "environment": environment(), "tolerances": TOLERANCES, "options": options,
+            "environment": environment(), "tolerances": {**TOLERANCES, **REFERENCE_TOLERANCES}, "options": options,
         }
         if plan is not None:
             self.doc["plan"] = plan
@@ -274,19 +277,25 @@ def junit(doc: dict, results: list[CaseResult]) -> str:
 def summary_markdown(doc: dict, results: list[CaseResult]) -> str:
     s = doc["summary"]
     caps = doc["backend"].get("capabilities") or {}
-    lines = [f"# kvconform report: {s['headline']}", ""]
+    lines = [f"# kvconform report: {s['headline']} (semantics profile {doc['semantics_profile']})"
+             f"{headline_note(s)}", ""]
     if doc["backend"].get("self_check"):
         lines += ["**No backend was tested**: the oracle ran against itself (`--backend reference`), a check of "
                   "the kit, not of any runtime.", ""]
     lines += [
         f"- {s['judged']} of {len(results)} case(s) judged (the rest NOT_SUPPORTED)",
+        f"- {s.get('reference_checked', 0)} greedy request(s) checked against the numerical reference "
+        f"(spec/RUNNING.md section 5)",
         f"- backend: `{doc['backend']['adapter']}` ({caps.get('backend', '?')} {caps.get('version', '')})".rstrip(),
         f"- kit {doc['kit_version']}, spec {doc['spec_version']}, RUNNING {doc['running_version']}, "
         f"semantics profile `{doc['semantics_profile']}`",
         f"- started {doc['started']}, finished {doc['finished']}, complete: {doc['complete']}"
         + (f", shard {doc['shard']}" if doc.get("shard") else ""),
         f"- tolerances: near-tie top-2 gap < {TOLERANCES['near_tie_top2_gap_nats']} nats, log-probability drift "
-        f"<= {TOLERANCES['logprob_drift_nats']} nats; counters exact", "",
+        f"from the bypass run <= {TOLERANCES['logprob_drift_nats']} nats (FAIL beyond "
+        f"{TOLERANCES['logprob_fail_nats']}); against the numerical reference: noise bound "
+        f"{REFERENCE_TOLERANCES['reference_noise_bound']}, tolerance {REFERENCE_TOLERANCES['reference_tolerance']}; "
+        f"counters exact", "",
         "## Verdicts per spec section", "", verdict_table(results, "github"), "",
     ]
     bad = [r for r in results if r.verdict not in (Verdict.PASS, Verdict.NOT_SUPPORTED)]

@@ -15,6 +15,8 @@ from typing import Callable
 
 from tqdm import tqdm
 
+from reference.semantics import DEFAULT as DEFAULT_PROFILE
+
 from .adapters.base import Adapter
 from .cases import CASES_DIR, SECTIONS, Case, discover, in_shard, select
 from .commands.validate import check_case
@@ -41,6 +43,8 @@ class Plan:
     max_steps: int = 6
     min_batches: int = MIN_BATCHES
     save_regressions: bool = False
+    profile: str = DEFAULT_PROFILE
+    """The semantics profile every case and family runs under (spec/profiles.md)."""
     identity: dict = field(default_factory=dict)
     """The selection before sharding ({"digest", "items"}): shards of one plan share it, so
     `kvconform merge` can refuse reports of different runs."""
@@ -58,6 +62,7 @@ def make_plan(paths: list[str] | None, keywords: list[str] | None, sections: lis
     rejects, and a selection that runs nothing."""
     _check_names(sections, rules, families)
     cases = select(discover(paths), keywords, sections, rules, slow) if curated else []
+    cases = [c.for_profile(generation.get("profile", DEFAULT_PROFILE)) for c in cases]
     for case in cases:
         problems = check_case(case.doc, case.base_dir, str(case.path))
         if problems:
@@ -132,30 +137,11 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
         manifest, manifest_error = None, f"{type(e).__name__}: {e}"
     if manifest is not None:
         prebuild(adapter, plan.cases, progress)
-    reproducers = report.folder / "reproducers"
-    materialized = report.folder / "materialized"
     bar = tqdm(total=plan.size, desc="cases", unit="case", disable=not progress, file=sys.stderr, mininterval=0.5)
     results = []
-    def keep(result: CaseResult, path: Path) -> None:
-        """The reproducer at `path`: its evidence files and its re-run command."""
-        result.reproducer = _rel(path, report.folder)
-        if result.invocations:
-            evidence = path.with_suffix(EVIDENCE_SUFFIX)
-            write_evidence(result.invocations, evidence)
-            result.evidence = _rel(evidence, report.folder)
-        if rerun is not None:
-            result.rerun = rerun(path)
 
     def one(case: Case) -> CaseResult:
-        result = run_case(case, adapter, manifest, manifest_error)
-        doc = case.doc
-        if result.materialized is not None:    # laid out for the fixed engine: that file is what ran
-            doc = result.materialized
-            path = write_reproducer(doc, case.base_dir, materialized, case.id)
-            result.details["materialized"]["file"] = _rel(path, report.folder)
-        if result.verdict >= Verdict.TIMEOUT:
-            keep(result, write_reproducer(doc, case.base_dir, reproducers, case.id))
-        return result
+        return with_rerun(run_one_case(case, adapter, manifest, manifest_error, report.folder), report.folder, rerun)
 
     try:
         if jobs > 1:  # worth it for process-based adapters: the invocations overlap
@@ -180,14 +166,9 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
                 # on), and never less than an even share (one that shrank a failure may overrun)
                 left = plan.budget_s - (time.monotonic() - started)
                 budget = max(left / (len(plan.families) - k), plan.budget_s / len(plan.families))
-                result = run_generated(
-                    family, adapter, manifest, workdir=workdir, examples=plan.examples, budget_s=budget,
-                    seed=plan.seed, max_steps=plan.max_steps, min_batches=plan.min_batches, reproducer_dir=reproducers,
-                    regressions_dir=REGRESSIONS_DIR if plan.save_regressions else None,
-                    run_case_fn=lambda c: run_case(c, adapter, manifest, manifest_error))
-                if result.reproducer:
-                    keep(result, Path(result.reproducer))
-                report.add(result)
+                result = run_one_family(family, plan, budget, adapter, manifest, manifest_error, report.folder,
+                                        workdir, REGRESSIONS_DIR if plan.save_regressions else None)
+                report.add(with_rerun(result, report.folder, rerun))
                 results.append(result)
                 bar.update()
         finally:
@@ -195,6 +176,59 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
     finally:
         bar.close()
     return results
+
+
+# --- one unit of work, writing under a report folder -------------------------------------------------
+# `execute` passes the report folder itself; a remote worker (conformance/executors) passes a
+# folder of its own and ships what was written there back to the report, so both write the same
+# files.
+
+def run_one_case(case: Case, adapter: Adapter, manifest: dict | None, manifest_error: str,
+                 folder: Path) -> CaseResult:
+    """One curated case: the file laid out for a fixed engine under `folder/materialized/`, and for a
+    TIMEOUT, FAIL or ERROR its reproducer and the files of its failing invocations under
+    `folder/reproducers/` (paths in the result relative to `folder`)."""
+    result = run_case(case, adapter, manifest, manifest_error)
+    doc = case.doc
+    if result.materialized is not None:    # laid out for the fixed engine: that file is what ran
+        doc = result.materialized
+        path = write_reproducer(doc, case.base_dir, folder / "materialized", case.id)
+        result.details["materialized"]["file"] = _rel(path, folder)
+    if result.verdict >= Verdict.TIMEOUT:
+        keep_reproducer(result, write_reproducer(doc, case.base_dir, folder / "reproducers", case.id), folder)
+    return result
+
+
+def run_one_family(family: str, plan: Plan, budget_s: float, adapter: Adapter, manifest: dict | None,
+                   manifest_error: str, folder: Path, workdir: Path, regressions_dir: Path | None = None,
+                   seed: int | None = None, shrink: bool = True) -> CaseResult:
+    """One generated family with the plan's settings (`seed` overrides the plan's), its reproducer
+    and evidence under `folder/reproducers/`."""
+    result = run_generated(
+        family, adapter, manifest, workdir=workdir, examples=plan.examples, budget_s=budget_s,
+        seed=plan.seed if seed is None else seed, max_steps=plan.max_steps, min_batches=plan.min_batches,
+        reproducer_dir=folder / "reproducers", regressions_dir=regressions_dir, shrink=shrink, profile=plan.profile,
+        run_case_fn=lambda c: run_case(c, adapter, manifest, manifest_error))
+    if result.reproducer:
+        keep_reproducer(result, Path(result.reproducer), folder)
+    return result
+
+
+def keep_reproducer(result: CaseResult, path: Path, folder: Path) -> None:
+    """The reproducer at `path` and its evidence files, recorded relative to `folder`."""
+    result.reproducer = _rel(path, folder)
+    if result.invocations:
+        evidence = path.with_suffix(EVIDENCE_SUFFIX)
+        write_evidence(result.invocations, evidence)
+        result.evidence = _rel(evidence, folder)
+
+
+def with_rerun(result: CaseResult, folder: Path, rerun: Callable[[Path], str] | None) -> CaseResult:
+    """Given `rerun` (a reproducer path to a command line), the command that re-runs the result's
+    reproducer against the same backend."""
+    if rerun is not None and result.reproducer:
+        result.rerun = rerun(Path(folder) / result.reproducer)
+    return result
 
 
 def _rel(path: Path, folder: Path) -> str:

@@ -159,7 +159,33 @@ def summarize(results: list[CaseResult], complete: bool = True, self_check: bool
         headline = "NOTHING JUDGED"
     else:
         headline = "SELF-CHECK PASSED" if self_check else "CONFORMANT"
-    return {"verdicts": counts, "judged": judged, "conformant": headline == "CONFORMANT", "headline": headline}
+    out = {"verdicts": counts, "judged": judged, "conformant": headline == "CONFORMANT", "headline": headline}
+    # Outputs are judged against the numerical reference where the backend declares one
+    # (spec/RUNNING.md section 5); a run that checked none says so beside its headline.
+    checked = sum(int(((r.details or {}).get("reference") or {}).get("requests", 0)) for r in results)
+    out["reference_checked"] = checked
+    if not self_check:
+        out["outputs_judged_against"] = ("numerical reference and bypass replay" if checked
+                                         else "bypass replay only")
+    return out
+
+
+def headline_clauses(summary: dict) -> list[str]:
+    """What the headline does not say by itself: whether a backend was judged at all, and how
+    its outputs were judged."""
+    out = {"NOTHING JUDGED": ["every case NOT_SUPPORTED: nothing was judged"],
+           "SELF-CHECK PASSED": ["no backend was tested: the oracle ran against itself"],
+           "SELF-CHECK FAILED": ["no backend was tested: the oracle ran against itself"]}.get(summary.get("headline"), [])
+    if summary.get("outputs_judged_against") == "bypass replay only" and summary.get("judged"):
+        out.append("outputs compared with the bypass replay only: no numerical reference checked them")
+    return out
+
+
+def headline_note(summary: dict) -> str:
+    """The clauses of `headline_clauses` that concern outputs, as a parenthesis after the headline."""
+    if summary.get("outputs_judged_against") == "bypass replay only" and summary.get("judged"):
+        return f" ({headline_clauses(summary)[-1]})"
+    return ""
 
 
 def _short(value: Any, limit: int = 80) -> str:

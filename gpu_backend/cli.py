@@ -37,7 +37,7 @@ def _parser():
     for name in ("maxInputLen", "maxKVCacheCapacity", "maxKVPoolPages"):
         b.add_argument(f"--{name}", type=int, required=True)
     for name in ("maxBatchSize", "tokensPerPage", "numLayers", "hiddenSize", "numHeads", "numKVHeads", "headDim",
-                 "intermediateSize", "stateSize", "convKernel", "loraRank", "seed"):
+                 "intermediateSize", "stateSize", "convKernel", "loraRank", "seed", "maxDraftKVPoolPages"):
         b.add_argument(f"--{name}", type=int)
     b.add_argument("--model")
     b.add_argument("--kvCacheDtype")
@@ -70,9 +70,20 @@ def _parser():
     i.add_argument("--device", default="auto")
     i.add_argument("--seed", type=int, default=0)
     i.add_argument("--checkInvariants", action="store_true", help="verify cache invariants after every batch")
+    i.add_argument("--semanticsProfile", default="kvconform-1",
+                   help="behave as this semantics profile: kvconform-1 (default) or edge-llm-0.10")
 
     c = sub.add_parser("capabilities", allow_abbrev=False)
     c.add_argument("--device", default="auto")
+
+    s = sub.add_parser("serve", allow_abbrev=False, help="an OpenAI-compatible server of a peer profile (serve.py)")
+    s.add_argument("--profile", required=True, choices=("llama.cpp-server", "vllm-apc", "sglang-radix"))
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--host", default="127.0.0.1", help="loopback only")
+    s.add_argument("--engineDir")
+    s.add_argument("--tokenizer", help="tokenizer folder of the engine built when --engineDir is not given")
+    s.add_argument("--setting", action="append", metavar="KEY=N", help="a profile setting (repeatable)")
+    s.add_argument("--device", default="cpu")
     return top
 
 
@@ -211,7 +222,7 @@ def _infer(a) -> int:
                  partial_kv_snapshot_bytes=a.contextCachePartialKVSnapshotPoolBytes, tp_size=a.tpSize,
                  device=a.device, poison_fresh_pages=a.poisonFreshPages,
                  output_hidden_states=a.outputHiddenStates is not None, dump_profile=a.dumpProfile,
-                 seed=a.seed, check_invariants=a.checkInvariants)
+                 seed=a.seed, check_invariants=a.checkInvariants, semantics_profile=a.semanticsProfile)
     try:
         rf = rt.prepare(doc, base_dir, batch_size=a.batchSize, max_generate_length=a.maxGenerateLength)
     except BackendInputError as e:
@@ -242,11 +253,14 @@ def main(argv=None) -> int:
     try:
         a = _parser().parse_args(argv)
         if a.command is None:
-            raise _Usage("expected a command: build, infer or capabilities")
+            raise _Usage("expected a command: build, infer, capabilities or serve")
         if a.command == "build":
             return _build(a)
         if a.command == "infer":
             return _infer(a)
+        if a.command == "serve":
+            from .serve import main as serve
+            return serve(a)
         from .capabilities import capabilities
         print(json.dumps(capabilities(a.device), indent=2))
         return 0

@@ -28,7 +28,7 @@ import zlib
 import numpy as np
 from safetensors.numpy import save_file
 
-from . import hf_build
+from . import draft_head, hf_build
 from .errors import BackendInputError
 from .inputs import MAX_SIZE
 
@@ -51,7 +51,7 @@ BUILD_ARGS = {
     "stateSize": (int, 16), "convKernel": (int, 4), "vision": (bool, False), "audio": (bool, False),
     "loraAdapters": (list, []), "loraRank": (int, 4), "kvCacheDtype": (str, "fp16"), "seed": (int, 0),
     "specDecode": (str, None), "actionRunner": (bool, False), "blockDiffusion": (bool, False),
-    "visionBidirectional": (bool, False),
+    "visionBidirectional": (bool, False), "maxDraftKVPoolPages": (int, 0),
     **hf_build.BUILD_ARGS,
 }
 OPTIONAL = {"specDecode"} | set(hf_build.BUILD_ARGS)
@@ -91,8 +91,9 @@ def make_config(args: dict) -> dict:
               "numHeads", "numKVHeads", "headDim", "intermediateSize", "stateSize", "convKernel", "loraRank"):
         if a[k] < 1:
             _fail(k, f"must be at least 1, got {a[k]}")
-    if a["maxKVPoolPages"] < 0:
-        _fail("maxKVPoolPages", f"must be at least 0, got {a['maxKVPoolPages']}")
+    for k in ("maxKVPoolPages", "maxDraftKVPoolPages"):
+        if a[k] < 0:
+            _fail(k, f"must be at least 0, got {a[k]}")
     if a["tokenizer"] is None:
         for k in hf_build.BUILD_ARGS:
             if a[k] is not None:
@@ -133,6 +134,11 @@ def make_config(args: dict) -> dict:
             _fail("maxKVPoolPages", f"{pool} is below the minimum {minimum} = maxBatchSize * ceil(capacity / P) (CR-CAP-1)")
         if pool > MAX_POOL:
             _fail("maxKVPoolPages", f"{pool} exceeds {MAX_POOL} (CR-CAP-1)")
+    eagle = a["specDecode"] == "eagle" and model == "attention"
+    if a["maxDraftKVPoolPages"] and not eagle:
+        _fail("maxDraftKVPoolPages", "a draft KV pool needs an attention-only --specDecode eagle engine (CR-SPEC-5)")
+    if a["maxDraftKVPoolPages"] > MAX_POOL:
+        _fail("maxDraftKVPoolPages", f"{a['maxDraftKVPoolPages']} exceeds {MAX_POOL} (CR-SPEC-5)")
     H, D = a["numHeads"], a["headDim"]
     cfg = {
         "format": "kvconform-engine-v1", "tokenizer": "bytes-v1", "vocab_size": VOCAB, "model": model,
@@ -152,6 +158,8 @@ def make_config(args: dict) -> dict:
                        "block_diffusion": a["blockDiffusion"], "vision_bidirectional": a["visionBidirectional"]},
         "seed": a["seed"], "weights": "model.safetensors",
     }
+    if eagle:                        # CR-SPEC-5: the draft KV pool, 0 = as large as the base pool
+        cfg["draft_kv_pool_pages"] = a["maxDraftKVPoolPages"] or pool
     if a["tokenizer"] is not None:
         cfg.update(hf_build.describe(a, _fail))
     count = parameter_count(cfg)
@@ -298,6 +306,18 @@ def init_weights(cfg: dict, plan=None) -> dict:
     return w
 
 
+def draft_weights(cfg: dict) -> dict:
+    """The draft head's weights (draft_head.py), seeded like the base model's."""
+    seed = cfg["seed"]
+    out = {}
+    for name, shape in draft_head.draft_shapes(cfg).items():
+        if name == "draft.norm":
+            out[name] = np.full(shape, LOGIT_GAIN, np.float32)
+        else:
+            out[name] = _normal(seed, name, shape, 1 / math.sqrt(shape[1]))
+    return out
+
+
 def lora_weights(cfg: dict, name: str, base: dict) -> dict:
     """Low-rank deltas B @ A on the mixer projections, about LORA_GAIN of each base matrix."""
     seed, r = cfg["seed"], cfg["lora_adapters"][name]["rank"]
@@ -406,9 +426,16 @@ def _write_engine(engine_dir, cfg: dict, tokenizer_src=None) -> None:
     for name in cfg["lora_adapters"]:
         lw = lora_weights(cfg, name, weights)
         _atomic_write(os.path.join(engine_dir, "lora", f"{name}.safetensors"), lambda f: save_file(lw, f))
+    if "draft_kv_pool_pages" in cfg:                      # an EAGLE engine's draft head
+        dw = draft_weights(cfg)
+        _atomic_write(os.path.join(engine_dir, draft_head.WEIGHTS), lambda f: save_file(dw, f))
+        _atomic_write(os.path.join(engine_dir, draft_head.CONFIG),
+                      lambda f: _write_json(f, draft_head.draft_config(cfg)))
 
-    def write_cfg(f):
-        with open(f, "w") as fh:
-            json.dump(cfg, fh, indent=2)
-            fh.write("\n")
-    _atomic_write(os.path.join(engine_dir, "config.json"), write_cfg)
+    _atomic_write(os.path.join(engine_dir, "config.json"), lambda f: _write_json(f, cfg))
+
+
+def _write_json(path, value) -> None:
+    with open(path, "w") as fh:
+        json.dump(value, fh, indent=2)
+        fh.write("\n")

@@ -161,7 +161,7 @@ class HFText:
         out, spans, prev = [], [], 0
         for at, item in zip(marks, images):
             out.extend(ids[prev:at])
-            spans.append(MediaSpan(len(out), item.placeholders, item.digest, "image", item.data))
+            spans.append(MediaSpan(len(out), item.placeholders, item.digest, "image", item.data, item.content))
             out.extend([self.image_token_id] * item.placeholders)
             prev = at + 1
         out.extend(ids[prev:])

@@ -29,6 +29,12 @@ def media_digest(modality: str, geometry: tuple[int, ...], data: bytes) -> bytes
     return h.digest()
 
 
+def content_digest(data: bytes) -> bytes:
+    """An item's decoded samples alone, without modality or geometry (the `edge-llm-0.10`
+    semantics profile keys media this way, semantics.py)."""
+    return hashlib.blake2b(data, digest_size=DIGEST_BYTES, person=b"kvc-bytes-v1").digest()
+
+
 def adapter_material(lora_name: str | None) -> bytes:
     """Tagged encoding of the batch's adapter: absent, or present with its name (CR-ID-3)."""
     if lora_name is None:
@@ -40,11 +46,12 @@ def adapter_material(lora_name: str | None) -> bytes:
 class MediaSpan:
     """One media item placed in a prompt: positions [start, start + count) all carry `digest`."""
 
-    __slots__ = ("start", "count", "digest", "modality", "data")
+    __slots__ = ("start", "count", "digest", "modality", "data", "content")
 
-    def __init__(self, start: int, count: int, digest: bytes, modality: str, data):
+    def __init__(self, start: int, count: int, digest: bytes, modality: str, data, content: bytes = b""):
         self.start, self.count, self.digest = start, count, digest
         self.modality, self.data = modality, data  # data: decoded samples for the encoder
+        self.content = content                     # digest of the samples alone (semantics.py)
 
     @property
     def end(self) -> int:

@@ -3,12 +3,31 @@ gated linear recurrence (a Mamba-2-like SSD mixer with a short causal convolutio
 
 Shapes: B sequences, T new positions per sequence (right-padded), S key positions, H query
 heads, G kv heads, D head dim, C = conv_dim = H_r * hd channels of the recurrence, N state size.
-Everything computes in float32 (the KV pool stores FP16 or FP8; see kv_pool.py).
+Everything computes in float32 (the KV pool stores FP16 or FP8; see kv_pool.py), except
+attention on CUDA, which runs in FP16 (`ATTENTION_DTYPE`): in float32 with grouped KV heads
+PyTorch's SDPA falls back to its math kernel, which materialises the whole [H, T, S] score matrix
+(8.7 GB per buffer at 8k tokens on the Llama-3.1-8B shape), while in FP16 the flash and
+memory-efficient kernels apply. Keys and values are FP16 values already (the pool's dtype), so
+only queries and the softmax output are rounded, the size of one more KV rounding (the
+tolerance of spec/RUNNING.md section 5 allows for it). On CPU attention stays float32.
 """
 import math
 
 import torch
 import torch.nn.functional as F
+
+
+# attention compute dtype per device type (module docstring); a device type not listed: float32
+ATTENTION_DTYPE = {"cuda": torch.float16}
+
+
+def pin_tf32_off() -> None:
+    """float32 matmuls and convolutions on CUDA in true float32: TF32 (10 mantissa bits) would
+    move logits by far more than FP16 KV rounding, and the outputs are judged against a float64
+    reference with a tolerance calibrated from that rounding (spec/RUNNING.md section 5)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
 
 
 def rms_norm(x, weight, eps: float = 1e-6):
@@ -93,10 +112,11 @@ def paged_attention(q, k_all, v_all, mask):
     0, no padding): then the mask is the plain lower triangle and SDPA's is_causal applies it
     without materialising a [T, S] mask (and skips the blocks above the diagonal).
     """
+    dtype = ATTENTION_DTYPE.get(q.device.type, q.dtype)
     out = F.scaled_dot_product_attention(
-        q.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2),
+        q.transpose(1, 2).to(dtype), k_all.transpose(1, 2).to(dtype), v_all.transpose(1, 2).to(dtype),
         attn_mask=mask, is_causal=mask is None, enable_gqa=q.shape[2] != k_all.shape[2])
-    return out.transpose(1, 2)                                         # [B, T, H, D]
+    return out.transpose(1, 2).to(q.dtype)                             # [B, T, H, D]
 
 
 def plain_causal(positions, S: int, all_valid: bool) -> bool:

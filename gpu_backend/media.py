@@ -22,7 +22,7 @@ import zlib
 import numpy as np
 from PIL import Image
 
-from .identity import media_digest
+from .identity import content_digest, media_digest
 
 PATCH = 16          # pixels per side of one image placeholder's patch
 FRAME = 320         # audio samples per audio placeholder
@@ -42,12 +42,13 @@ class MediaError(Exception):
 class MediaItem:
     """A decoded media item: `data` is RGB uint8 [H, W, 3] or float32 samples [S]."""
 
-    __slots__ = ("modality", "geometry", "data", "digest", "placeholders")
+    __slots__ = ("modality", "geometry", "data", "digest", "content", "placeholders")
 
     def __init__(self, modality, geometry, data, placeholders=None):
         self.modality, self.geometry, self.data = modality, geometry, data
         raw = np.ascontiguousarray(data).astype(data.dtype.newbyteorder("<"), copy=False).tobytes()
         self.digest = media_digest(modality, geometry, raw)
+        self.content = content_digest(raw)
         if placeholders is not None:
             self.placeholders = placeholders
         elif modality == "image":

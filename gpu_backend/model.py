@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from .layers import (apply_rope, causal_conv, causal_mask, lora_linear, paged_attention, plain_causal, rms_norm,
-                     rope_tables, ssd_scan, swiglu)
+from .layers import (apply_rope, causal_conv, causal_mask, lora_linear, paged_attention, pin_tf32_off, plain_causal,
+                     rms_norm, rope_tables, ssd_scan, swiglu)
 
 PATCH, FRAME = 16, 320
 ATTN_PROJ = ("wq", "wk", "wv", "wo")
@@ -70,6 +70,8 @@ def weight_shapes(cfg: dict) -> dict:
 class Model:
     def __init__(self, cfg: dict, weights_path: str, device: torch.device):
         self.cfg, self.device = cfg, device
+        if device.type == "cuda":
+            pin_tf32_off()
         w = load_file(weights_path, device=str(device))
         for name, shape in weight_shapes(cfg).items():
             if name not in w or tuple(w[name].shape) != shape:

@@ -14,6 +14,11 @@ snapshot bytes in `snapshots.SnapshotStore`, addressed by the ids handed out her
   share pages by reference (CR-PUB-6).
 - The *eviction planner* walks records from least to most recently used until evicting the
   walked prefix would free enough of every pool (CR-CAP-4).
+- On an attention-only EAGLE deployment a fourth pool holds *draft pages* (CR-SPEC-5). A
+  record may carry a draft path beside its base pages; a *paired* sequence (set per batch with
+  `paired`) reuses a base page only together with the draft page of one record's path, and
+  always recomputes the last pair it matched (CR-SPEC-1, CR-SPEC-2). Draft pages are not
+  indexed: two records over the same base pages may hold different draft KV.
 
 Planning never mutates anything (CR-PLAN); acquisition pins, evicts and allocates (CR-CAP-3).
 """
@@ -22,8 +27,8 @@ import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-PAGES, RECURRENT, PARTIAL = 0, 1, 2
-POOL_NAMES = ("base_kv_pages", "recurrent_snapshots", "partial_kv_snapshots")
+PAGES, RECURRENT, PARTIAL, DRAFT = 0, 1, 2, 3
+POOL_NAMES = ("base_kv_pages", "recurrent_snapshots", "partial_kv_snapshots", "draft_kv_pages")
 
 
 class ResourcePool:
@@ -82,6 +87,7 @@ class Record:
     pages: list
     rec_slot: int | None = None
     pkv_slot: int | None = None
+    draft: list | None = None       # the draft path of an EAGLE record (CR-SPEC-4)
 
     @property
     def checkpoint_len(self) -> int | None:
@@ -93,6 +99,8 @@ class Record:
             yield RECURRENT, (self.rec_slot,)
         if self.pkv_slot is not None:
             yield PARTIAL, (self.pkv_slot,)
+        if self.draft is not None:
+            yield DRAFT, self.draft
 
 
 @dataclass
@@ -105,11 +113,19 @@ class Plan:
     demand: int                 # private pages to allocate
     bypass: bool = False
     forced_cold: bool = False
-    record: Record | None = None  # the checkpoint of a hybrid hit
+    record: Record | None = None  # the checkpoint of a hybrid hit, the pairing record of an EAGLE hit
+    draft_kept: list | None = None  # a paired plan: the record's draft pages it pins (None: not paired)
+    draft_demand: int = 0           # a paired plan: private draft pages to allocate
+    draft_pages: list | None = None  # after acquisition: the sequence's draft page table
+    replayed: bool = False          # a paired hit: its last matched pair is recomputed (CR-SPEC-2)
 
     @property
     def reuses_state(self) -> bool:
         return self.kind != "no_reusable_prefix"
+
+    @property
+    def paired(self) -> bool:
+        return self.draft_kept is not None
 
 
 @dataclass
@@ -131,6 +147,8 @@ class Metrics:
     pressure_skips: int = 0
     capture_syncs: int = 0
     planning_ns: int = 0
+    page_replays: int = 0
+    pair_publications: int = 0
 
 
 class CacheInvariantError(AssertionError):
@@ -146,11 +164,15 @@ class ContextCache:
     """
 
     def __init__(self, *, P: int, kind: str, num_pages: int, rec_slots: int, pkv_slots: int,
-                 max_records: int, enabled: bool, on_page_allocate=None, on_slot_free=None):
+                 max_records: int, enabled: bool, on_page_allocate=None, on_slot_free=None,
+                 trim_checkpoint_hits: bool = False, draft_pages: int = 0, on_draft_allocate=None):
         self.P, self.kind, self.enabled, self.max_records = P, kind, enabled, max_records
+        self.trim_checkpoint_hits = trim_checkpoint_hits  # the edge-llm-0.10 semantics (semantics.py)
         self.pools = (ResourcePool(num_pages, on_allocate=on_page_allocate),
                       ResourcePool(rec_slots, on_free=(lambda i: on_slot_free(RECURRENT, i)) if on_slot_free else None),
-                      ResourcePool(pkv_slots, on_free=(lambda i: on_slot_free(PARTIAL, i)) if on_slot_free else None))
+                      ResourcePool(pkv_slots, on_free=(lambda i: on_slot_free(PARTIAL, i)) if on_slot_free else None),
+                      ResourcePool(draft_pages, on_allocate=on_draft_allocate))
+        self.paired = False     # the batch being admitted decodes speculatively (CR-SPEC-7)
         self.index: dict[bytes, int] = {}
         self.page_key: dict[int, bytes] = {}
         self.records: OrderedDict = OrderedDict()  # LRU first
@@ -170,11 +192,26 @@ class ContextCache:
         total = math.ceil(n / self.P) if self.kind != "recurrent" else 0
         if bypass or not self.enabled:
             plan = Plan("no_reusable_prefix", 0, 0, [], total, bypass=True)
+        elif self.paired:
+            plan = self._plan_paired(ident, n, total, same_item)
         elif self.kind == "vanilla":
             plan = self._plan_vanilla(ident, n, total, same_item)
         else:
             plan = self._plan_checkpoint(ident, n, total)
         self.m.planning_ns += time.perf_counter_ns() - t0
+        return plan
+
+    def _trim_checkpoint(self, ident, n, plan, same_item) -> Plan:
+        """Edge-LLM 0.10 runs its media trim on checkpoint hits too: the reuse floored to whole
+        pages, then given back while the boundary is a media one. A hit trimmed to 0 becomes a
+        cold plan that keeps what it pinned (recomputed in place, as CR-MEDIA-5); a hit trimmed
+        to another length keeps its exact length here, since no state exists at the floor (0.10
+        would restore at L and compute from the floor: its outputs are undefined there)."""
+        r = plan.reused - plan.reused % self.P
+        while 0 < r < n and same_item(r - 1, r):
+            r -= self.P
+        if r == 0:
+            return Plan("no_reusable_prefix", 0, 0, plan.kept, plan.demand, forced_cold=plan.forced_cold)
         return plan
 
     def _plan_vanilla(self, ident, n, total, same_item) -> Plan:
@@ -190,6 +227,29 @@ class ContextCache:
         demand = total - len(kept)                        # CR-PLAN-5
         r, matched, kind = self._trim_media(ident, len(kept) * P, matched, kind, same_item)
         return Plan(kind, matched, r, kept, demand)       # CR-MEDIA-5: kept/demand unchanged
+
+    def _plan_paired(self, ident, n, total, same_item) -> Plan:
+        """CR-SPEC-1: the base match, paired with the longest prefix one record's draft path
+        covers (the most recently used record of those pairing as many); base-only pages are
+        not reused. CR-SPEC-2: keep all but the last pair, which is recomputed. CR-SPEC-6: the
+        draft demand mirrors the base demand. CR-SPEC-8: the media trim applies after that."""
+        base = self._lookup(ident, n // self.P)
+        record, k = None, 0
+        for rec in reversed(self.records.values()):
+            if not rec.draft:
+                continue
+            j = min(len(rec.draft), len(rec.pages), len(base))
+            while j > k and rec.pages[j - 1] != base[j - 1]:
+                j -= 1
+            if j > k:
+                record, k = rec, j
+        if k == 0:
+            return Plan("no_reusable_prefix", 0, 0, [], total, draft_kept=[], draft_demand=total)
+        kept = base[:k - 1]
+        kind = "full_input_rewind" if k * self.P == n else ("standard" if kept else "no_reusable_prefix")
+        r, matched, kind = self._trim_media(ident, len(kept) * self.P, k * self.P, kind, same_item)
+        return Plan(kind, matched, r, kept, total - len(kept), record=record, draft_kept=record.draft[:k - 1],
+                    draft_demand=total - len(kept), replayed=True)
 
     def _lookup(self, ident, full: int) -> list:
         """CR-PLAN-1: the pages of the longest run of indexed page keys from page 0."""
@@ -223,14 +283,15 @@ class ContextCache:
     def _plan_eviction(self, need: tuple, protect: Record | None = None):
         """Victims, LRU first, whose eviction meets `need` in every pool; None if infeasible.
         A victim may free nothing (shared or pinned resources); it is taken all the same."""
+        need = tuple(need) + (0,) * (len(self.pools) - len(need))
         short = [max(0, k - pool.num_free) for k, pool in zip(need, self.pools)]
         if not any(short):
             return []
-        gained = [0, 0, 0]
-        drops = ({}, {}, {})
+        gained = [0] * len(self.pools)
+        drops = tuple({} for _ in self.pools)
         order = [r for r in self.records.values() if r is not protect]
         if protect is not None and protect.key in self.records:
-            order.append(protect)                          # a hybrid hit is walked last (CR-HYB-6)
+            order.append(protect)                          # a hybrid or EAGLE hit is walked last (CR-HYB-6)
         for n_victims, rec in enumerate(order, 1):
             for p, ids in rec.holdings():
                 pool, d = self.pools[p], drops[p]
@@ -273,18 +334,20 @@ class ContextCache:
         pages, slots = self.pools[PAGES], []
         for p in plan.kept:
             pages.pin(p)
-        if plan.record is not None:
+        if plan.record is not None and not plan.paired:
             slots = [(p, ids[0]) for p, ids in plan.record.holdings() if p != PAGES]
-            for p, i in slots:
-                self.pools[p].pin(i)
-        if not self._make_room((plan.demand, 0, 0), protect=plan.record):
+        for p, i in slots + [(DRAFT, d) for d in plan.draft_kept or ()]:
+            self.pools[p].pin(i)
+        if not self._make_room((plan.demand, 0, 0, plan.draft_demand), protect=plan.record):
             for p in plan.kept:
                 pages.unpin(p)
-            for p, i in slots:
+            for p, i in slots + [(DRAFT, d) for d in plan.draft_kept or ()]:
                 self.pools[p].unpin(i)
             return None
         if plan.record is not None and plan.record.key in self.records:
-            self.records.move_to_end(plan.record.key)      # a hybrid hit touches its record
+            self.records.move_to_end(plan.record.key)      # a hybrid or EAGLE hit touches its record
+        if plan.paired:                                    # CR-SPEC-6: the draft page table
+            plan.draft_pages = list(plan.draft_kept) + self.pools[DRAFT].allocate(plan.draft_demand)
         return plan.kept + pages.allocate(plan.demand), slots
 
     def admit(self, ident, n: int, *, bypass: bool, media_aware: bool, same_item):
@@ -294,12 +357,14 @@ class ContextCache:
         """
         plan = self.plan(ident, n, bypass=bypass, same_item=same_item)
         got = self._acquire(plan)
-        if got is None and plan.reuses_state and not plan.bypass:
+        if got is None and not plan.bypass:               # CR-CAP-7: any use_cache plan
             plan = self.plan(ident, n, bypass=True, same_item=same_item)
             plan.forced_cold = True
             got = self._acquire(plan)
         if got is None:
             return None
+        if self.trim_checkpoint_hits and plan.record is not None and ident.spans:
+            plan = self._trim_checkpoint(ident, n, plan, same_item)   # after acquisition, as 0.10
         m = self.m
         m.admitted += 1
         m.hits += plan.matched > 0
@@ -309,25 +374,32 @@ class ContextCache:
         m.matched_tokens += plan.matched
         m.reused_tokens += plan.reused
         m.plans[plan.kind] += 1
-        m.restores += plan.record is not None
+        m.restores += plan.record is not None and not plan.paired
+        m.page_replays += plan.replayed                    # CR-SPEC-3
         return plan, got[0], got[1]
 
-    def grow(self, page_table: list, target: int) -> bool:
-        """Extend a live sequence's pages to `target` (CR-CAP-9); False if infeasible."""
+    def grow(self, page_table: list, target: int, draft_table: list | None = None) -> bool:
+        """Extend a live sequence's pages to `target` (CR-CAP-9), and a paired sequence's draft
+        pages with them (CR-SPEC-6); False if infeasible."""
         need = target - len(page_table)
-        if need <= 0:
+        draft_need = target - len(draft_table) if draft_table is not None else 0
+        if need <= 0 and draft_need <= 0:
             return True
-        if not self._make_room((need, 0, 0)):
+        if not self._make_room((max(need, 0), 0, 0, max(draft_need, 0))):
             return False
-        page_table.extend(self.pages.allocate(need))
+        page_table.extend(self.pages.allocate(max(need, 0)))
+        if draft_table is not None:
+            draft_table.extend(self.pools[DRAFT].allocate(max(draft_need, 0)))
         return True
 
-    def release(self, page_table: list, slot_pins=()) -> None:
+    def release(self, page_table: list, slot_pins=(), draft_table=()) -> None:
         """Drop a sequence's active references (CR-CAP-10)."""
         for p in page_table:
             self.pages.unpin(p)
         for pool, i in slot_pins:
             self.pools[pool].unpin(i)
+        for d in draft_table or ():
+            self.pools[DRAFT].unpin(d)
 
     # ------------------------------------------------------------------ publication
 
@@ -378,6 +450,29 @@ class ContextCache:
         self.m.committed += 1
         return "committed"
 
+    def publish_pairs(self, ident, page_table: list, draft_table: list, k: int) -> str:
+        """CR-SPEC-4: publish the first k pages of a paired sequence with its draft pages. A new
+        endpoint is a new record (committed); a base-only one is upgraded with the draft path and
+        touched (committed); a paired one is touched (existing). Both commits are pair publications."""
+        keys = ident.page_keys(k)
+        key = ("pages", keys[-1], k)
+        self.m.attempts += 1
+        rec = self.records.get(key)
+        if rec is not None and rec.draft is not None:
+            self.records.move_to_end(key)
+            self.m.existing += 1
+            return "existing"
+        self.m.committed += 1
+        self.m.pair_publications += 1
+        if rec is not None:
+            rec.draft = list(draft_table[:k])
+            for d in rec.draft:
+                self.pools[DRAFT].add_cache(d)
+            self.records.move_to_end(key)
+            return "committed"
+        self._insert(Record(key, self._canonical_path(keys, page_table), draft=list(draft_table[:k])))
+        return "committed"
+
     def reserve_capture(self, need_partial: bool):
         """Reserve the slots of one checkpoint capture, evicting if needed (CR-HYB-4).
         Returns (recurrent slot, partial-KV slot or None), or None for a pressure skip."""
@@ -420,18 +515,19 @@ class ContextCache:
                              "successful_endpoints": m.committed + m.existing},
             "hybrid": {"restores": m.restores, "snapshot_pressure_skips": m.pressure_skips,
                        "capture_synchronizations": m.capture_syncs},
-            "speculative": {"full_page_replays": 0, "pair_publications": 0},
+            "speculative": {"full_page_replays": m.page_replays, "pair_publications": m.pair_publications},
             "planning_nanoseconds": m.planning_ns,
             "records": {"current": len(self.records), "evicted": m.evicted},
-            "resource_pools": {"base_kv_pages": pool(self.pools[PAGES]), "draft_kv_pages": {"free": 0, "capacity": 0},
+            "resource_pools": {"base_kv_pages": pool(self.pools[PAGES]), "draft_kv_pages": pool(self.pools[DRAFT]),
                                "recurrent_snapshots": pool(self.pools[RECURRENT]),
                                "partial_kv_snapshots": pool(self.pools[PARTIAL])},
-            "reclaimed_resources": {"base_kv_pages": self.pools[PAGES].reclaimed, "draft_kv_pages": 0,
+            "reclaimed_resources": {"base_kv_pages": self.pools[PAGES].reclaimed,
+                                    "draft_kv_pages": self.pools[DRAFT].reclaimed,
                                     "recurrent_snapshots": self.pools[RECURRENT].reclaimed,
                                     "partial_kv_snapshots": self.pools[PARTIAL].reclaimed},
         }
 
-    def check_invariants(self, live_tables=(), live_slot_pins=()) -> None:
+    def check_invariants(self, live_tables=(), live_slot_pins=(), live_draft_tables=()) -> None:
         """Raise CacheInvariantError unless every reference count equals the references
         actually held by records and live sequences, and the free lists and index agree."""
         def fail(msg):
@@ -443,6 +539,9 @@ class ContextCache:
                 active[PAGES][i] += 1
         for p, i in live_slot_pins:
             active[p][i] += 1
+        for table in live_draft_tables:
+            for i in table:
+                active[DRAFT][i] += 1
         lengths: dict = {}
         for key, rec in self.records.items():
             if rec.key != key:

@@ -56,6 +56,7 @@ class Request:
     logit_bias: dict = field(default_factory=dict)
     stop: list = field(default_factory=list)
     text: str | None = None         # hf engines: the encoded prompt text (before image expansion)
+    disable_spec_decode: bool = False  # EAGLE: its batch decodes as vanilla (CR-SPEC-7)
 
     @property
     def n(self) -> int:
@@ -273,7 +274,7 @@ def parse_request_file(doc, *, engine: dict, base_dir: str, lora_check,
             if lora not in lora_paths:
                 lora_paths[lora] = _resolve_lora(c, lora, available, base_dir, f"{p}.lora_name")
         save_sys = c.bool_field(r, "save_system_prompt_kv_cache", p, False)
-        c.bool_field(r, "disable_spec_decode", p, False)
+        no_spec = c.bool_field(r, "disable_spec_decode", p, False)
         stop = r.get("stop", [])
         if isinstance(stop, str):
             stop = [stop]
@@ -295,7 +296,7 @@ def parse_request_file(doc, *, engine: dict, base_dir: str, lora_check,
             idx=i, batch_idx=i // bs, ids=ids, spans=spans, messages=echo, lora_name=lora,
             save_system_prompt=save_sys, temperature=temperature, top_k=top_k, top_p=top_p,
             max_generate_length=max_gen, num_logprobs=c.int_field(r, "num_logprobs", p, lo=0, hi=50, default=num_lp),
-            logit_bias=bias, stop=list(stop), text=formatted))
+            logit_bias=bias, stop=list(stop), text=formatted, disable_spec_decode=no_spec))
 
     batches = [requests[k:k + bs] for k in range(0, len(requests), bs)]
     for batch in batches:

@@ -23,6 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from . import sampler
+from .draft_head import PROPOSALS, DraftHead
 from .errors import BackendInputError, BatchFailure, DeploymentRejected
 from .inputs import check_engine_config, read_json_file
 from .identity import SequenceIdentity
@@ -30,6 +31,9 @@ from .kv_pool import KVPool
 from .model import ForwardBatch, Model
 from .prefix_cache import ContextCache
 from .request import parse_request_file
+from .semantics import DEFAULT as DEFAULT_SEMANTICS
+from .semantics import PROFILES as SEMANTICS
+from .semantics import identity_spans
 from .snapshots import SnapshotStore, partial_kv_slot_bytes, recurrent_slot_bytes
 
 MAX_POOL = 2 ** 30 - 1
@@ -112,10 +116,20 @@ class Sequence:
     published_len: int = 0
     publications: list = field(default_factory=list)
     pressure_skips: int = 0
+    draft_pages: list | None = None     # a paired EAGLE sequence's draft page table (CR-SPEC-6)
+    draft_done: int = 0                 # positions whose draft KV is stored (one behind the base, CR-SPEC-4)
+    last_hidden: object = None          # base hidden state at position draft_done (what the draft reads next)
 
     @property
     def n(self) -> int:
         return self.req.n
+
+
+@dataclass
+class _Window:
+    """The token history of one EAGLE verify window, as _forward_inputs reads a request."""
+    ids: np.ndarray
+    spans: tuple = ()
 
 
 def check_warmup(warmup) -> None:
@@ -135,7 +149,8 @@ class Runtime:
 
     def __init__(self, engine_dir, *, enable_context_reuse=False, max_records=1024, recurrent_snapshot_bytes=0,
                  partial_kv_snapshot_bytes=0, tp_size=1, device="auto", poison_fresh_pages=False,
-                 output_hidden_states=False, dump_profile=False, seed=0, check_invariants=False):
+                 output_hidden_states=False, dump_profile=False, seed=0, check_invariants=False,
+                 semantics_profile=DEFAULT_SEMANTICS):
         for flag, v, lo in (("--contextCacheMaxRecords", max_records, 0),
                             ("--contextCacheRecurrentSnapshotPoolBytes", recurrent_snapshot_bytes, 0),
                             ("--contextCachePartialKVSnapshotPoolBytes", partial_kv_snapshot_bytes, 0),
@@ -143,6 +158,10 @@ class Runtime:
             if type(v) is not int or (lo is not None and v < lo):
                 raise BackendInputError(flag, f"expected an integer >= {lo}, got {v!r}" if lo is not None
                                         else f"expected an integer, got {v!r}")
+        if semantics_profile not in SEMANTICS:
+            raise BackendInputError("--semanticsProfile", f"expected one of {', '.join(SEMANTICS)}, got "
+                                                         f"{semantics_profile!r}")
+        self.semantics = SEMANTICS[semantics_profile]
         self.engine_dir = str(engine_dir)
         self.cfg = cfg = load_engine_config(engine_dir)
         self.vocab = self._load_vocab(cfg)
@@ -157,7 +176,7 @@ class Runtime:
                 pkv_slots = partial_kv_snapshot_bytes // (slot_bytes.get("partial_kv") or partial_kv_slot_bytes(cfg))
         if self.reuse:
             self._check_deployment(tp_size, rec_slots, pkv_slots)
-        elif tp_size > 1:
+        if tp_size > 1:
             raise BackendInputError("--tpSize", "gpu_backend runs on one device; --tpSize > 1 is not supported")
         self.device = resolve_device(device)
         self.max_records = max_records
@@ -181,15 +200,37 @@ class Runtime:
                 raise BackendInputError("$.kv_pool_pages", f"cannot allocate a KV pool of {pages} pages: {e}",
                                         file=os.path.join(self.engine_dir, "config.json")) from None
         self.snapshots = SnapshotStore()
+        self.eagle = self.reuse and self.kind == "vanilla" and cfg["deployment"].get("spec_decode") == "eagle"
+        draft_pages, self.draft, self.draft_kv = 0, None, None
+        if self.eagle:                                      # CR-SPEC-5: the draft head and its pool
+            draft_pages = cfg.get("draft_kv_pool_pages", pages)
+            self.draft, self.draft_kv = self._load_draft(draft_pages, poison_fresh_pages)
         self.cache = self.cache_class(P=self.P, kind=self.kind, num_pages=pages, rec_slots=rec_slots,
                                       pkv_slots=pkv_slots, max_records=max_records, enabled=self.reuse,
+                                      trim_checkpoint_hits=self.semantics.trim_checkpoint_hits,
                                       on_page_allocate=self.kv.on_allocate if self.kv else None,
-                                      on_slot_free=self.snapshots.drop)
+                                      on_slot_free=self.snapshots.drop, draft_pages=draft_pages,
+                                      on_draft_allocate=self.draft_kv.on_allocate if self.draft_kv else None)
         self.loras: dict = {}
         self._media_cache: dict = {}
         self.prefill_stats = {"runs": 0, "reused": 0, "computed": 0, "seconds": 0.0}
 
     # ------------------------------------------------------------------ start-up checks
+
+    def _load_draft(self, pages: int, poison: bool):
+        """The EAGLE draft head (draft_head.py) and its KV pool of `pages` draft pages."""
+        cfg, where = self.cfg, os.path.join(self.engine_dir, "config.json")
+        if type(pages) is not int or not 0 <= pages <= MAX_POOL:
+            raise BackendInputError("$.draft_kv_pool_pages", f"expected an integer in [0, {MAX_POOL}], got {pages!r}",
+                                    file=where)
+        try:
+            head = DraftHead(cfg, self.engine_dir, self.model, self.device)
+        except (OSError, SafetensorError, KeyError, ValueError, RuntimeError) as e:
+            raise BackendInputError("$.deployment.spec_decode", f"cannot load the EAGLE draft head: {e}",
+                                    file=where) from None
+        pool = KVPool(layers=1, pages=pages, P=self.P, kv_heads=cfg["num_kv_heads"], head_dim=cfg["head_dim"],
+                      dtype=torch.float16, device=self.device, poison=poison)
+        return head, pool
 
     def _load_vocab(self, cfg):
         """The engine's tokenizer as the sampler and the responses see it: bytes-v1, or the
@@ -224,7 +265,7 @@ class Runtime:
             ("CR-SUP-6", dep.get("spec_decode") == "eagle" and has_rec,
              "Hybrid EAGLE context reuse is outside the current context-reuse support boundary."),
             ("CR-SUP-7", dep.get("action_runner"), "Context reuse cannot be enabled with action runners."),
-            ("CR-SUP-9", tp_size > 1,
+            ("CR-SUP-9", tp_size > 1 and self.semantics.tp_refusal,
              "Tensor-parallel context reuse is not supported yet; omit --enableContextReuse or run with --tpSize 1."),
             ("CR-HYB-2", has_rec and rec_slots == 0,
              "Hybrid context reuse requires at least one recurrent snapshot slot"),
@@ -314,7 +355,7 @@ class Runtime:
         out = {}
         if self.reuse:
             out["context_cache"] = self.cache.profile()
-        if self.dump_profile:
+        if self.dump_profile or self.semantics.prefill_with_profile_file:
             s = self.prefill_stats
             runs, computed, secs = s["runs"], s["computed"], s["seconds"]
             out["prefill"] = {
@@ -331,6 +372,8 @@ class Runtime:
     def _run_batch(self, batch, rf, *, warmup: bool):
         """Returns (responses, ok, hidden states)."""
         bypass = warmup or self.output_hidden_states or rf.lookup_policy == "bypass"   # CR-POL-2..4
+        # CR-SPEC-7: greedy and no disable_spec_decode in the batch: its sequences that look up pair
+        self.cache.paired = self.eagle and all(r.greedy and not r.disable_spec_decode for r in batch)
         seqs: list[Sequence] = []
         try:
             self._precheck(batch)
@@ -368,25 +411,36 @@ class Runtime:
                                    f" exceed max_kv_cache_capacity {cfg['max_kv_cache_capacity']}")
 
     def _admit(self, r, bypass, warmup) -> Sequence:
-        ident = self.identity_class(r.ids, r.spans, self.P, r.lora_name)
+        ident = self.identity_class(r.ids, identity_spans(r.spans, self.semantics), self.P, r.lora_name)
         starts = [sp.start for sp in r.spans]
 
-        def same_item(a, b):
+        def item_of(a):
             i = bisect.bisect_right(starts, a) - 1
-            return i >= 0 and r.spans[i].start <= b < r.spans[i].end and a < r.spans[i].end
+            return i if i >= 0 and a < r.spans[i].end else None
+
+        def same_item(a, b):
+            """Whether the boundary between positions a and b is one the media trim gives back:
+            both in one item, or under edge-llm-0.10 both media positions (semantics.py)."""
+            i, j = item_of(a), item_of(b)
+            if self.semantics.trim_any_media:
+                return i is not None and j is not None
+            return i is not None and i == j
 
         got = self.cache.admit(ident, r.n, bypass=bypass, media_aware=bool(r.spans), same_item=same_item)
         if got is None:
             raise BatchFailure(f"request {r.idx}: the KV page pool cannot hold the batch")
         plan, pages, pins = got
         gen = torch.Generator().manual_seed((self.seed * 1_000_003 + r.idx + (7919 if warmup else 0)) % 2 ** 63)
-        return Sequence(r, ident, plan, pages, pins, sampler.bias_row(r.logit_bias, self.vocab.vocab_size), gen,
-                        bool(r.spans))
+        s = Sequence(r, ident, plan, pages, pins, sampler.bias_row(r.logit_bias, self.vocab.vocab_size), gen,
+                     bool(r.spans))
+        if getattr(plan, "paired", False):                   # CR-SPEC-6
+            s.draft_pages, s.draft_done = plan.draft_pages, plan.reused
+        return s
 
     def _release(self, seqs):
         for s in seqs:
-            self.cache.release(s.pages, s.slot_pins)
-            s.pages, s.slot_pins = [], []
+            self.cache.release(s.pages, s.slot_pins, s.draft_pages)
+            s.pages, s.slot_pins, s.draft_pages = [], [], None
 
     # ------------------------------------------------------------------ prefill and decode
 
@@ -433,7 +487,7 @@ class Runtime:
         B = len(seqs)
         rec_state = self.model.new_recurrent_state(B) if self.kind != "vanilla" else []
         for b, s in enumerate(seqs):
-            if s.plan.record is not None:
+            if s.plan.record is not None and not getattr(s.plan, "paired", False):
                 self._restore(s, b, rec_state)
         starts = [s.plan.reused for s in seqs]
         hidden, lens = self._forward_inputs([s.req for s in seqs], [s.pages for s in seqs], starts,
@@ -445,6 +499,9 @@ class Runtime:
         if self.output_hidden_states and not warmup:
             states = {s.req.idx: hidden[b, :lens[b]].to("cpu", torch.float32).clone() for b, s in enumerate(seqs)}
         self._take(seqs, logits)
+        for b, s in enumerate(seqs):
+            if s.draft_pages is not None:                 # the draft KV of [reused, n - 1) (CR-SPEC-4)
+                self._commit_draft(s, hidden[b, :lens[b]])
         if not warmup:
             st = self.prefill_stats
             st["runs"] += 1
@@ -507,6 +564,60 @@ class Runtime:
             slots = self._slots(s.pages, np.arange(L - L % self.P, L))
             self.kv.write_positions(torch.as_tensor(slots, device=self.device), self.snapshots.partial[rec.pkv_slot])
 
+    # ------------------------------------------------------------------ EAGLE (CR-SPEC)
+
+    def _draft_slots(self, s):
+        return lambda positions: self._slots(s.draft_pages, np.asarray(positions, np.int64))
+
+    def _commit_draft(self, s, hidden) -> None:
+        """Store the draft KV of positions draft_done .. c - 2, where c is the number of tokens of
+        base KV the sequence holds: the draft of position t reads the base hidden state at t and
+        the token at t + 1, which must itself be committed. `hidden` [T, d] holds the base
+        hidden states of the last T committed positions, c - T .. c - 1."""
+        c = s.n + len(s.generated) - 1
+        first = c - hidden.shape[0]
+        rows = torch.cat([s.last_hidden[None], hidden]) if s.draft_done < first else hidden
+        start = first - 1 if s.draft_done < first else first
+        assert start == s.draft_done, "draft KV out of step with the base"
+        tokens = self._history(s)[start + 1:c]
+        self.draft.commit(self.draft_kv, self._draft_slots(s), start, rows[:c - 1 - start],
+                          torch.as_tensor(tokens, device=self.device))
+        s.draft_done, s.last_hidden = c - 1, rows[c - 1 - start]
+
+    def _history(self, s) -> np.ndarray:
+        return np.concatenate([np.asarray(s.req.ids, np.int64), np.asarray(s.generated, np.int64)])
+
+    def _verify_step(self, active) -> None:
+        """One EAGLE decode step (6): each paired sequence's draft head proposes up to PROPOSALS
+        tokens; one base forward over [last token, proposals] scores them; each sequence takes
+        the base model's own choices while they equal the proposals (the first that differs is
+        taken as the correction), so it generates what vanilla greedy decoding would. The
+        window never leaves the pages the sequence holds (CR-CAP-9 counts committed tokens), and
+        unpaired sequences of the batch take one token as usual."""
+        reqs, starts, ends, props = [], [], [], []
+        for s in active:
+            c = s.n + len(s.generated) - 1
+            k = 0
+            if s.draft_pages is not None:
+                room = len(s.pages) * self.P - c - 1
+                k = max(0, min(PROPOSALS, room, s.req.max_generate_length - len(s.generated) - 1))
+            p = self.draft.propose(self.draft_kv, self._draft_slots(s), s.draft_done, s.last_hidden,
+                                   s.generated[-1], k) if k else []
+            props.append(p)
+            reqs.append(_Window(np.concatenate([self._history(s), np.asarray(p, np.int64)])))
+            starts.append(c)
+            ends.append(c + 1 + len(p))
+        hidden, lens = self._forward_inputs(reqs, [s.pages for s in active], starts, ends, [], self._lora(active))
+        with torch.inference_mode():
+            logits = self.model.logits(hidden)
+        for b, (s, p) in enumerate(zip(active, props)):
+            for i in range(len(p) + 1):
+                self._take([s], logits[b, i][None])
+                if s.finish or i == len(p) or s.generated[-1] != p[i]:
+                    break
+            if s.draft_pages is not None:
+                self._commit_draft(s, hidden[b, :i + 1])
+
     def _take(self, seqs, logits):
         """Append the chosen token of each sequence and apply CR-BATCH-7."""
         for s, (tok, lp) in zip(seqs, sampler.select(logits, seqs, self.vocab)):
@@ -533,8 +644,13 @@ class Runtime:
         state = [[t[keep] for t in layer] for layer in state]
         while active:
             for s in active:                                                         # (5) CR-CAP-9
-                if self.kv and not self.cache.grow(s.pages, math.ceil((s.n + len(s.generated)) / P)):
+                if self.kv and not self.cache.grow(s.pages, math.ceil((s.n + len(s.generated)) / P), s.draft_pages):
                     raise BatchFailure(f"request {s.req.idx}: no KV page for decode growth")
+            if any(s.draft_pages is not None for s in active):
+                self._verify_step(active)                                            # (6) EAGLE
+                self._end_step(active, rf, bypass, state)
+                active = [s for s in active if not s.finish]
+                continue
             B = len(active)
             pos = np.asarray([s.n + len(s.generated) - 1 for s in active], np.int64)
             S = int(pos.max()) + 1 if self.kv else 1
@@ -563,17 +679,33 @@ class Runtime:
                 state = [[t[keep] for t in layer] for layer in state]
                 active = [s for s in active if not s.finish]
 
+    def _end_step(self, active, rf, bypass, state) -> None:
+        """Steps (7) and (8) after an EAGLE step (attention only: no recurrent state to keep)."""
+        done = [s for s in active if s.finish]
+        if done:
+            if rf.commit_policy == "including_generated_tokens":
+                self._publish(done, "decode_end", bypass, state, {id(s): b for b, s in enumerate(active)})
+            self._release(done)
+
     # ------------------------------------------------------------------ publication
 
     def _publish(self, seqs, point, bypass, state, rows):
         """Prefill-end (CR-PUB-1, CR-HYB-3) or decode-end (CR-PUB-2) publications, slot order."""
         if not self.reuse or bypass:                                                # CR-PUB-7
             return
+        seqs = [s for s in seqs if not s.plan.forced_cold]                         # CR-CAP-7: a bypass now
         if point == "decode_end":
             seqs = [s for s in seqs if s.finish in PUBLISHABLE]
         if self.kind == "vanilla":
             for s in seqs:
                 k = (s.n + len(s.generated) - 1) // self.P if point == "decode_end" else s.n // self.P
+                if s.draft_pages is not None:               # CR-SPEC-4: capped at the draft's boundary
+                    k = s.draft_done // self.P
+                    if k >= 1 and k > s.published_pages:
+                        status = self.cache.publish_pairs(s.ident, s.pages, s.draft_pages, k)
+                        s.published_pages = k
+                        s.publications.append({"point": point, "tokens": k * self.P, "pages": k, "status": status})
+                    continue
                 if k >= 1 and k > s.published_pages:
                     status = self.cache.publish_pages(s.ident, s.pages, k)
                     s.published_pages = k
@@ -611,7 +743,8 @@ class Runtime:
             return None
         p = s.plan
         return {"plan": p.kind, "matched_tokens": p.matched, "reused_tokens": p.reused, "media_aware": s.media_aware,
-                "lookup_bypass": p.bypass, "forced_cold": p.forced_cold, "hybrid_restore": p.record is not None,
+                "lookup_bypass": p.bypass, "forced_cold": p.forced_cold,
+                "hybrid_restore": p.record is not None and not getattr(p, "paired", False),
                 "snapshot_pressure_skips": s.pressure_skips, "publications": s.publications}
 
     def _response(self, s) -> dict:

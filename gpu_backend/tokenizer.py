@@ -41,7 +41,7 @@ def encode_prompt(messages, apply_chat_template: bool, add_generation_prompt: bo
             if kind == "text":
                 ids.extend(value.encode("utf-8"))
             else:
-                spans.append(MediaSpan(len(ids), value.placeholders, value.digest, kind, value.data))
+                spans.append(MediaSpan(len(ids), value.placeholders, value.digest, kind, value.data, value.content))
                 ids.extend([PLACEHOLDER[kind]] * value.placeholders)
         if apply_chat_template:
             ids.append(END)

@@ -9,10 +9,10 @@ Public API:
     SPEC_VERSION, InputError, NeedsTranscript, OutOfScope, DeploymentRejected,
     EngineConfig, load_engine, engine_from_build_args, RuntimeFlags,
     Rejection, validate_deployment, parse_request_file, ParsedFile, parse_generated,
-    Simulator, simulate, transcript_tokens
+    Simulator, simulate, transcript_tokens, PROFILE_NAMES, load_profile (spec/profiles.md)
 """
 
-SPEC_VERSION = "1.0.0"
+SPEC_VERSION = "1.1.0"
 
 from .errors import DeploymentRejected, InputError, NeedsTranscript, OutOfScope  # noqa: E402
 from .engine import (EngineConfig, RuntimeFlags, engine_from_build_args,  # noqa: E402
@@ -21,10 +21,11 @@ from .support import Rejection, validate_deployment  # noqa: E402
 from .requests import ParsedFile, parse_generated, parse_request_file  # noqa: E402
 from .simulator import Simulator, simulate  # noqa: E402
 from .transcript import transcript_tokens  # noqa: E402
+from .semantics import PROFILE_NAMES, load_profile  # noqa: E402
 
 __all__ = [
     "SPEC_VERSION", "InputError", "NeedsTranscript", "OutOfScope", "DeploymentRejected",
     "EngineConfig", "RuntimeFlags", "engine_from_build_args", "engine_from_config", "load_engine",
     "Rejection", "validate_deployment", "ParsedFile", "parse_generated", "parse_request_file",
-    "Simulator", "simulate", "transcript_tokens",
+    "Simulator", "simulate", "transcript_tokens", "PROFILE_NAMES", "load_profile",
 ]

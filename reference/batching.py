@@ -14,11 +14,13 @@ from array import array
 from .errors import NeedsTranscript
 from .hybrid import capture_checkpoints, plan_checkpoint, restore_pins
 from .identity import TokenHistory, adapter_root
-from .media import trim_media_boundary
-from .planning import NO_REUSABLE_PREFIX, Plan, ceil_div, cold_plan, plan_vanilla
+from .media import trim_checkpoint_hit, trim_media_boundary
+from .planning import Plan, ceil_div, cold_plan, plan_vanilla
 from .policy import bypasses_lookup, includes_generated
+from .semantics import identity_spans
 from .publication import DECODE_END, PREFILL_END, decode_end_pages, prefill_end_pages, publish_pages
 from .sequence import Sequence
+from .speculative import decode_end_pairs, plan_paired, prefill_end_pairs, publish_pairs
 from .support import legacy_capture_failure
 
 
@@ -51,10 +53,16 @@ def check_before_admission(requests, engine, flags, max_generate_length: int) ->
 class BatchRunner:
     """Runs batches against one cache (without reuse: a plain page pool, CR-POL-6)."""
 
-    def __init__(self, engine, flags, cache, metrics, prefill):
+    def __init__(self, engine, flags, cache, metrics, prefill, speculative: bool = False):
+        """`speculative`: EAGLE reuse with a greedy file, so the sequences that look up in a batch
+        without `disable_spec_decode` pair their pages (reference/speculative.py, CR-SPEC-1 ..
+        CR-SPEC-8)."""
+        self.speculative = speculative
+        self.paired_batch = False
         self.engine, self.flags, self.cache = engine, flags, cache
         self.metrics, self.prefill = metrics, prefill
         self.P = engine.tokens_per_page
+        self.profile = flags.semantics
         self.pure = engine.kind == "recurrent"
         self.checkpoints = engine.kind != "vanilla"
 
@@ -64,6 +72,7 @@ class BatchRunner:
         reuses what its own batch publishes (CR-BATCH-2). `generated[i]` is the known token
         list of slot i, or None (then g = max_generate_length)."""
         check_before_admission(requests, self.engine, self.flags, max_generate_length)
+        self.paired_batch = self.speculative and not any(r.disable_spec_decode for r in requests)  # CR-SPEC-7
         seqs = [self._sequence(slot, r, generated[slot], parsed, max_generate_length, warmup)
                 for slot, r in enumerate(requests)]
         for i, seq in enumerate(seqs):                                   # (1)
@@ -96,7 +105,7 @@ class BatchRunner:
             step = min(min(self._next_growth(s), s.length - 1) for s in active)
             evicted = self.cache.evicted
             for seq in active:                                           # (5)
-                if not self.cache.grow(seq.pages, self._pages_for(seq.n + step)):
+                if not self.cache.grow(seq.pages, self._pages_for(seq.n + step), seq.draft_pages):
                     if unknown:
                         raise NeedsTranscript(
                             f"request {unknown[0].request.index}: decode growth runs out of pages, "
@@ -128,8 +137,10 @@ class BatchRunner:
     # -- admission (CR-CAP-3, CR-CAP-7) ---------------------------------------------------------
 
     def _sequence(self, slot, request, generated, parsed, max_generate_length, warmup) -> Sequence:
-        history = TokenHistory(array("i", request.tokens), request.spans,
-                               adapter_root(request.lora_name), self.P)
+        spans = identity_spans(request.spans, self.profile)
+        history = TokenHistory(array("i", request.tokens), spans, adapter_root(request.lora_name), self.P)
+        if spans != request.spans:            # the profile's key conflates media: keep the truth beside it
+            history.truth = TokenHistory(array("i", request.tokens), request.spans, history.root, self.P)
         if warmup:
             length, generated = 1, []
         else:
@@ -140,6 +151,8 @@ class BatchRunner:
     def _plan(self, seq) -> Plan:
         if seq.bypass:
             return self._cold(seq)
+        if self.paired_batch:
+            return plan_paired(seq.history, seq.n, self.P, self.cache)      # CR-SPEC-1, CR-SPEC-2
         if self.checkpoints:
             return plan_checkpoint(self.cache, seq.history, seq.n, self.P, self.pure)
         return plan_vanilla(seq.history, seq.n, self.P, self.cache.index)
@@ -151,30 +164,58 @@ class BatchRunner:
         return plan
 
     def _acquire(self, plan: Plan):
+        if self.paired_batch and (plan.replay or plan.draft_private):       # CR-SPEC-6
+            held = self.cache.acquire(plan.kept, plan.private, protected=plan.record,
+                                      draft_kept=plan.draft_kept, draft_private=plan.draft_private)
+            return held, ()
         pins = restore_pins(plan.record) if plan.record is not None else ()
         return self.cache.acquire(plan.kept, plan.private, pins, protected=plan.record), pins
 
     def _admit(self, seq) -> bool:
-        """Plan and acquire; a use_cache plan that reuses state and cannot be acquired is
-        planned again cold (CR-CAP-7, forced cold). The media trim applies after acquisition
-        and does not change what was acquired (CR-MEDIA-5). Counts the admission (CR-MET-*)."""
+        """Plan and acquire; a use_cache plan that cannot be acquired is planned again cold
+        (CR-CAP-7, forced cold; with one pool only an EAGLE sequence, whose cold plan needs no
+        draft pages, can succeed so, CR-SPEC-6). The media trim applies after acquisition and
+        does not change what was acquired (CR-MEDIA-5). Counts the admission (CR-MET-*)."""
         plan = self._plan(seq)
         pages, pins = self._acquire(plan)
-        if pages is None and plan.kind != NO_REUSABLE_PREFIX:
+        if pages is None and not seq.bypass:
             plan = self._cold(seq)
             pages, pins = self._acquire(plan)
             seq.forced_cold = pages is not None
         if pages is None:
             return False
-        if not self.checkpoints:
-            plan = trim_media_boundary(plan, seq.history, seq.n, self.P)
+        if isinstance(pages, tuple):                                        # paired (CR-SPEC-6)
+            pages, seq.draft_pages = pages
+            seq.paired = True
+        if self.paired_batch:
+            if plan.record is not None and plan.record.key in self.cache.records:
+                self.cache.touch(plan.record)                               # CR-SPEC-1
+            # CR-SPEC-8: media are not bypassed; the trim applies to the reuse left after the replay
+            plan = trim_media_boundary(plan, seq.history, seq.n, self.P, self.profile.media_trim)
+        elif not self.checkpoints:
+            plan = trim_media_boundary(plan, seq.history, seq.n, self.P, self.profile.media_trim)
         elif plan.record is not None:
-            seq.hybrid_restore = True
             if plan.record.key in self.cache.records:
                 self.cache.touch(plan.record)                    # CR-HYB-6, CR-CAP-5
+            if self.profile.hybrid_media_trim and seq.history.media_aware:
+                plan = trim_checkpoint_hit(plan, seq.history, seq.n, self.P, self.profile.media_trim)
+            seq.hybrid_restore = plan.record is not None
         seq.plan, seq.pages, seq.slot_pins = plan, pages, list(pins)
+        seq.outputs_defined = self._reuses_own_state(seq, plan)
         self.metrics.admitted_sequence(seq)
         return True
+
+    def _reuses_own_state(self, seq, plan) -> bool:
+        """Whether the reused prefix was computed for this sequence's own media: always, unless
+        the profile's key conflates items (merged runs, raw bytes) and a reused page or checkpoint
+        was produced for other pixels or geometry. Then the outputs are not the bypass run's."""
+        truth = seq.history.truth
+        if truth is None or plan.reused == 0:
+            return True
+        if plan.record is not None and not plan.replay:
+            return plan.record.truth in (None, truth.exact_digest(plan.reused))
+        return all(self.cache.truth.get(page) in (None, truth.key(i))
+                   for i, page in enumerate(plan.kept[:plan.reused // self.P]))
 
     def _unpin_snapshots(self, seq) -> None:
         """CR-HYB-6: restore pins are released at the end of prefill, before checkpoints."""
@@ -184,7 +225,7 @@ class BatchRunner:
 
     def _release(self, seq) -> None:
         self._unpin_snapshots(seq)
-        self.cache.release(seq.pages)
+        self.cache.release(seq.pages, seq.draft_pages)
 
     # -- publication (CR-PUB, CR-HYB-3/4) -------------------------------------------------------
 
@@ -196,6 +237,11 @@ class BatchRunner:
             capture_checkpoints(self.cache, wanted, PREFILL_END, self.P, self.pure, self.metrics)
             return
         for seq in seqs:
+            if seq.paired:                                                   # CR-SPEC-4
+                count = prefill_end_pairs(seq, self.P)
+                if count:
+                    self.metrics.published(*publish_pairs(self.cache, seq, count, PREFILL_END, self.P))
+                continue
             count = prefill_end_pages(seq, self.P)
             if count:
                 self.metrics.published(publish_pages(self.cache, seq, count, PREFILL_END, self.P))
@@ -207,7 +253,8 @@ class BatchRunner:
             wanted = [(s, s.n + s.length - 1) for s in finished if including and not s.lookup_bypass]
             wanted = [(s, length) for s, length in wanted if length > s.published_tokens]
         else:
-            wanted = [(s, decode_end_pages(s, self.P, including)) for s in finished]
+            wanted = [(s, decode_end_pairs(s, self.P, including) if s.paired
+                       else decode_end_pages(s, self.P, including)) for s in finished]
             wanted = [(s, count) for s, count in wanted if count]
         for seq, _ in wanted:
             if seq.generated is None:
@@ -220,4 +267,7 @@ class BatchRunner:
             capture_checkpoints(self.cache, wanted, DECODE_END, self.P, self.pure, self.metrics)
             return
         for seq, count in wanted:
-            self.metrics.published(publish_pages(self.cache, seq, count, DECODE_END, self.P))
+            if seq.paired:                                                   # CR-SPEC-4
+                self.metrics.published(*publish_pairs(self.cache, seq, count, DECODE_END, self.P))
+            else:
+                self.metrics.published(publish_pages(self.cache, seq, count, DECODE_END, self.P))

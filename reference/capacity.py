@@ -1,7 +1,8 @@
 """Capacity: pools, the page index, the record store and the eviction planner (CR-CAP, with
 the record mechanics of CR-PUB-4 .. CR-PUB-6).
 
-Three pools (KV pages, recurrent snapshot slots, partial-KV snapshot slots) hold resources with
+Four pools (KV pages, recurrent snapshot slots, partial-KV snapshot slots and the draft KV pages of
+attention-only EAGLE, CR-SPEC-5) hold resources with
 two reference counts (CR-CAP-2): `active` (sequences and staged captures using it) and `cache`
 (records holding it). The page index maps a page key to its canonical page and loses the entry
 exactly when the page's cache count reaches 0. Records live in an OrderedDict kept in LRU order
@@ -13,8 +14,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import chain
 
-PAGES, RECURRENT, PARTIAL_KV = 0, 1, 2
-POOL_NAMES = ("base_kv_pages", "recurrent_snapshots", "partial_kv_snapshots")
+PAGES, RECURRENT, PARTIAL_KV, DRAFT = 0, 1, 2, 3
+POOL_NAMES = ("base_kv_pages", "recurrent_snapshots", "partial_kv_snapshots", "draft_kv_pages")
 
 
 class Pool:
@@ -85,6 +86,8 @@ class Record:
     tokens: int
     recurrent_slot: int | None = None
     partial_kv_slot: int | None = None
+    truth: bytes | None = None     # the true identity of a checkpoint (see TokenHistory.truth)
+    draft_pages: list | None = None    # the paired draft path of an EAGLE record (CR-SPEC-1)
 
     def resources(self):
         """(pool, resource) pairs this record holds a cache reference on."""
@@ -94,19 +97,23 @@ class Record:
             yield RECURRENT, self.recurrent_slot
         if self.partial_kv_slot is not None:
             yield PARTIAL_KV, self.partial_kv_slot
+        for d in self.draft_pages or ():
+            yield DRAFT, d
 
 
 class ContextCache:
     """The cache of one runtime instance (CR-ID-5): pools, page index and records."""
 
-    def __init__(self, pages: int, recurrent_slots: int, partial_kv_slots: int, max_records: int):
-        self.pools = (Pool(pages), Pool(recurrent_slots), Pool(partial_kv_slots))
+    def __init__(self, pages: int, recurrent_slots: int, partial_kv_slots: int, max_records: int,
+                 draft_pages: int = 0):
+        self.pools = (Pool(pages), Pool(recurrent_slots), Pool(partial_kv_slots), Pool(draft_pages))
         self.index: dict[bytes, int] = {}
         self.page_key: dict[int, bytes] = {}
         self.records: OrderedDict[tuple, Record] = OrderedDict()
         self.max_records = max_records
         self.evicted = 0
-        self.reclaimed = [0, 0, 0]
+        self.reclaimed = [0, 0, 0, 0]
+        self.truth: dict[int, bytes] = {}       # page -> true identity (conflating profiles only)
         self.lengths: dict[int, int] = {}     # tokens covered -> number of records (CR-HYB-5)
 
     @property
@@ -115,17 +122,32 @@ class ContextCache:
 
     # -- records (CR-PUB-4 .. CR-PUB-6, CR-CAP-6) ----------------------------------------------
 
-    def canonical_page(self, key: bytes, own_page: int) -> int:
-        """CR-PUB-5: the page the index maps `key` to, else the publisher's own page, indexed."""
+    def canonical_page(self, key: bytes, own_page: int, truth: bytes | None = None) -> int:
+        """CR-PUB-5: the page the index maps `key` to, else the publisher's own page, indexed.
+        `truth`: the page's true identity, kept beside the index where the profile's key conflates
+        media (reference/semantics.py), so a hit can tell whether it reuses other pixels' KV."""
         page = self.index.get(key)
         if page is None:
             page = own_page
             self.index[key] = page
             self.page_key[page] = key
+            if truth is not None:
+                self.truth[page] = truth
         return page
+
+    @property
+    def draft(self) -> Pool:
+        return self.pools[DRAFT]
 
     def touch(self, record: Record) -> None:
         self.records.move_to_end(record.key)
+
+    def attach_draft(self, record: Record, draft_pages: list) -> None:
+        """CR-SPEC-4: an EAGLE publication of an endpoint held as a base-only record upgrades it
+        with the publisher's draft path; each draft page gets one cache reference."""
+        record.draft_pages = list(draft_pages)
+        for d in record.draft_pages:
+            self.draft.add_cache(d)
 
     def insert(self, record: Record, transfer=()) -> None:
         """Insert a new record at most-recently-used; every resource it holds gets one cache
@@ -160,6 +182,7 @@ class ContextCache:
         for pool, r in record.resources():
             if pool == PAGES and self.pools[PAGES].cache[r] == 1:
                 del self.index[self.page_key.pop(r)]
+                self.truth.pop(r, None)
             if self.pools[pool].drop_cache(r):
                 self.reclaimed[pool] += 1
 
@@ -167,16 +190,17 @@ class ContextCache:
 
     def plan_eviction(self, demand: tuple, protected: Record | None = None) -> list | None:
         """CR-CAP-4: the shortest LRU-first prefix of records whose eviction frees `demand` (a
-        count per pool), `protected` walked last (CR-HYB-6); [] if free resources suffice; None
-        if even evicting every record would not. A resource counts as freed when its cache count would
+        count per pool, missing trailing pools 0), `protected` walked last (CR-HYB-6, CR-SPEC-1);
+        [] if free resources suffice; None if even evicting every record would not. A resource counts as freed when its cache count would
         reach 0 while its active count is 0; a victim may free nothing and is still a victim."""
+        demand = tuple(demand) + (0,) * (len(self.pools) - len(demand))
         short = [d - pool.free for d, pool in zip(demand, self.pools)]
         if max(short) <= 0:
             return []
         walk = (r for r in self.records.values() if r is not protected)
         if protected is not None and protected.key in self.records:
             walk = chain(walk, [protected])
-        dropped = ({}, {}, {})
+        dropped = tuple({} for _ in self.pools)
         victims = []
         for record in walk:
             victims.append(record)
@@ -198,38 +222,49 @@ class ContextCache:
             self.evict(record)
         return True
 
-    def acquire(self, kept: list, private: int, slot_pins=(), protected: Record | None = None):
-        """CR-CAP-3: pin the kept pages (and a hybrid hit's snapshot slots), then obtain
-        `private` fresh pages, evicting with the planner; on failure roll the pins back and
-        return None. Returns the sequence's page list: kept pages, then private pages."""
+    def acquire(self, kept: list, private: int, slot_pins=(), protected: Record | None = None,
+                draft_kept: list = (), draft_private: int = 0):
+        """CR-CAP-3: pin the kept pages (and a hybrid hit's snapshot slots, and an EAGLE hit's
+        kept draft pages, CR-SPEC-6), then obtain `private` fresh pages and `draft_private` draft
+        pages, evicting with the planner for both pools at once; on failure roll the pins back
+        and return None. Returns the sequence's page list (kept pages, then private pages), or
+        with draft pages a pair (pages, draft pages)."""
         pages = self.pages
-        for p in kept:
-            pages.pin(p)
-        for pool, r in slot_pins:
+        pins = [(PAGES, p) for p in kept] + list(slot_pins) + [(DRAFT, d) for d in draft_kept]
+        for pool, r in pins:
             self.pools[pool].pin(r)
-        if not self.reserve((private, 0, 0), protected):
-            for p in kept:
-                pages.unpin(p)
-            for pool, r in slot_pins:
+        if not self.reserve((private, 0, 0, draft_private), protected):
+            for pool, r in pins:
                 self.pools[pool].unpin(r)
             return None
-        return list(kept) + [pages.allocate() for _ in range(private)]
+        held = list(kept) + [pages.allocate() for _ in range(private)]
+        if not draft_kept and not draft_private:
+            return held
+        return held, list(draft_kept) + [self.draft.allocate() for _ in range(draft_private)]
 
-    def grow(self, held: list, need: int) -> bool:
-        """CR-CAP-9: extend a sequence's page list to `need` pages, evicting with the planner."""
+    def grow(self, held: list, need: int, draft_held: list | None = None) -> bool:
+        """CR-CAP-9: extend a sequence's page list to `need` pages, evicting with the planner;
+        an EAGLE sequence's draft pages grow with them, one demand over both pools (CR-SPEC-6)."""
         extra = need - len(held)
-        if extra <= 0:
+        draft_extra = need - len(draft_held) if draft_held is not None else 0
+        if extra <= 0 and draft_extra <= 0:
             return True
-        if not self.reserve((extra, 0, 0)):
+        if not self.reserve((max(extra, 0), 0, 0, max(draft_extra, 0))):
             return False
         held.extend(self.pages.allocate() for _ in range(extra))
+        if draft_held is not None:
+            draft_held.extend(self.draft.allocate() for _ in range(draft_extra))
         return True
 
-    def release(self, held: list) -> None:
+    def release(self, held: list, draft_held: list | None = None) -> None:
         """CR-CAP-10: a finished (or failed) sequence gives back its pages (active - 1)."""
         for p in held:
             self.pages.unpin(p)
         held.clear()
+        for d in draft_held or ():
+            self.draft.unpin(d)
+        if draft_held:
+            draft_held.clear()
 
     # -- checks -----------------------------------------------------------------------------------
 
@@ -242,6 +277,8 @@ class ContextCache:
                     if pool_of == pool_id:
                         cache[r] = cache.get(r, 0) + 1
             users = live_pages if pool_id == PAGES else [[r] for p, r in live_slots if p == pool_id]
+            if pool_id == DRAFT:
+                users = []
             for held in users:
                 for r in held:
                     active[r] = active.get(r, 0) + 1

@@ -16,7 +16,7 @@ import zlib
 from array import array
 from typing import NamedTuple
 
-from .identity import media_item_digest
+from .identity import media_content_digest, media_item_digest
 
 MAX_SIDE = 16384
 PATCH = 16
@@ -33,7 +33,8 @@ class MediaItem(NamedTuple):
     modality: str          # "image" | "audio"
     geometry: tuple        # (H, W, 3) or (S,)
     placeholders: int
-    digest: bytes
+    digest: bytes          # CR-ID-4: modality, geometry and samples
+    content: bytes = b""   # the samples alone (spec/profiles.md, raw-bytes)
 
 
 def image_placeholders(height: int, width: int) -> int:
@@ -61,7 +62,7 @@ def load_image(path: str, max_placeholders: int | None = None) -> MediaItem:
     if item is None:
         rgb = decode()
         item = MediaItem("image", (height, width, 3), count,
-                         media_item_digest("image", (height, width, 3), rgb))
+                         media_item_digest("image", (height, width, 3), rgb), media_content_digest(rgb))
         _remember(_IMAGES, stamp, item)
     return item
 
@@ -129,8 +130,9 @@ def _decode_wav(path: str) -> MediaItem:
     samples = array("f", [x / 32768.0 for x in pcm])
     if sys.byteorder == "big":
         samples.byteswap()          # identity material is float32 little-endian
+    data = samples.tobytes()
     return MediaItem("audio", (len(pcm),), math.ceil(len(pcm) / FRAME_SAMPLES),
-                     media_item_digest("audio", (len(pcm),), samples.tobytes()))
+                     media_item_digest("audio", (len(pcm),), data), media_content_digest(data))
 
 
 # -- PNG ---------------------------------------------------------------------------------------

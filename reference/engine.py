@@ -28,7 +28,7 @@ BUILD_DEFAULTS = {
     "loraAdapters": [], "loraRank": 4, "kvCacheDtype": "fp16", "seed": 0, "specDecode": None,
     "actionRunner": False, "blockDiffusion": False, "visionBidirectional": False,
     "tokenizer": None, "tokenizerLoader": None, "chatTemplateKwargs": None, "imageCounter": None,
-    "imageCounterSettings": None,
+    "imageCounterSettings": None, "maxDraftKVPoolPages": 0,
 }
 BUILD_REQUIRED = ("maxInputLen", "maxKVCacheCapacity", "maxKVPoolPages")
 
@@ -52,6 +52,7 @@ class EngineConfig:
     lora_adapters: dict = field(default_factory=dict)
     deployment: dict = field(default_factory=dict)
     snapshot_slot_bytes: dict | None = None
+    draft_kv_pool_pages: int = 0          # CR-SPEC-5: the draft KV pool of an EAGLE engine
     tokenizer: str | dict = "bytes-v1"
     vocab_size: int = VOCAB_SIZE
     eos_token_id: int = EOS
@@ -107,6 +108,7 @@ class RuntimeFlags:
     tp_size: int = 1
     output_hidden_states: bool = False
     dump_profile: bool = False
+    semantics_profile: str = "kvconform-1"     # spec/profiles.md
 
     _CASE_NAMES = {
         "enableContextReuse": "enable_context_reuse", "contextCacheMaxRecords": "max_records",
@@ -114,8 +116,14 @@ class RuntimeFlags:
         "contextCachePartialKVSnapshotPoolBytes": "partial_kv_snapshot_bytes",
         "warmup": "warmup", "batchSize": "batch_size", "maxGenerateLength": "max_generate_length",
         "tpSize": "tp_size", "outputHiddenStates": "output_hidden_states",
-        "dumpProfile": "dump_profile", "poisonFreshPages": None,
+        "dumpProfile": "dump_profile", "poisonFreshPages": None, "semanticsProfile": "semantics_profile",
     }
+
+    @property
+    def semantics(self):
+        """The semantics profile these flags select (reference/semantics.py)."""
+        from .semantics import load_profile
+        return load_profile(self.semantics_profile)
 
     @classmethod
     def from_case_runtime(cls, runtime: dict | None) -> "RuntimeFlags":
@@ -127,6 +135,13 @@ class RuntimeFlags:
             name = cls._CASE_NAMES[key]
             if name is None:
                 continue            # bundled-backend only, no effect on counts
+            if name == "semantics_profile":
+                from .semantics import load_profile
+                if not isinstance(value, str):
+                    raise InputError(f"$._conformance.runtime.{key}", "must be a profile name")
+                load_profile(value)                                   # InputError for an unknown name
+                values[name] = value
+                continue
             expected = bool if name in ("enable_context_reuse", "output_hidden_states",
                                         "dump_profile") else int
             minimum = 1 if name in ("batch_size", "max_generate_length", "tp_size") else 0
@@ -167,6 +182,7 @@ def engine_from_build_args(args: dict, where: str = "$._conformance.engine") -> 
     max_input = _int(a, "maxInputLen", 1, where)
     capacity = _int(a, "maxKVCacheCapacity", 1, where)
     pool = _int(a, "maxKVPoolPages", 0, where)
+    draft_pool = _int(a, "maxDraftKVPoolPages", 0, where)
     for key in ("maxBatchSize", "tokensPerPage", "numLayers", "hiddenSize", "numHeads",
                 "numKVHeads", "headDim", "intermediateSize", "stateSize", "convKernel", "loraRank"):
         _int(a, key, 1, where)
@@ -216,6 +232,12 @@ def engine_from_build_args(args: dict, where: str = "$._conformance.engine") -> 
         if not minimum <= pool <= MAX_POOL_PAGES:
             raise InputError(f"{where}.maxKVPoolPages",
                              f"pool of {pool} pages outside [{minimum}, {MAX_POOL_PAGES}] (CR-CAP-1)")
+    eagle = a["specDecode"] == "eagle" and model == "attention"
+    if draft_pool and not eagle:
+        raise InputError(f"{where}.maxDraftKVPoolPages", "a draft KV pool needs an attention-only "
+                                                         "--specDecode eagle engine (CR-SPEC-5)")
+    if draft_pool > MAX_POOL_PAGES:
+        raise InputError(f"{where}.maxDraftKVPoolPages", f"{draft_pool} is above {MAX_POOL_PAGES} (CR-SPEC-5)")
     config = {
         "format": "kvconform-engine-v1", "tokenizer": "bytes-v1", "vocab_size": 320,
         "model": model, "layer_kinds": kinds, "hidden_size": a["hiddenSize"],
@@ -236,6 +258,8 @@ def engine_from_build_args(args: dict, where: str = "$._conformance.engine") -> 
                        "vision_bidirectional": a["visionBidirectional"]},
         "seed": a["seed"],
     }
+    if eagle:
+        config["draft_kv_pool_pages"] = draft_pool or pool          # CR-SPEC-5: 0 = the base pool's size
     if a["tokenizer"] is not None:
         from .hf_tokenizer import describe_build
         config.update(describe_build(a, where))
@@ -328,6 +352,9 @@ def engine_from_config(config: dict) -> EngineConfig:
     _check_sizes(config)
     if type(config["kv_pool_pages"]) is not int or config["kv_pool_pages"] < 0:
         raise InputError("$.kv_pool_pages", "must be an integer >= 0")
+    draft = config.get("draft_kv_pool_pages", 0)
+    if type(draft) is not int or not 0 <= draft <= MAX_POOL_PAGES:
+        raise InputError("$.draft_kv_pool_pages", f"must be an integer in [0, {MAX_POOL_PAGES}] (CR-SPEC-5)")
     if config["kv_cache_dtype"] not in ("fp16", "fp8"):
         raise InputError("$.kv_cache_dtype", "must be fp16 or fp8")
     kinds = config["layer_kinds"]
@@ -361,6 +388,8 @@ def engine_from_config(config: dict) -> EngineConfig:
         if type(deployment.get(key, False)) is not bool:
             raise InputError(f"$.deployment.{key}", "must be a boolean")
     _check_tokenizer(config)
+    if deployment.get("spec_decode") == "eagle" and "draft_kv_pool_pages" not in config:
+        config = dict(config, draft_kv_pool_pages=config["kv_pool_pages"])   # CR-SPEC-5: absent = the base pool
     known = {f.name for f in fields(EngineConfig)}
     values = {k: config[k] for k in known if k in config and k != "raw"}
     values.update(recurrent=recurrent, vision=config.get("vision"), audio=config.get("audio"),

@@ -23,8 +23,8 @@ class NeedsTranscript(Exception):
 
 
 class OutOfScope(Exception):
-    """The deployment is accepted by the spec but its reuse rules are outside spec 1.0.0
-    (attention-only EAGLE, CR-SUP-6), so the oracle cannot predict its counts."""
+    """The semantics profile leaves these counts undefined (a checkpoint hit trimmed to another
+    length, spec/profiles.md `hybrid_media_trim`), so the oracle cannot predict them."""
 
 
 class DeploymentRejected(RuntimeError):

@@ -229,7 +229,7 @@ def tokenize_hf(messages, path: str, base_dir: str, chat_template: bool, generat
     start = 0
     for media, count in zip(items, counts):      # the k-th run of image tokens is image k
         start = ids.index(tok.image_token_id, start)
-        prompt.spans.append(MediaSpan(start, start + count, media.digest, "image"))
+        prompt.spans.append(MediaSpan(start, start + count, media.digest, "image", media.content))
         start += count
     return prompt
 

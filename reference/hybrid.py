@@ -107,10 +107,12 @@ def capture_checkpoints(cache, wanted: list, point: str, page_size: int, pure: b
                 cache.pools[pool].unpin(r)
             status = EXISTING
         else:
-            pages = [cache.canonical_page(seq.history.key(i), seq.pages[i]) for i in range(full)]
+            truth = seq.history.truth
+            pages = [cache.canonical_page(seq.history.key(i), seq.pages[i], truth.key(i) if truth else None)
+                     for i in range(full)]
             slot = dict(slots)
-            cache.insert(Record(key, pages, length, slot[RECURRENT], slot.get(PARTIAL_KV)),
-                         transfer=slots)
+            cache.insert(Record(key, pages, length, slot[RECURRENT], slot.get(PARTIAL_KV),
+                                truth.exact_digest(length) if truth else None), transfer=slots)
             status = COMMITTED
         seq.published_tokens = length
         publication = {"point": point, "tokens": length, "pages": full, "status": status}

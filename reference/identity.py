@@ -44,12 +44,21 @@ def media_item_digest(modality: str, geometry: tuple[int, ...], samples: bytes) 
     return h.digest()
 
 
+def media_content_digest(samples: bytes) -> bytes:
+    """The digest of an item's decoded samples alone, without modality or geometry: Edge-LLM
+    0.10's `opaque(bytes)` (spec/profiles.md, `media_digest: raw-bytes`)."""
+    return _sha256(b"kvconform-media-bytes" + samples).digest()
+
+
 class MediaSpan(NamedTuple):
-    """The placeholder positions [start, end) of one media item (CR-MEDIA-1)."""
+    """The placeholder positions [start, end) of one media item (CR-MEDIA-1). `content`: the
+    digest of its decoded samples alone, for profiles that identify items by raw bytes
+    (reference/semantics.py)."""
     start: int
     end: int
     digest: bytes
     modality: str
+    content: bytes = b""
 
 
 class TokenHistory:
@@ -68,6 +77,9 @@ class TokenHistory:
         self._full_page = b"\x02" + struct.pack("<I", page_size)
         self._keys: list[bytes] = []
         self._bytes = tokens.tobytes()
+        self.truth: "TokenHistory | None" = None
+        """Under a semantics profile whose identity conflates media (merged runs, raw bytes), the
+        same history keyed per item over content and geometry: what the KV really depends on."""
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -81,6 +93,8 @@ class TokenHistory:
         """Append generated tokens (never media, CR-HYB-7) to the history."""
         self.tokens.extend(generated)
         self._bytes = self.tokens.tobytes()
+        if self.truth is not None:
+            self.truth.extend(generated)
 
     def key(self, i: int) -> bytes:
         """The key of complete page i: [iP, (i+1)P) chained on page i-1 (CR-ID-1, CR-ID-2)."""
@@ -118,6 +132,11 @@ class TokenHistory:
             return parent
         start = full * self.P
         return self._digest(parent, start, start + rest)
+
+    def is_media(self, i: int) -> bool:
+        """Whether position i is a media placeholder."""
+        j = bisect_right(self._span_ends, i)
+        return j < len(self.spans) and self.spans[j].start <= i
 
     def same_item(self, a: int, b: int) -> bool:
         """Whether positions a < b both belong to one media item (CR-MEDIA-3)."""

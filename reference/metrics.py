@@ -7,7 +7,7 @@ cumulative over the runtime instance, warmup included.
 
 from dataclasses import dataclass, field
 
-from .capacity import PAGES, PARTIAL_KV, RECURRENT
+from .capacity import DRAFT, PAGES, PARTIAL_KV, RECURRENT
 from .planning import FULL_INPUT_REWIND, NO_REUSABLE_PREFIX, STANDARD
 from .publication import COMMITTED
 
@@ -28,11 +28,14 @@ class Metrics:
     restores: int = 0
     pressure_skips: int = 0
     capture_synchronizations: int = 0
+    full_page_replays: int = 0
+    pair_publications: int = 0
 
     def admitted_sequence(self, seq) -> None:
         """Count one admitted sequence from its final plan: admitted (CR-MET-1), hits (CR-MET-2),
         media-aware (CR-MET-3), lookup bypass and forced cold (CR-MET-4), matched and reused
-        tokens (CR-MET-5), plan kinds (CR-MET-6), hybrid restores (CR-MET-11)."""
+        tokens (CR-MET-5), plan kinds (CR-MET-6), hybrid restores (CR-MET-11), full-page replays
+        of EAGLE hits (CR-SPEC-3)."""
         plan = seq.plan
         self.admitted += 1
         self.hits += plan.hit
@@ -43,10 +46,13 @@ class Metrics:
         self.reused_tokens += plan.reused
         self.plans[plan.kind] += 1
         self.restores += seq.hybrid_restore
+        self.full_page_replays += plan.replay
 
-    def published(self, publication: dict) -> None:
-        """CR-MET-7: one attempt, committed or existing (CR-PUB-8)."""
+    def published(self, publication: dict, paired: bool = False) -> None:
+        """CR-MET-7: one attempt, committed or existing (CR-PUB-8); CR-SPEC-3: `paired` when it
+        committed a draft path (a new paired record or an upgrade)."""
         self.attempts += 1
+        self.pair_publications += paired
         if publication["status"] == COMMITTED:
             self.committed += 1
         else:
@@ -55,7 +61,7 @@ class Metrics:
     def context_cache(self, cache) -> dict:
         """The profile's `context_cache` section (spec/schemas/common.schema.json#/$defs/contextCache).
         CR-MET-8 records, CR-MET-9 pools ({free, capacity}), CR-MET-10 reclaimed resources,
-        CR-MET-11 hybrid and speculative (always 0 here); planning time is not modelled."""
+        CR-MET-11 hybrid and speculative (CR-SPEC-3); planning time is not modelled."""
         pools = cache.pools
         return {
             "admitted_sequences": self.admitted,
@@ -71,18 +77,19 @@ class Metrics:
                              "successful_endpoints": self.committed + self.existing},
             "hybrid": {"restores": self.restores, "snapshot_pressure_skips": self.pressure_skips,
                        "capture_synchronizations": self.capture_synchronizations},
-            "speculative": {"full_page_replays": 0, "pair_publications": 0},
+            "speculative": {"full_page_replays": self.full_page_replays,
+                            "pair_publications": self.pair_publications},
             "planning_nanoseconds": 0,
             "records": {"current": len(cache.records), "evicted": cache.evicted},
             "resource_pools": {
                 "base_kv_pages": _pool(pools[PAGES]),
-                "draft_kv_pages": {"free": 0, "capacity": 0},
+                "draft_kv_pages": _pool(pools[DRAFT]),
                 "recurrent_snapshots": _pool(pools[RECURRENT]),
                 "partial_kv_snapshots": _pool(pools[PARTIAL_KV]),
             },
             "reclaimed_resources": {
                 "base_kv_pages": cache.reclaimed[PAGES],
-                "draft_kv_pages": 0,
+                "draft_kv_pages": cache.reclaimed[DRAFT],
                 "recurrent_snapshots": cache.reclaimed[RECURRENT],
                 "partial_kv_snapshots": cache.reclaimed[PARTIAL_KV],
             },

@@ -4,7 +4,7 @@ A plan says which prefix a sequence reuses. Planning changes nothing: no referen
 record recency (lookup only reads the page index).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 STANDARD = "standard"
 NO_REUSABLE_PREFIX = "no_reusable_prefix"
@@ -24,7 +24,10 @@ class Plan:
     reused: int
     kept: list
     private: int
-    record: object = None          # the checkpoint record of a hybrid hit (CR-HYB-6)
+    record: object = None          # a hybrid hit's checkpoint (CR-HYB-6), an EAGLE hit's pairing record (CR-SPEC-1)
+    draft_kept: list = field(default_factory=list)    # EAGLE: the kept draft pages it pins (CR-SPEC-6)
+    draft_private: int = 0         # EAGLE: its private draft page demand (CR-SPEC-6)
+    replay: bool = False           # EAGLE: the last paired page is replayed (CR-SPEC-2)
 
     @property
     def hit(self) -> bool:

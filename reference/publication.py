@@ -44,7 +44,8 @@ def publish_pages(cache, seq, count: int, point: str, page_size: int) -> dict:
         cache.touch(record)
         status = EXISTING
     else:
-        pages = [cache.canonical_page(k, seq.pages[i]) for i, k in enumerate(keys)]
+        truths = seq.history.truth.keys(count) if seq.history.truth is not None else [None] * count
+        pages = [cache.canonical_page(k, seq.pages[i], truths[i]) for i, k in enumerate(keys)]
         cache.insert(Record(key, pages, count * page_size))
         status = COMMITTED
     seq.published_pages = count

@@ -29,6 +29,7 @@ class Request:
     lora_name: str | None
     legacy_capture: bool
     stop: list[str]
+    disable_spec_decode: bool = False      # CR-SPEC-7: its batch decodes as vanilla
 
     @property
     def n(self) -> int:
@@ -149,6 +150,8 @@ def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: d
     _logit_bias(r, path, engine.vocab_size if engine is not None else VOCAB_SIZE)
     legacy = r.get("save_system_prompt_kv_cache", False)
     _check(type(legacy) is bool, f"{path}.save_system_prompt_kv_cache", "must be a boolean")
+    no_spec = r.get("disable_spec_decode", False)
+    _check(type(no_spec) is bool, f"{path}.disable_spec_decode", "must be a boolean")
     stop = r.get("stop", [])
     if isinstance(stop, str):
         stop = [stop]
@@ -160,7 +163,7 @@ def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: d
     else:
         prompt = tokenize_messages(messages, f"{path}.messages", base_dir, template, gen_prompt, engine)
     _check(len(prompt.tokens) > 0, f"{path}.messages", "the input has 0 tokens (CR-BATCH-5)")
-    return Request(i, prompt.tokens, prompt.spans, name, legacy, stop)
+    return Request(i, prompt.tokens, prompt.spans, name, legacy, stop, no_spec)
 
 
 def _lora_file(name: str, ref: str, base_dir: str) -> None:

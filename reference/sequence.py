@@ -21,11 +21,17 @@ class Sequence:
     forced_cold: bool = False
     hybrid_restore: bool = False
     pages: list = field(default_factory=list)
+    paired: bool = False
+    """An EAGLE sequence that holds managed draft pages and publishes pairs (CR-SPEC-6)."""
+    draft_pages: list | None = None
     slot_pins: list = field(default_factory=list)
     published_pages: int = 0
     published_tokens: int = 0
     pressure_skips: int = 0
     publications: list = field(default_factory=list)
+    outputs_defined: bool = True
+    """False when the sequence reuses KV computed for other media than its own (a profile whose
+    identity conflates items, spec/profiles.md): its outputs need not equal a bypass run's."""
 
     @property
     def lookup_bypass(self) -> bool:

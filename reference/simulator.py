@@ -10,11 +10,12 @@ from contextlib import contextmanager
 from . import SPEC_VERSION
 from .batching import BatchFailed, BatchRunner
 from .capacity import ContextCache
-from .errors import DeploymentRejected, InputError, OutOfScope
+from .errors import DeploymentRejected, InputError
 from .hybrid import snapshot_slots
 from .metrics import Metrics, PrefillStats
 from .policy import reuse_enabled
 from .requests import parse_request_file
+from .speculative import eagle_reuse, greedy_file
 from .support import validate_deployment
 from .tokenizer import EOS, VOCAB_SIZE
 
@@ -32,7 +33,9 @@ class Simulator:
         # Without reuse the pool still bounds admission and growth (CR-POL-6); it holds no records.
         recurrent, partial = snapshot_slots(engine, flags) if self.reuse else (0, 0)
         pages = engine.kv_pool_pages if engine.attention_layers else 0
-        self.cache = ContextCache(pages, recurrent, partial, flags.max_records)
+        self.eagle = eagle_reuse(engine, self.reuse)                        # CR-SPEC-5: the draft pool
+        draft = engine.draft_kv_pool_pages if self.eagle else 0
+        self.cache = ContextCache(pages, recurrent, partial, flags.max_records, draft)
         self.batches: list[dict] = []     # batch records of every run, in order
         self._files = 0
 
@@ -40,7 +43,8 @@ class Simulator:
         """Run one request file's batches; return one prediction per request (the `responses`
         items of spec/schemas/predictions.schema.json). `generated[i]` is request i's generated
         token ids (<|eos|> included when it ended so), or None when unknown. Raises InputError,
-        NeedsTranscript, DeploymentRejected or OutOfScope; after NeedsTranscript the instance is
+        NeedsTranscript, DeploymentRejected or OutOfScope (the profile leaves the counts undefined,
+        spec/profiles.md); after NeedsTranscript the instance is
         in an unspecified state and should be discarded. `lora_files`: see parse_request_file."""
         with _cyclic_gc_paused():
             return self._run(request_dict, base_dir, generated, lora_files)
@@ -48,14 +52,12 @@ class Simulator:
     def _run(self, request_dict, base_dir: str, generated=None, lora_files: bool = False) -> list[dict]:
         if self.rejection is not None:
             raise DeploymentRejected(self.rejection)
-        if self.reuse and self.engine.deployment.get("spec_decode") == "eagle":
-            raise OutOfScope("EAGLE context reuse (paired draft pages, one-page replay) is outside "
-                             f"spec {SPEC_VERSION}; the oracle cannot predict its counts (CR-SUP-6)")
         parsed = parse_request_file(request_dict, base_dir, self.engine, self.flags.batch_size,
                                     lora_files=lora_files)
         mgl = self.flags.max_generate_length or parsed.max_generate_length
         gens = _check_generated(generated, len(parsed.requests), mgl, self.engine)
-        runner = BatchRunner(self.engine, self.flags, self.cache, self.metrics, self.prefill)
+        speculative = self.eagle and greedy_file(request_dict)              # CR-SPEC-7
+        runner = BatchRunner(self.engine, self.flags, self.cache, self.metrics, self.prefill, speculative)
         if self._files == 0 and self.flags.warmup:
             first = [parsed.requests[i] for i in parsed.batches[0]]
             for _ in range(self.flags.warmup):                         # CR-POL-4
@@ -77,19 +79,23 @@ class Simulator:
             self.batches.append({"batch_idx": b, "status": "ok", "error": None, "rule": None})
             for seq in seqs:
                 known = seq.generated is not None or mgl == 1
-                responses.append(_response(seq.request, b, "ok", None, seq.length if known else None,
-                                           seq.facts() if self.reuse else None))
+                response = _response(seq.request, b, "ok", None, seq.length if known else None,
+                                     seq.facts() if self.reuse else None)
+                if not seq.outputs_defined:
+                    response["outputs_defined"] = False
+                responses.append(response)
         return responses
 
     def profile(self) -> dict:
         """The profile JSON: `context_cache` when reuse is enabled (CR-POL-6), `prefill` with
-        --dumpProfile (CR-MET-12); nothing for a refused deployment."""
+        --dumpProfile, or always under a profile that writes it with the profile file
+        (CR-MET-12, spec/profiles.md); nothing for a refused deployment."""
         if self.rejection is not None:
             return {}
         out = {}
         if self.reuse:
             out["context_cache"] = self.metrics.context_cache(self.cache)
-        if self.flags.dump_profile:
+        if self.flags.dump_profile or self.flags.semantics.prefill_section == "profile-output-file":
             out["prefill"] = self.prefill.section()
         return out
 

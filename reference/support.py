@@ -25,7 +25,8 @@ def _checks(engine, flags):
     """(rule, applies, message) in start-up order: block diffusion (CR-SUP-1), FP16 KV only
     (CR-SUP-2), pool geometry (CR-SUP-3), vision-bidirectional attention (CR-SUP-4), MTP,
     DFlash, DSpark and Gemma4 MTP (CR-SUP-5), hybrid EAGLE (CR-SUP-6), action runners
-    (CR-SUP-7), tensor parallelism (CR-SUP-9), then the snapshot pools (CR-HYB-2)."""
+    (CR-SUP-7), tensor parallelism (CR-SUP-9, in profiles that refuse it), then the snapshot pools
+    (CR-HYB-2)."""
     d = engine.deployment
     spec = d.get("spec_decode")
     yield "CR-SUP-1", d.get("block_diffusion", False), \
@@ -46,7 +47,7 @@ def _checks(engine, flags):
         "Hybrid EAGLE context reuse is outside the current context-reuse support boundary."
     yield "CR-SUP-7", d.get("action_runner", False), \
         "Context reuse cannot be enabled with action runners."
-    yield "CR-SUP-9", flags.tp_size > 1, \
+    yield "CR-SUP-9", flags.tp_size > 1 and flags.semantics.tp_refusal, \
         ("Tensor-parallel context reuse is not supported yet; omit --enableContextReuse or run "
          "with --tpSize 1.")
     message = required_pools_message(engine, flags)

@@ -45,7 +45,7 @@ class Prompt:
     def media(self, item, placeholder: int) -> None:
         start = len(self.tokens)
         self.tokens.extend(array("i", [placeholder]) * item.placeholders)
-        self.spans.append(MediaSpan(start, len(self.tokens), item.digest, item.modality))
+        self.spans.append(MediaSpan(start, len(self.tokens), item.digest, item.modality, item.content))
 
 
 def tokenize_messages(messages, path: str, base_dir: str, chat_template: bool,

@@ -130,11 +130,19 @@ def edge_llm_cases() -> dict[str, dict]:
                      {"messages": [{"role": "system", "content": sys_prompt}, {"role": "user", "content": q1}]}],
         "_conformance": {
             "id": "vlm_context_reuse",
-            "description": "Edge-LLM's vlm_context_reuse.json in bytes-v1 with P = 16 and a shared system prompt "
-                           "(3 full pages): image A + question; A + another question (hit through A); B + question "
-                           "(hit on the system pages only); B again (hit); A+B (hit through A); A+B again (hit); "
-                           "B+A (partial hit: the order of images is identity); text only (hit on the system pages). "
-                           "Every request but the last is media-aware.",
+            "description": "Adapted from Edge-LLM 0.10's tests/test_cases/vlm_context_reuse.json: the same eight "
+                           "requests and policies, but the bytes-v1 tokenizer and 4-placeholder images in place of "
+                           "the model's (the fixture names no model), P = 16 in place of 128, max_generate_length 8 "
+                           "in place of 64, and a system prompt shared by every request (3 full pages), so the "
+                           "text-only request hits too. Edge-LLM's own fixture expects 5 hits and 2432 reused "
+                           "tokens for its model; this port expects 7 hits. Image A + question; A + another "
+                           "question (hit through A); B + question (hit on the system pages only); B again (hit); "
+                           "A+B (hit through A); A+B again (hit); B+A (partial hit: the order of images is "
+                           "identity); text only (hit on the system pages). Every request but the last is "
+                           "media-aware. Under edge-llm-0.10, A+B (and B+A) is one run carrying the first image's "
+                           "digest and the trim tests only that positions 63 and 64 are both media: request 4 "
+                           "matches 4 pages through A (64) and is trimmed to 48, and so is request 6 through B; "
+                           "request 5 matches request 4's 5 pages (80, positions 79 and 80 are text).",
             "rules": ["CR-ID-4", "CR-MEDIA-2", "CR-MEDIA-3", "CR-MEDIA-4", "CR-MET-3", "CR-OUT-1"],
             "engine": {"maxInputLen": 160, "maxKVCacheCapacity": 192, "maxKVPoolPages": 64, "tokensPerPage": 16,
                        "vision": True},
@@ -146,6 +154,12 @@ def edge_llm_cases() -> dict[str, dict]:
                                     fact("standard", 64), fact("standard", 80), fact("standard", 64),
                                     fact("standard", 48, media_aware=False)],
                        "context_cache": {"admitted_sequences": 8, "hit_sequences": 7, "media_aware_sequences": 7}},
+            "profile_expect": {"edge-llm-0.10": {
+                "requests": [MISS, fact("standard", 64), fact("standard", 48), fact("standard", 80),
+                             fact("standard", 48), fact("standard", 80), fact("standard", 48),
+                             fact("standard", 48, media_aware=False)],
+                "context_cache": {"admitted_sequences": 8, "hit_sequences": 7, "media_aware_sequences": 7,
+                                  "matched_tokens": 416, "reused_tokens": 416}}},
         },
     }
     return {"llm_context_reuse.json": llm, "vlm_context_reuse.json": vlm}
@@ -258,11 +272,15 @@ def media_cases() -> list[dict]:
              expect={"requests": [MISS, fact("standard", 4)]}),
         case("sections/media/adjacent-boundary", "ab + A (2 placeholders at 2-3) + B (4 at 4-7) + cdefgh, then "
              "the same with C in place of B: the match ends at 4, between A and C, which splits neither item, so "
-             "the page is kept (standard, reused 4).",
+             "the page is kept (standard, reused 4). Under edge-llm-0.10 A and B are one run carrying A's "
+             "digest, and so are A and C: every page of the second request equals the first's, 3 of its 14 "
+             "positions' pages match (standard, reused 12; positions 11 and 12 are text, no trim), and it reuses "
+             "KV computed for B in place of C, so its outputs are not the bypass run's (not compared).",
              ["CR-MEDIA-3", "CR-ID-4"],
              [user("ab", image("img_t_16x32.png"), image("img_a_32x32.png"), "cdefgh"),
               user("ab", image("img_t_16x32.png"), image("img_a_16x64.png"), "cdefgh")], engine=VISION4,
-             expect={"requests": [MISS, fact("standard", 4)]}),
+             expect={"requests": [MISS, fact("standard", 4)]},
+             profile_expect={"edge-llm-0.10": {"requests": [MISS, fact("standard", 12)]}}),
         case("sections/media/one-page-rewind", "A one-page media input replayed: r = 0 before trimming, so the "
              "plan is not restated and stays a full_input_rewind with matched = P.",
              ["CR-MEDIA-4", "CR-PLAN-2"], [user("abc", image("img_a_16x16.png")),
@@ -611,11 +629,50 @@ def tokenizer_cases() -> list[dict]:
     return out
 
 
+def reach_cases() -> list[dict]:
+    """Cases that stand on boundaries the other cases missed, each found by a faulty backend
+    written outside the project that the default run let through (conformance/faulty_backends/
+    boundaries.py has one variant per class)."""
+    hyb = {"maxInputLen": 40, "maxKVCacheCapacity": 48, "maxKVPoolPages": 0, "tokensPerPage": 4, "model": "hybrid",
+           "loraAdapters": ["a"]}
+    q = image("img_q_70x28.png")
+    including = dict(GREEDY, max_generate_length=10, context_cache_commit_policy="including_generated_tokens")
+    return [
+        case("sections/hyb/lora-sub-page-checkpoint", "A hybrid checkpoint shorter than one page (abc, L = 3 < P = "
+             "4) has no complete page to chain the adapter through, so its exact-length key must carry the adapter "
+             "itself: abc under adapter a, then abcdef without an adapter reuses nothing (a key without the "
+             "adapter restores a's recurrent state: reused 3), then abcdef under a reuses exactly 3.",
+             ["CR-ID-3", "CR-HYB-5"],
+             [user("abc", lora="a"), user("abcdef"), user("abcdef", lora="a")],
+             engine=hyb, runtime=hybrid_runtime(hyb),
+             settings=dict(GREEDY, context_cache_commit_policy="prefill_state_only",
+                           available_lora_weights={"a": "lora/a.safetensors"}),
+             expect={"requests": [MISS, MISS, fact("standard", 3)]}),
+        case("sections/media/trim-repeats", "The media trim repeats: ab + Q (70x28: 5 x 2 = 10 placeholders at "
+             "positions 2-11) is n = 12, three pages [a b Q Q][Q Q Q Q][Q Q Q Q]. Its replay matches all three and "
+             "rewinds to r = 8 (CR-PLAN-2); positions 7 and 8 are both Q, so r := 4; positions 3 and 4 are both Q, "
+             "so r := 0: nothing is reused (a trim that gives back one page only reuses 4).",
+             ["CR-MEDIA-3", "CR-MEDIA-4", "CR-PLAN-2"],
+             [user("ab", q), user("ab", q)], engine=VISION4,
+             expect={"requests": [MISS, MISS]}),
+        case("sections/pub/stop-string-decode-end", "Sequences that end on a stop string publish at decode end like "
+             "any other finish (CR-PUB-2). Greedy, the bundled model continues `hello wor` (n = 9) with "
+             "'LO\"}->Be` and `zyxwvut` (n = 7) with dg'LO6lkb8 (the float64 reference agrees), so the stops }- "
+             "and 6l end them after 6 and 7 tokens: histories of 14 and 13 tokens, 3 pages each at decode end "
+             "against 2 and 1 at prefill end. Each answer is then sent back: the follow-ups reuse the decode-end "
+             "records' pages (the oracle counts them from the tokens the backend generated).",
+             ["CR-PUB-2", "CR-PUB-1", "CR-OUT-1"],
+             [dict(user("hello wor"), stop=["}-"]), dict(user("zyxwvut"), stop=["6l"]),
+              user("hello wor{{output:0}}zz"), user("zyxwvut{{output:1}}zz")],
+             engine=LONG4, settings=including),
+    ]
+
+
 def all_cases() -> dict[str, dict]:
     out = edge_llm_cases()
     for group in (identity_cases(), planning_cases(), media_cases(), publication_cases(), policy_cases(),
                   capacity_cases(), batching_cases(), hybrid_cases(), output_cases(), negative_cases(),
-                  catalogue_cases(), tokenizer_cases()):
+                  catalogue_cases(), tokenizer_cases(), reach_cases()):
         for doc in group:
             out[doc["_conformance"]["id"] + ".json"] = doc
     return out

@@ -7,4 +7,13 @@ PY=$(tools/setup_env.sh | tail -n 1)
 # One BLAS thread per pytest worker: the workers already use every core.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 WORKERS=${KVCONFORM_TEST_WORKERS:-$(nproc)}
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "${GPUS:-0}" -gt 0 ] && [ "$#" -eq 0 ]; then
+  # A GPU machine: the CPU tests on every core, then the CUDA tests one worker per GPU (workers
+  # sharing one device would contend for its memory and time each other's kernels).
+  rc=0
+  "$PY" -m pytest -n "$WORKERS" -q -m 'not slow and not ray and not external and not gpu' || rc=$?
+  "$PY" -m pytest -n "$GPUS" -q -m 'gpu and not slow' || rc=$((rc ? rc : $?))
+  exit "$rc"
+fi
 exec "$PY" -m pytest -n "$WORKERS" -q "$@"

@@ -2,8 +2,9 @@
 
 `inprocess` (the bundled backend's Python API, the default), `command` (any
 llm_inference-compatible executable; by default the bundled CLI), `reference` (the oracle
-itself: a self-check of the kit that tests no backend) and `broken` (every call raises: a check
-of the runner).
+itself: a self-check of the kit that tests no backend), `broken` (every call raises: a check
+of the runner) and `openai` (an OpenAI-compatible server, judged against a peer profile by
+conformance/peers with the HTTP client of openai.py).
 
 The oracle is never a fallback: when the bundled backend cannot be imported, `inprocess` fails
 to start and the run stops with the import error, because a run that quietly tested the oracle
@@ -14,7 +15,7 @@ from __future__ import annotations
 from ..errors import KvconformError
 from .base import Adapter, AdapterError, BuildRefused, Engine, RunResult, Session
 
-NAMES = ("inprocess", "command", "reference", "broken")
+NAMES = ("inprocess", "command", "reference", "broken", "openai")
 DEFAULT = "inprocess"
 SELF_CHECKS = frozenset({"reference"})
 """Adapters that run the oracle in place of a backend: their reports test no backend."""
@@ -26,6 +27,9 @@ OPTION_ADAPTERS = {
     "executable": {"command"}, "engine_dir": {"command", "inprocess"}, "engine_config": {"command"},
     "build_command": {"command"}, "capabilities": {"command"}, "backend_arg": {"command"},
     "device": {"inprocess", "command"},
+    # `--backend openai` (an OpenAI-compatible server, judged by the peer suite: conformance/peers)
+    "base_url": {"openai"}, "api_key_env": {"openai"}, "model": {"openai"}, "peer_setting": {"openai"},
+    "tokenizer": {"openai"},
 }
 
 
@@ -42,7 +46,10 @@ def choose_backend(backend: str | None, given: dict) -> str:
     """
     present = {k for k, v in given.items() if v not in (None, [], False)}
     if backend is None:
-        backend = "command" if any(OPTION_ADAPTERS[k] == {"command"} for k in present) else DEFAULT
+        if any(OPTION_ADAPTERS[k] == {"openai"} for k in present):
+            backend = "openai"
+        else:
+            backend = "command" if any(OPTION_ADAPTERS[k] == {"command"} for k in present) else DEFAULT
     for key in sorted(present):
         if backend not in OPTION_ADAPTERS[key]:
             users = " or ".join(f"--backend {a}" for a in sorted(OPTION_ADAPTERS[key]))
@@ -73,6 +80,9 @@ def make_adapter(name: str, *, device: str | None = None, timeout: float = 120.0
     if name == "broken":
         from .broken import BrokenAdapter
         return BrokenAdapter()
+    if name == "openai":
+        raise KvconformError("--backend openai drives a server through the peer suite (conformance/peers), "
+                             "not through the request-file adapter interface")
     raise KvconformError(f"unknown backend {name!r} (one of {', '.join(NAMES)})")
 
 

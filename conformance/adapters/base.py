@@ -34,6 +34,15 @@ class Engine:
             self.config = resolve_paths(self.config, self.directory)
 
 
+def backend_runtime(runtime: dict, manifest: dict | None) -> dict:
+    """The case's runtime flags as a backend takes them: `semanticsProfile` goes only to a
+    backend that implements several profiles (a list in its manifest); one that implements a
+    single profile is that profile and has no such flag (spec/RUNNING.md section 2)."""
+    if "semanticsProfile" in runtime and not isinstance((manifest or {}).get("semantics_profile"), list):
+        return {k: v for k, v in runtime.items() if k != "semanticsProfile"}
+    return runtime
+
+
 class BuildRefused(Exception):
     """The backend's build tool refused the build arguments (spec/engine.md section 1)."""
 

@@ -24,12 +24,12 @@ from pathlib import Path
 from ..engines import build_cached, fixed_engine, source_digest
 from ..errors import KvconformError
 from ..schemas import read_json, schema_errors
-from .base import Adapter, AdapterError, BuildRefused, Engine, RunResult, Session, check_manifest
+from .base import Adapter, AdapterError, BuildRefused, Engine, RunResult, Session, backend_runtime, check_manifest
 
 BUNDLED = [sys.executable, "-m", "gpu_backend"]
 VALUE_FLAGS = ("contextCacheMaxRecords", "contextCacheRecurrentSnapshotPoolBytes",
                "contextCachePartialKVSnapshotPoolBytes", "warmup", "batchSize",
-               "maxGenerateLength", "tpSize")
+               "maxGenerateLength", "tpSize", "semanticsProfile")
 SWITCH_FLAGS = ("enableContextReuse", "dumpProfile", "poisonFreshPages")
 
 
@@ -109,7 +109,8 @@ class CommandSession(Session):
     """One runtime instance is one process: a session takes exactly one request file."""
 
     def __init__(self, adapter: "CommandAdapter", engine: Engine, runtime: dict):
-        self.adapter, self.engine, self.runtime, self.used = adapter, engine, runtime, False
+        self.adapter, self.engine, self.used = adapter, engine, False
+        self.runtime = backend_runtime(runtime, adapter.manifest)
 
     def run(self, request: dict, base_dir: str) -> RunResult:
         if self.used:
@@ -230,7 +231,7 @@ class CommandAdapter(Adapter):
                 raise AdapterError(f"`python -m gpu_backend capabilities` exited {rc}", out) from None
         pages = [self.fixed.config["tokens_per_page"]] if self.fixed else "any"
         return {"format": "kvconform-capabilities-v1", "backend": Path(self.executable[0]).name,
-                "semantics_profile": "edge-llm-0.10", "observables": {}, "model_kinds": ["attention"],
+                "semantics_profile": "any", "observables": {}, "model_kinds": ["attention"],
                 "media": [], "features": [], "tokens_per_page": pages}
 
     def _capture(self, argv: list[str]) -> tuple[int | None, str]:

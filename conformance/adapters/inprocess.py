@@ -24,7 +24,7 @@ RUNTIME_ARGS = {  # case runtime flag -> gpu_backend.Runtime keyword
     "contextCacheRecurrentSnapshotPoolBytes": "recurrent_snapshot_bytes",
     "contextCachePartialKVSnapshotPoolBytes": "partial_kv_snapshot_bytes", "tpSize": "tp_size",
     "poisonFreshPages": "poison_fresh_pages", "outputHiddenStates": "output_hidden_states",
-    "dumpProfile": "dump_profile",
+    "dumpProfile": "dump_profile", "semanticsProfile": "semantics_profile",
 }
 INFER_ARGS = {"batchSize": "batch_size", "maxGenerateLength": "max_generate_length"}
 

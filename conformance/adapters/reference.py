@@ -45,6 +45,9 @@ class Vocabulary:
 
 
 BYTES = Vocabulary()
+# every profile the oracle knows, its default first: the self-check runs under any of them
+PROFILES = [oracle.reference.semantics.DEFAULT] + [p for p in oracle.reference.PROFILE_NAMES
+                                                    if p != oracle.reference.semantics.DEFAULT]
 
 
 def stand_in(request, max_length: int, stop: list[str], vocab: Vocabulary = BYTES) -> tuple[list[int], str, str]:
@@ -125,13 +128,14 @@ class ReferenceAdapter(Adapter):
     def capabilities(self) -> dict:
         return {
             "format": "kvconform-capabilities-v1", "backend": "reference",
-            "version": oracle.reference.SPEC_VERSION, "semantics_profile": "edge-llm-0.10",
+            "version": oracle.reference.SPEC_VERSION, "semantics_profile": PROFILES,
             "tokenizer": ["bytes-v1", "hf"],
             "observables": {"per_request_metrics": True, "output_ids": True, "logprobs": True,
                             "prefill_profile": True, "rejection_messages": True},
             "model_kinds": ["attention", "recurrent", "hybrid"], "media": ["image", "audio"],
             "features": ["lora", "warmup", "hidden_state_output", "stop_strings", "batching",
-                         "poison_fresh_pages", "kv_dtype_fp8", "tp", "sampling"],
+                         "poison_fresh_pages", "kv_dtype_fp8", "tp", "sampling",
+                         "spec_decode_eagle"],
             "tokens_per_page": "any",
         }
 

@@ -26,18 +26,28 @@ import sys
 import time
 from pathlib import Path
 
+import reference
+import reference.semantics
+
 from ..adapters import NAMES, SELF_CHECKS, AdapterError, choose_backend, make_adapter, option_flag
 from ..cases import parse_shard
+from .. import executors
 from ..errors import KvconformError
 from ..report import Report, check_report, claim_report_folder, problems_table, verdict_table
 from ..schemas import read_json
 from ..suite import execute, make_plan
 from ..generate import MIN_BATCHES
-from ..verdicts import PASSING_HEADLINES
+from ..verdicts import PASSING_HEADLINES, headline_clauses
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_backend_arguments(parser)
+    _add_case_arguments(parser)
+
+
+def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+    """The adapter and its options (`kvconform campaign` takes the same)."""
     g = parser.add_argument_group("backend")
     g.add_argument("--backend", choices=NAMES,
                    help="adapter (default: command when a command option is given, else inprocess)")
@@ -51,8 +61,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--build-command", metavar="CMD",
                    help="command adapter: builds an engine per case with the flags of spec/engine.md")
     g.add_argument("--capabilities", metavar="FILE", help="command adapter: the backend's capability manifest")
+    g.add_argument("--profile", metavar="NAME",
+                   help="semantics profile to judge against (spec/profiles.md): kvconform-1 or edge-llm-0.10; "
+                        "default: the first the backend's capability manifest declares. With --backend openai: "
+                        "a peer profile (spec/peer-profiles.md): llama.cpp-server, vllm-apc or sglang-radix")
     g.add_argument("--backend-arg", action="append", default=[], metavar="ARG",
                    help="command adapter: an extra argument for every invocation (repeatable)")
+    o = parser.add_argument_group("openai backend (an OpenAI-compatible server, spec/peer-profiles.md)")
+    o.add_argument("--base-url", metavar="URL", help="openai: the server, e.g. http://127.0.0.1:8080")
+    o.add_argument("--api-key-env", metavar="VAR", help="openai: the environment variable holding the API key")
+    o.add_argument("--model", metavar="NAME", help="openai: the model name sent with every request")
+    o.add_argument("--tokenizer", metavar="DIR",
+                   help="openai: the model's tokenizer folder, to tokenize prompts and check the server's ids")
+    o.add_argument("--peer-setting", action="append", default=[], metavar="KEY=N",
+                   help="openai: a setting of the peer profile, e.g. block_size=16 or cache_blocks=64 (repeatable)")
+
+
+def _add_case_arguments(parser: argparse.ArgumentParser) -> None:
     c = parser.add_argument_group("cases")
     c.add_argument("--case", action="append", metavar="PATH",
                    help="a case file or folder (repeatable; default: tests/test_cases)")
@@ -81,6 +106,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help=f"batches a family must judge to PASS (default {MIN_BATCHES}, at most --examples)")
     gen.add_argument("--save-regressions", action="store_true",
                      help="also write generated reproducers to tests/test_cases/regressions/")
+    gen.add_argument("--timing", action="store_true",
+                     help="also run the optional timing verdict (off by default: wall-clock time is noisy on shared "
+                          "machines): a request reusing a long prefix must take under --timing-fraction of the "
+                          "time of computing it; PASS or QUALITY_WARNING, never FAIL (spec/RUNNING.md section 5)")
+    gen.add_argument("--timing-fraction", type=fraction, default=0.5, metavar="F",
+                     help="warm / cold prefill time the timing verdict allows (default 0.5)")
     out = parser.add_argument_group("report")
     out.add_argument("--report", default="kvconform-report", metavar="DIR", help="report folder (default kvconform-report)")
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -89,6 +120,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     again.add_argument("--resume", action="store_true",
                        help="continue the interrupted run recorded in the report folder: keep its finished "
                             "cases, run the rest with the options it recorded")
+    executors.add_arguments(parser, "this process, --jobs cases at once")
 
 
 MAX_SECONDS = 7 * 24 * 3600.0
@@ -106,6 +138,17 @@ def seconds(text: str) -> float:
     return value
 
 
+def fraction(text: str) -> float:
+    """A number in (0, 1]: the timing verdict's warm / cold limit."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -117,7 +160,7 @@ def positive_int(text: str) -> int:
 
 
 ADAPTER_OPTIONS = ("device", "executable", "engine_dir", "engine_config", "build_command", "capabilities",
-                   "backend_arg")
+                   "backend_arg", "base_url", "api_key_env", "model", "tokenizer", "peer_setting")
 
 
 def rerun_command(args, backend: str, reproducer: Path) -> str:
@@ -133,6 +176,8 @@ def rerun_command(args, backend: str, reproducer: Path) -> str:
             argv += [flag, os.path.abspath(value) if key in ("engine_dir", "engine_config", "capabilities")
                      else value]
     name = reproducer.stem
+    if args.profile:
+        argv += ["--profile", args.profile]
     argv += ["--timeout", f"{args.timeout:g}", "--case", str(reproducer.resolve()),
              "--report", str((Path(args.report) / "reruns" / name).resolve()), "--force"]
     return f"cd {shlex.quote(os.getcwd())} && {shlex.join(argv)}"
@@ -160,7 +205,7 @@ def _one_torch_thread() -> None:
 # Options that decide what a run does; `--resume` takes them from the interrupted run's report.
 RESUMED = ("case", "keyword", "section", "rule", "slow", "shard", "no_generated", "generated_only", "families",
            "examples", "budget_seconds", "seed", "max_steps", "min_batches", "save_regressions", "backend", "device", "timeout",
-           "executable", "engine_dir", "engine_config", "build_command", "capabilities", "backend_arg")
+           "executable", "engine_dir", "engine_config", "build_command", "capabilities", "backend_arg", "profile")
 
 
 def _resume_options(args) -> dict:
@@ -207,6 +252,56 @@ def _signals_interrupt():
     return lambda: [signal.signal(sig, old) for sig, old in previous.items()]
 
 
+def _adapter_spec(args, backend: str):
+    from ..executors.units import AdapterSpec
+    return AdapterSpec.of(backend, device=args.device, timeout=args.timeout, executable=args.executable,
+                          engine_dir=args.engine_dir, engine_config=args.engine_config,
+                          build_command=args.build_command, capabilities=args.capabilities,
+                          extra_args=args.backend_arg)
+
+
+def _ray_pool(args, backend: str, plan):
+    """The Ray cluster joined (or started) and every node checked, before the report folder is
+    claimed: a cluster that cannot run the plan is bad input (exit 2), not a report."""
+    from ..executors.units import kit_fingerprint, plan_files
+    pool = executors.make_pool(args, args.device, backend, args.jobs)
+    try:
+        pool.check_nodes(_adapter_spec(args, backend).files() + plan_files(plan.cases), kit_fingerprint())
+    except BaseException:
+        pool.close()
+        raise
+    print(f"kvconform run: on Ray ({pool.describe()['nodes']} node(s), {pool.slots} worker(s))", file=sys.stderr)
+    return pool
+
+
+def _execute_on_ray(args, backend: str, plan, adapter, report: Report, pool) -> None:
+    """The plan as Ray tasks (conformance/executors/distributed.py): the same report as locally."""
+    from ..executors.distributed import execute_distributed
+    try:
+        execute_distributed(plan, _adapter_spec(args, backend), adapter, pool, report, progress=not args.no_progress,
+                            rerun=lambda path: rerun_command(args, backend, path))
+    finally:
+        pool.close()
+
+
+def resolve_profile(requested: str | None, manifest: dict | None) -> str:
+    """The semantics profile of a run (spec/profiles.md): `--profile`, which the backend must
+    implement, else the first profile its capability manifest declares."""
+    declared = (manifest or {}).get("semantics_profile", reference.semantics.DEFAULT)
+    if declared == "any":                     # no manifest given: the backend is taken to be what is asked
+        return requested or reference.semantics.DEFAULT
+    offered = declared if isinstance(declared, list) else [declared]
+    if requested is None:
+        if offered[0] not in reference.PROFILE_NAMES:
+            raise KvconformError(f"the backend's capability manifest declares the semantics profile {offered[0]!r}, "
+                                 f"which this kit does not know (one of {', '.join(reference.PROFILE_NAMES)})")
+        return offered[0]
+    if manifest is not None and requested not in offered:
+        raise KvconformError(f"--profile {requested}: the backend implements {', '.join(offered)} only "
+                             "(semantics_profile in its capability manifest)")
+    return requested
+
+
 class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int = signal.SIGINT):
         super().__init__(signal.Signals(signum).name)
@@ -214,55 +309,84 @@ class Interrupted(KeyboardInterrupt):
 
 
 def main(args) -> int:
+    if args.backend == "openai" or (args.backend is None and (args.base_url or args.peer_setting)):
+        from ..peers.runner import main as run_peers        # the peer suite (conformance/peers)
+        return run_peers(args)
+    executors.check(args)
     resumed = _resume_options(args) if args.resume else None
     backend = choose_backend(args.backend, {k: getattr(args, k) for k in ADAPTER_OPTIONS})
     shard = parse_shard(args.shard)
-    plan = make_plan(args.case, args.keyword, args.section, args.rule, args.slow,
-                     generated=not args.no_generated, curated=not args.generated_only,
-                     families=args.families.split(",") if args.families else None, shard=shard,
-                     examples=args.examples, budget_s=args.budget_seconds, seed=args.seed,
-                     max_steps=args.max_steps, min_batches=args.min_batches,
-                     save_regressions=args.save_regressions)
+    if args.profile is not None and args.profile not in reference.PROFILE_NAMES:
+        raise KvconformError(f"--profile {args.profile}: unknown semantics profile (one of "
+                             f"{', '.join(reference.PROFILE_NAMES)})")
+
+    def planned(profile: str):
+        return make_plan(args.case, args.keyword, args.section, args.rule, args.slow,
+                         generated=not args.no_generated, curated=not args.generated_only,
+                         families=args.families.split(",") if args.families else None, shard=shard,
+                         examples=args.examples, budget_s=args.budget_seconds, seed=args.seed,
+                         max_steps=args.max_steps, min_batches=args.min_batches,
+                         save_regressions=args.save_regressions, profile=profile)
+    plan = planned(args.profile or reference.semantics.DEFAULT)
     if args.list:
         for case in plan.cases:
             print(f"{case.id}\t{case.section}\t{case.source()}")
         for family in plan.families:
             print(f"generated/{family}\tgenerated")
         return 0
-    if not args.resume:
-        claim_report_folder(Path(args.report), args.force)
-    try:
-        adapter = make_adapter(backend, device=args.device, timeout=args.timeout, executable=args.executable,
-                               engine_dir=args.engine_dir, engine_config=args.engine_config,
-                               build_command=args.build_command, capabilities=args.capabilities,
-                               extra_args=args.backend_arg)
-    except AdapterError as e:
-        raise KvconformError(f"cannot start the {backend} adapter: {e}") from None
-    if backend == "inprocess":
-        _one_torch_thread()
-    try:
-        manifest = adapter.capabilities()
-    except Exception:
-        manifest = None
-    options = {k: v for k, v in vars(args).items() if k not in ("func",) and not callable(v)}
-    self_check = backend in SELF_CHECKS
-    report = Report(Path(args.report), backend, manifest, adapter.describe(), options, args.shard,
-                    plan=plan.identity, self_check=self_check)
+    pool = _ray_pool(args, backend, plan) if args.executor == "ray" else None
+    try:                           # a Ray pool this run started is shut down on any early error
+        if not args.resume:
+            claim_report_folder(Path(args.report), args.force)
+        try:
+            adapter = make_adapter(backend, device=args.device, timeout=args.timeout, executable=args.executable,
+                                   engine_dir=args.engine_dir, engine_config=args.engine_config,
+                                   build_command=args.build_command, capabilities=args.capabilities,
+                                   extra_args=args.backend_arg)
+        except AdapterError as e:
+            raise KvconformError(f"cannot start the {backend} adapter: {e}") from None
+        if backend == "inprocess":
+            _one_torch_thread()
+        try:
+            manifest = adapter.capabilities()
+        except Exception:
+            manifest = None
+        try:
+            profile = resolve_profile(args.profile, manifest)
+        except KvconformError:
+            adapter.close()
+            raise
+        if profile != plan.profile:
+            plan = planned(profile)
+        options = {k: v for k, v in vars(args).items() if k not in ("func",) and not callable(v)}
+        self_check = backend in SELF_CHECKS
+        report = Report(Path(args.report), backend, manifest, adapter.describe(), options, args.shard,
+                        plan=plan.identity, self_check=self_check, profile=profile)
+    except BaseException:
+        if pool is not None:
+            pool.close()
+        raise
     if resumed is not None:
         done = report.resume(resumed)
         plan.cases = [c for c in plan.cases if c.id not in done]
         plan.families = [f for f in plan.families if f"generated/{f}" not in done]
         print(f"kvconform run: resuming {report.folder}: {len(done)} case(s) already finished", file=sys.stderr)
     start = time.monotonic()
-    print(f"kvconform run: backend {backend}, {len(plan.cases)} case(s)"
+    print(f"kvconform run: backend {backend}, profile {profile}, {len(plan.cases)} case(s)"
           + (f", generated {','.join(plan.families)} (seed {args.seed}, {args.budget_seconds:g} s)" if plan.families else "")
           + (f", shard {args.shard}" if shard else "")
           + ("; SELF-CHECK: the oracle runs in place of a backend, no backend is tested" if self_check else ""),
           file=sys.stderr)
     restore = _signals_interrupt()
     try:
-        execute(plan, adapter, report, progress=not args.no_progress, jobs=args.jobs,
-                rerun=lambda path: rerun_command(args, backend, path))
+        if args.executor == "ray":
+            _execute_on_ray(args, backend, plan, adapter, report, pool)
+        else:
+            execute(plan, adapter, report, progress=not args.no_progress, jobs=args.jobs,
+                    rerun=lambda path: rerun_command(args, backend, path))
+        if args.timing and not self_check and "timing/reuse-is-real" not in {r.id for r in report.results}:
+            from ..numerics.timing import timing_verdict                 # "reuse is real", optional
+            report.add(timing_verdict(adapter, manifest, fraction=args.timing_fraction))
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
         report.interrupted()
@@ -285,9 +409,9 @@ def main(args) -> int:
         if first:
             print(f"\nre-run a reproducer against the same backend, e.g. {first.id}:\n  {first.rerun}")
     summary = doc["summary"]
-    note = {"NOTHING JUDGED": " (every case NOT_SUPPORTED: nothing was judged)",
-            "SELF-CHECK PASSED": " (no backend was tested: the oracle ran against itself)",
-            "SELF-CHECK FAILED": " (no backend was tested: the oracle ran against itself)"}.get(summary["headline"], "")
-    print(f"\n{summary['headline']}{note}: {summary['judged']} of {len(results)} case(s) judged in "
-          f"{time.monotonic() - start:.0f} s; report in {report.folder}/ (report.json, junit.xml, summary.md)")
+    note = "; ".join([f"profile {profile}"] + headline_clauses(summary))
+    checked = (f", {summary['reference_checked']} greedy request(s) checked against the numerical reference"
+               if summary.get("reference_checked") else "")
+    print(f"\n{summary['headline']} ({note}): {summary['judged']} of {len(results)} case(s) judged{checked} "
+          f"in {time.monotonic() - start:.0f} s; report in {report.folder}/ (report.json, junit.xml, summary.md)")
     return 0 if summary["headline"] in PASSING_HEADLINES else 1

@@ -44,6 +44,9 @@ def add_arguments(parser) -> None:
                         help="hidden-state output: every request bypasses lookup (CR-POL-3)")
     parser.add_argument("--dumpProfile", action="store_true", help="add the prefill section")
     parser.add_argument("--poisonFreshPages", action="store_true", help="accepted; no effect on counts")
+    parser.add_argument("--semanticsProfile", choices=reference.PROFILE_NAMES, default=reference.semantics.DEFAULT,
+                        metavar="NAME", help="the semantics profile predicted (spec/profiles.md): "
+                        + ", ".join(reference.PROFILE_NAMES))
 
 
 def _count(text: str) -> int:
@@ -79,7 +82,7 @@ def main(args) -> int:
         partial_kv_snapshot_bytes=args.contextCachePartialKVSnapshotPoolBytes,
         warmup=args.warmup, batch_size=args.batchSize, max_generate_length=args.maxGenerateLength,
         tp_size=args.tpSize, output_hidden_states=bool(args.outputHiddenStates),
-        dump_profile=args.dumpProfile)
+        dump_profile=args.dumpProfile, semantics_profile=args.semanticsProfile)
     base_dir = os.path.dirname(os.path.abspath(args.inputFile))
     try:
         predictions, profile = reference.simulate(engine, flags, doc, base_dir, generated, lora_files=True)

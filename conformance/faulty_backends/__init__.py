@@ -19,6 +19,7 @@ identity
     adjacent-media-merged           CR-ID-4    adjacent images merged into one item (0.10 quirk)
     weak-16bit-digest               CR-ID-6    16-bit page keys (birthday collisions)
     checkpoint-partial-page-ignored CR-HYB-5   checkpoint key without its partial page's positions
+    sub-page-checkpoint-without-lora CR-ID-3   a checkpoint shorter than a page keyed without its adapter
 planning
     full-hit-zero-token-prefill     CR-PLAN-2  no rewind: a full hit leaves nothing to compute
     full-hit-replays-last-token     CR-PLAN-2  full hit keeps every page, replays the last token
@@ -27,12 +28,16 @@ planning
     trim-at-text-boundaries         CR-MEDIA-3 the media trim also fires at text|text boundaries
     trim-any-media-pair             CR-MEDIA-3 trim between two different adjacent items (0.10)
     partial-page-reuse              CR-ID-2    partial pages matched (copy-on-partial-reuse)
+    media-trim-once                 CR-MEDIA-3 the media trim gives back one page, not until unsplit
+    last-paired-page-not-replayed   CR-SPEC-2  an EAGLE hit keeps its last pair instead of replaying it
 publication
     prefill-only-publishes-generated CR-PUB-3  prefill_state_only still publishes at decode end
     bypass-publishes                CR-PUB-7   bypass sequences still publish
     bypass-looks-up                 CR-POL-2   bypass sequences still look up
     decode-end-off-by-one           CR-PUB-2   decode-end publishes floor((n + g) / P) pages
     errored-sequence-published      CR-BATCH-5 late capacity check: an errored batch publishes
+    stop-string-end-not-published   CR-PUB-2   a stop-string finish is not published at decode end
+    draft-page-without-base         CR-SPEC-4  a paired record holds a draft page past its base pages
 capacity
     hit-touches-record              CR-CAP-5   a vanilla hit moves records to MRU
     evicts-mru                      CR-CAP-4   the planner evicts most recently used first
@@ -46,6 +51,11 @@ compute
     page-table-off-by-one           CR-OUT-1   reused pages enter the block table one entry late
     recurrent-state-from-non-endpoint CR-HYB-3 decode-end checkpoint holds the state one step early
     partial-kv-not-restored         CR-HYB-6   hybrid restore skips the partial-KV snapshot
+    kv-fp8-requantized-on-reuse     CR-OUT-2   reused FP16 KV pages round-trip through FP8
+    kv-scaled-on-reuse              CR-OUT-2   reused KV pages scaled by 1.01
+    constant-logits                 CR-OUT-1   logits independent of the input (with and without reuse)
+    attention-ignores-cache         CR-OUT-1   attention reads only the current forward's keys
+    wrong-lora-scale                CR-OUT-1   LoRA deltas applied at twice their scale
 support
     fp8-kv-accepted                 CR-SUP-2   FP8 KV accepted with reuse
     hidden-states-not-bypassed      CR-POL-3   hidden-state output does not force bypass
@@ -62,7 +72,8 @@ mirrors; README.md in this folder has the kill matrix.
 """
 from __future__ import annotations
 
-from . import batching, capacity, compute, identity, metrics, planning, publication, support, tokenizer  # noqa: F401
+from . import (batching, boundaries, capacity, compute, identity, metrics, numerics, planning,  # noqa: F401
+               publication, speculative, support, tokenizer)
 from .registry import CATALOGUE, GROUPS, FaultyAdapter, Variant
 
 # catalogue order: by group as listed above, then by definition order within the group

@@ -44,7 +44,7 @@ class EvictsMRU(ContextCache):
         short = [max(0, k - pool.num_free) for k, pool in zip(need, self.pools)]
         if not any(short):
             return []
-        gained, drops = [0, 0, 0], ({}, {}, {})
+        gained, drops = [0] * len(self.pools), tuple({} for _ in self.pools)
         order = [r for r in reversed(self.records.values()) if r is not protect]    # DEFECT: MRU first
         if protect is not None and protect.key in self.records:
             order.append(protect)

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from ..adapters.base import Adapter, AdapterError, BuildRefused
 from ..cases import load_case
 from ..engines import digest
+from ..numerics import merge_facts
 from ..report import write_reproducer
 from ..verdicts import CaseResult, Failure, Verdict
 from .draw import FAMILIES, draw_setup, fixed_engine_gaps, policy_switch, recipes
@@ -70,13 +71,14 @@ class _Progress:
     shrink_deadline: float | None = None
     warnings: list = field(default_factory=list)
     unsupported: str = ""      # why the last example could not be judged here
+    reference: dict | None = None   # requests checked against the numerical reference
 
 
 def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workdir: Path,
                   run_case_fn: Callable, examples: int = 40, budget_s: float = 60.0, seed: int = 0,
                   max_steps: int = 6, reproducer_dir: Path | None = None,
                   regressions_dir: Path | None = None, shrink: bool = True,
-                  min_batches: int = MIN_BATCHES) -> CaseResult:
+                  min_batches: int = MIN_BATCHES, profile: str | None = None) -> CaseResult:
     result = CaseResult(f"generated/{family}", RULES[family], True, "conformance/generate", None)
     started = time.monotonic()
     if manifest is None:
@@ -122,6 +124,8 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
         # drawing would make Hypothesis see the same choices behave differently (a "flaky
         # strategy"), so calls after the budget draw the same data and only skip the running.
         setup = draw_setup(data, family, manifest, engine)
+        if profile is not None:
+            setup.runtime["semanticsProfile"] = profile           # spec/profiles.md
         steps = data.draw(recipes(setup, max_steps), label="steps")
         if adapter.sessions and len(steps) > 1:
             setup.switch_at = data.draw(policy_switch(setup, len(steps)), label="policy_switch")
@@ -141,14 +145,16 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
                 if adapter.sessions:
                     ex.step(batch)
                     state.batches += not shrinking
-                    if ex.refused is not None:
-                        break          # a refused deployment runs nothing: its refusal was judged
+                    if ex.refused is not None or ex.out_of_scope:
+                        break          # a refused deployment runs nothing; an unpredictable batch ends the example
             if not adapter.sessions:
                 judged, why = run_whole(ex, run_case_doc)
                 state.batches += judged if not shrinking else 0
                 state.unsupported = why or state.unsupported
             if ex.warnings and not state.warnings:
                 state.warnings = ex.warnings[:5]
+            if not shrinking and ex.reference:
+                state.reference = merge_facts(state.reference, ex.reference)
         except Mismatch as m:
             record(ex, m.failures)
             raise AssertionError(str(m)) from None
@@ -181,6 +187,8 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
                       "batches_checked": state.batches, "batches_required": required,
                       "calls_after_budget": state.after_budget, "seed": seed, "max_examples": examples,
                       "budget_s": budget_s}
+    if state.reference:
+        result.details["reference"] = state.reference
     result.duration_s = time.monotonic() - started
     if state.best is None:
         return _verdict_without_failure(result, state, required, escaped, budget_s)

@@ -19,9 +19,10 @@ import reference
 
 from .. import oracle
 from ..adapters.base import Adapter
-from ..cases import materialize, resolve_outputs, with_policy
+from ..cases import bypass_replay_of, materialize, resolve_outputs
 from ..execute import judge, merged_transcripts, prediction_refused, same_reason, shape_failures
 from ..materialize import engine_key, write_units
+from ..numerics import check_outputs, merge_facts
 from ..verdicts import Failure, Verdict
 from .draw import Setup, build_request, strip_private
 
@@ -56,10 +57,12 @@ class Example:
         self.main_responses: list = []
         self.replay_responses: list = []
         self.predicted: list = []
+        self.out_of_scope = ""               # why the oracle cannot predict the last batch (profile)
         self.generated: list = []
         self.batches: list = []
         self.sessions = None
         self.warnings: list[Failure] = []
+        self.reference: dict | None = None   # requests checked against the numerical reference
         self.refused = oracle.rejection(self.engine, self.flags)
 
     # --- drawing ----------------------------------------------------------------------------------
@@ -118,7 +121,7 @@ class Example:
         if self.refused is not None or main.outcome == "rejected":
             self._rejection(main)
             return
-        replay = self._usable(replay_s.run(with_policy(doc, "bypass"), self.base_dir), "bypass replay")
+        replay = self._usable(replay_s.run(bypass_replay_of(doc), self.base_dir), "bypass replay")
         if main.outcome != "ok" or replay.outcome != "ok":
             raise Mismatch([Failure(None, "input", "the batch runs", f"{main.outcome}/{replay.outcome}: "
                                     f"{main.message or replay.message}", "the oracle accepts this batch", offset)])
@@ -132,6 +135,9 @@ class Example:
             raise Mismatch([prediction_refused(e)]) from None
         except reference.NeedsTranscript as e:
             raise Mismatch([Failure(None, "transcript", "generated tokens", None, str(e), verdict=Verdict.ERROR)])
+        except reference.OutOfScope as e:
+            self.out_of_scope = str(e)        # the profile leaves these counts undefined: the example ends here
+            return
         self.resolved += doc["requests"]
         self.main_responses += _shift(main.responses, offset, index)
         self.replay_responses += _shift(replay.responses, offset, index)
@@ -151,6 +157,10 @@ class Example:
         replay_all.responses = self.replay_responses
         failures = judge(self.engine, self.flags, self.manifest, prediction, main_all, replay_all,
                          start=offset, failed_before=failed_before)
+        found, facts = check_outputs(self.manifest, self.handle.directory, self.engine, doc, self.base_dir,
+                                     predicted.parsed, predicted.responses, main.responses, offset)
+        failures += found                                      # against the numerical reference
+        self.reference = merge_facts(self.reference, facts)
         for f in failures:
             if f.what.startswith("profile."):
                 f.why += f" (after batch {index})"

@@ -70,6 +70,19 @@ def test_gpu_script_refuses_without_cuda_and_smokes_on_cpu(tmp_path):
     assert set(res["sections"]) == {"reuse", "paged"}
 
 
+def test_a_failing_gpu_section_is_reported_and_the_next_one_runs(tmp_path, monkeypatch, capsys):
+    from benchmarks import runner
+    from benchmarks.gpu import main
+
+    def out_of_memory(*a, **k):
+        raise RuntimeError("CUDA out of memory (simulated)")
+    monkeypatch.setattr(runner.memory, "run", out_of_memory)
+    assert main(["--smoke", "--device", "cpu", "--only", "memory,reuse", "--out", str(tmp_path)]) == 1
+    res = json.loads((tmp_path / "gpu-smoke.json").read_text())
+    assert set(res["sections"]) == {"reuse"} and "out of memory" in res["failed"]["memory"]["error"]
+    assert "section memory FAILED: RuntimeError: CUDA out of memory (simulated)" in capsys.readouterr().out
+
+
 def test_contiguous_baseline_decodes_like_the_paged_pool(tmp_path):
     """The item-3 baseline is the same model: both stores give the same greedy tokens."""
     import torch

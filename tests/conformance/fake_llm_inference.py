@@ -88,7 +88,7 @@ def build(argv: list[str]) -> int:
 
 def infer(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
-    for k in ("engineDir", "inputFile", "outputFile", "profileOutputFile", "outputHiddenStates"):
+    for k in ("engineDir", "inputFile", "outputFile", "profileOutputFile", "outputHiddenStates", "semanticsProfile"):
         p.add_argument(f"--{k}")
     for k in RUNTIME_INTS:
         p.add_argument(f"--{k}", type=int)
@@ -132,6 +132,8 @@ def infer(argv: list[str]) -> int:
         sys.stderr.flush()
     runtime = {k: v for k, v in vars(args).items() if k in RUNTIME_INTS and v is not None}
     runtime.update({k: True for k in ("enableContextReuse", "dumpProfile") if getattr(args, k)})
+    if args.semanticsProfile:
+        runtime["semanticsProfile"] = args.semanticsProfile
     if args.outputHiddenStates:
         runtime["outputHiddenStates"] = True
     config = json.loads((Path(args.engineDir) / "config.json").read_text())

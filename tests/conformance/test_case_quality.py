@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.adapters import BuildRefused
-from conformance.cases import CASES_DIR, materialize, resolve_outputs, template_refs, with_policy
+from conformance.cases import CASES_DIR, bypass_replay_of, materialize, resolve_outputs, template_refs
 
 from case_helpers import ALL_CASES
 
@@ -29,7 +29,7 @@ def test_no_batch_fails_by_accident(case, reference_adapter):
         texts = {}
         for i in range(len(doc["requests"])):
             part = resolve_outputs(doc, texts, upto=i + 1)
-            part = dict(with_policy(part, "bypass"), requests=part["requests"][:i + 1], batch_size=1)
+            part = dict(bypass_replay_of(dict(part, requests=part["requests"][:i + 1])), batch_size=1)
             texts[i] = reference_adapter.start(engine, {}).run(part, case.base_dir).responses[i]["output_text"]
         doc = resolve_outputs(doc, texts)
     got = reference_adapter.start(engine, case.runtime).run(doc, case.base_dir)

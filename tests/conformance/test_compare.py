@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance.cases import check_templates, resolve_outputs, template_refs
+from conformance.cases import bypass_replay_of, check_templates, resolve_outputs, template_refs
 from conformance.compare import LOGPROB_DRIFT, NEAR_TIE_NATS, compare_outputs
 from conformance.errors import KvconformError
 from conformance.verdicts import Verdict
@@ -43,6 +43,26 @@ def test_a_near_tie_is_a_quality_warning():
     b = response([97, 99], [[(97, -0.1), (98, -2.0)], [(99, -0.69), (98, -0.69 - gap)]])
     [f] = compare_outputs([a], [b], NoExplain(), ids=True)
     assert f.verdict == Verdict.QUALITY_WARNING and "near-tie" in f.why
+
+
+def test_a_near_tie_is_judged_when_the_run_returned_one_candidate_or_none():
+    """The bypass replay asks two candidates whatever the case asks (bypass_replay_of), so its
+    top-2 gap decides; a run token outside the replay's top two is still a FAIL."""
+    gap = NEAR_TIE_NATS / 2
+    bypass = response([97, 99], [[(97, -0.1), (98, -2.0)], [(99, -0.69), (98, -0.69 - gap)]])
+    for run in (response([97, 98], [[(97, -0.1)], [(98, -0.70)]]), response([97, 98])):
+        [f] = compare_outputs([run], [bypass], NoExplain(), ids=True)
+        assert f.verdict == Verdict.QUALITY_WARNING and "near-tie" in f.why
+    [f] = compare_outputs([response([97, 100])], [bypass], NoExplain(), ids=True)
+    assert f.verdict == Verdict.FAIL
+
+
+def test_the_bypass_replay_asks_two_candidates_in_its_own_file_only():
+    doc = {"num_logprobs": 1, "requests": [{"messages": [], "num_logprobs": 0}, {"messages": []}]}
+    replay = bypass_replay_of(doc)
+    assert replay["context_cache_lookup_policy"] == "bypass" and replay["num_logprobs"] == 2
+    assert [r.get("num_logprobs") for r in replay["requests"]] == [2, None]
+    assert doc == {"num_logprobs": 1, "requests": [{"messages": [], "num_logprobs": 0}, {"messages": []}]}
 
 
 def test_a_wide_gap_is_not_a_near_tie():

@@ -145,3 +145,37 @@ def test_audio_reuse_counts_are_unspecified_but_outputs_are_not(reference_manife
     result = run_case(case("sections/media/audio-outputs"), NoAudioReuse(), reference_manifest)
     assert result.verdict == Verdict.UNSPECIFIED, [f.line() for f in result.failures]
     assert result.conformant
+
+
+def test_audio_leaves_open_only_what_it_can_touch(reference_manifest, tmp_path):
+    """CR-MEDIA-6 leaves open the audio request's own counts and a later request's that shares a
+    page with it; a text request after it that shares nothing is judged exactly: a wrong count
+    there is a FAIL, not hidden as UNSPECIFIED."""
+    import json
+    from conformance.cases import load_case
+    src = case("sections/media/audio-outputs")
+    doc = json.loads(src.path.read_text())
+    doc["requests"].append({"messages": [{"role": "user", "content": "wxyzwxyz"}]})
+    doc["requests"].append({"messages": [{"role": "user", "content": "wxyzwxyz"}]})
+    path = src.path.parent / "audio-then-text.tmp.json"          # media paths are relative to the case
+    path.write_text(json.dumps(doc))
+
+    class MissesTheTextHit(ReferenceAdapter):
+        def start(self, engine, runtime):
+            session = super().start(engine, runtime)
+            run = session.run
+
+            def patched(request, base_dir):
+                got = run(request, base_dir)
+                if request.get("context_cache_lookup_policy") != "bypass" and got.profile.get("context_cache"):
+                    got.responses[4]["context_cache"].update(plan="no_reusable_prefix", matched_tokens=0,
+                                                             reused_tokens=0)
+                return got
+            session.run = patched
+            return session
+    try:
+        result = run_case(load_case(path), MissesTheTextHit(), reference_manifest)
+    finally:
+        path.unlink()
+    assert result.verdict == Verdict.FAIL
+    assert {f.request for f in result.failures if f.verdict == Verdict.FAIL} == {4}     # plan, matched, reused

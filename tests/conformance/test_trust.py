@@ -101,7 +101,7 @@ def test_the_oracle_self_check_says_no_backend_was_tested(tmp_path, capsys):
     assert kvconform(RUN + ["--backend", "reference", "--no-generated", "-k", "golden/plan",
                             "--report", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
-    assert "SELF-CHECK PASSED (no backend was tested" in out and "CONFORMANT" not in out.replace("NOT CONFORMANT", "")
+    assert "SELF-CHECK PASSED (profile kvconform-1; no backend was tested" in out and "CONFORMANT" not in out.replace("NOT CONFORMANT", "")
     doc = json.loads((tmp_path / "r" / "report.json").read_text())
     assert doc["backend"]["self_check"] is True
     assert doc["summary"]["headline"] == "SELF-CHECK PASSED" and doc["summary"]["conformant"] is False
@@ -331,6 +331,14 @@ def test_a_case_with_a_missing_image_is_bad_input(tmp_path, capsys):
     assert kvconform(RUN + ["--case", str(path), "--report", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and "$.requests[0].messages[0].content[1].image" in err
+
+
+def test_a_case_given_by_a_relative_path_finds_its_media(tmp_path, monkeypatch, capsys):
+    """Media paths are relative to the case file; a relative --case path once joined them twice."""
+    monkeypatch.chdir(ROOT / "tests")
+    assert kvconform(RUN + ["--backend", "reference", "--case", "test_cases/sections/media/trim-split.json",
+                            "--report", str(tmp_path / "r")]) == 0
+    assert "SELF-CHECK PASSED" in capsys.readouterr().out
 
 
 def test_a_case_citing_an_unknown_rule_is_bad_input(tmp_path, capsys):

@@ -21,7 +21,7 @@ def doc(*texts, **top):
 
 
 def test_public_names():
-    assert reference.SPEC_VERSION == "1.0.0"
+    assert reference.SPEC_VERSION == "1.1.0"
     e = reference.InputError("$.requests[0]", "bad")
     assert (e.path, e.message, str(e)) == ("$.requests[0]", "bad", "$.requests[0]: bad")
 
@@ -65,10 +65,17 @@ def test_a_rejected_deployment_refuses_to_run():
     assert schemas.schema_errors(predictions, "predictions") == []
 
 
-def test_eagle_is_out_of_scope_only_with_reuse():
-    with pytest.raises(reference.OutOfScope):
-        reference.Simulator(engine(specDecode="eagle"), ON).run(doc("abcd"), ".")
-    reference.Simulator(engine(specDecode="eagle"), reference.RuntimeFlags()).run(doc("abcd"), ".")
+def test_eagle_reuse_is_predicted_with_a_draft_pool():
+    """Attention-only EAGLE reuse is section 12 (CR-SPEC): predicted, with a draft pool as large as
+    the base pool by default (CR-SPEC-5); without reuse there is no draft pool."""
+    sim = reference.Simulator(engine(specDecode="eagle"), ON)
+    sim.run(doc("abcdefghi", top_k=1), ".")                     # greedy: paired (CR-SPEC-7)
+    pools = sim.profile()["context_cache"]["resource_pools"]
+    assert pools["draft_kv_pages"]["capacity"] == pools["base_kv_pages"]["capacity"] > 0
+    assert sim.profile()["context_cache"]["speculative"]["pair_publications"] == 1   # [a-h]: floor((9-1)/4) = 2 pages
+    off = reference.Simulator(engine(specDecode="eagle"), reference.RuntimeFlags())
+    off.run(doc("abcd"), ".")
+    assert off.cache.draft.capacity == 0
 
 
 @pytest.mark.parametrize("text, top, needs", [

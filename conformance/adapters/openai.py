@@ -1,0 +1,202 @@
+"""`--backend openai`: any OpenAI-compatible server over HTTP (spec/peer-profiles.md).
+
+The client sends one request at a time and reads back what the peer suite judges; it never
+judges. Every way a request can fail is a `ServerFailure` with the reason, never a value:
+the peer suite turns a timeout into TIMEOUT and the rest into ERROR (PEER-API-3).
+
+    client = OpenAIClient("http://127.0.0.1:8080", model="m", api_key=None, timeout=120)
+    completion = client.chat(messages, max_tokens=1, extra={"cache_salt": "s1"})
+    client.apply_template(messages), client.tokenize(text), client.tokenize_messages(messages)
+    client.post(path)                     # a reset request (PEER-API-4)
+
+httpx with explicit timeouts (connect, read, write, pool); no global state: one client per run.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from ..errors import KvconformError
+
+
+class ServerFailure(Exception):
+    """A request that produced no usable answer. `kind`: timeout, connection, http, malformed."""
+
+    def __init__(self, kind: str, message: str, status: int | None = None, body: str | None = None):
+        super().__init__(message)
+        self.kind, self.message, self.status, self.body = kind, message, status, body
+
+
+class NotOffered(Exception):
+    """The server does not serve this endpoint (HTTP 404 or 405, or 501)."""
+
+
+@dataclass
+class Completion:
+    """What one chat completion reported. `usage` and `timings` are the raw objects (or None):
+    the judge decides what a missing or malformed field means."""
+    text: str | None
+    finish_reason: Any
+    usage: Any
+    timings: Any
+    sampled_ids: list | None
+    """The sampled token ids read from the log-probabilities (PEER-TOK-2), or None."""
+    sampled_ids_problem: str | None
+    raw: dict = field(repr=False, default_factory=dict)
+
+
+def server_root(base_url: str) -> str:
+    """The server's root URL: the base URL without a trailing `/v1` (llama.cpp, vLLM and SGLang
+    serve their own endpoints there)."""
+    root = base_url.rstrip("/")
+    return root[:-3] if root.endswith("/v1") else root
+
+
+def check_base_url(base_url: str) -> str:
+    """An http(s) URL with a host, else bad input (exit 2)."""
+    try:
+        url = httpx.URL(base_url)
+    except (httpx.InvalidURL, TypeError, ValueError) as e:
+        raise KvconformError(f"--base-url {base_url!r}: not a URL ({e})") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise KvconformError(f"--base-url {base_url!r}: expected http://HOST:PORT or https://HOST:PORT")
+    return base_url
+
+
+class OpenAIClient:
+    def __init__(self, base_url: str, *, model: str | None = None, api_key: str | None = None,
+                 timeout: float = 120.0, transport: httpx.BaseTransport | None = None):
+        self.base_url = check_base_url(base_url)
+        self.root = server_root(base_url)
+        self.model = model
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0))
+        self.http = httpx.Client(headers=headers, timeout=self.timeout, transport=transport,
+                                 follow_redirects=False)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def describe(self) -> dict:
+        return {"base_url": self.base_url, "model": self.model, "timeout_s": self.timeout.read}
+
+    # ------------------------------------------------------------------ transport
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> Any:
+        url = self.root + path
+        try:
+            response = self.http.request(method, url, json=body)
+        except httpx.TimeoutException as e:
+            raise ServerFailure("timeout", f"{method} {path}: no answer within {self.timeout.read:g} s "
+                                           f"({type(e).__name__})") from None
+        except httpx.HTTPError as e:
+            raise ServerFailure("connection", f"{method} {path}: cannot reach {self.root}: "
+                                              f"{type(e).__name__}: {e}") from None
+        if response.status_code in (404, 405, 501):
+            raise NotOffered(f"{method} {path}: HTTP {response.status_code}")
+        if response.status_code != 200:
+            raise ServerFailure("http", f"{method} {path}: HTTP {response.status_code}: {_error_text(response)}",
+                                response.status_code, response.text[:2000])
+        try:
+            return response.json()
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ServerFailure("malformed", f"{method} {path}: the body is not JSON ({e}): "
+                                             f"{response.text[:200]!r}", 200, response.text[:2000]) from None
+
+    def get(self, path: str) -> Any:
+        return self._request("GET", path)
+
+    def post(self, path: str, body: dict | None = None) -> Any:
+        return self._request("POST", path, body if body is not None else {})
+
+    # ------------------------------------------------------------------ endpoints
+
+    def chat(self, messages: list, max_tokens: int, extra: dict | None = None) -> Completion:
+        """POST /v1/chat/completions, greedy, with log-probabilities (for the sampled ids)."""
+        body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": False,
+                "logprobs": True, "top_logprobs": 1, "return_tokens_as_token_ids": True}
+        if self.model is not None:
+            body["model"] = self.model
+        body.update(extra or {})
+        try:
+            doc = self._request("POST", "/v1/chat/completions", body)
+        except NotOffered as e:
+            raise ServerFailure("http", f"{e}: the server offers no chat completions") from None
+        if not isinstance(doc, dict):
+            raise ServerFailure("malformed", f"the completion is not a JSON object: {_clip(doc)}")
+        choices = doc.get("choices")
+        if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+            raise ServerFailure("malformed", f"expected exactly one choice, got {_clip(choices)}")
+        message = choices[0].get("message")
+        text = message.get("content") if isinstance(message, dict) else None
+        if text is not None and not isinstance(text, str):
+            raise ServerFailure("malformed", f"choices[0].message.content is not a string: {_clip(text)}")
+        ids, problem = sampled_ids(choices[0].get("logprobs"))
+        return Completion(text, choices[0].get("finish_reason"), doc.get("usage"), doc.get("timings"), ids,
+                          problem, doc)
+
+    def apply_template(self, messages: list) -> str:
+        """llama.cpp's POST /apply-template: the rendered prompt. NotOffered where absent."""
+        doc = self.post("/apply-template", {"messages": messages})
+        if not isinstance(doc, dict) or not isinstance(doc.get("prompt"), str):
+            raise ServerFailure("malformed", f"/apply-template: expected {{\"prompt\": string}}, got {_clip(doc)}")
+        return doc["prompt"]
+
+    def tokenize(self, text: str) -> list:
+        """llama.cpp's POST /tokenize, no special tokens added, special tokens parsed."""
+        doc = self.post("/tokenize", {"content": text, "add_special": False, "parse_special": True})
+        return _token_list(doc, "/tokenize")
+
+    def tokenize_messages(self, messages: list) -> list:
+        """vLLM's POST /tokenize with messages: the chat prompt's ids."""
+        body = {"messages": messages, "add_generation_prompt": True, "add_special_tokens": False}
+        if self.model is not None:
+            body["model"] = self.model
+        return _token_list(self.post("/tokenize", body), "/tokenize")
+
+
+def sampled_ids(logprobs) -> tuple[list | None, str | None]:
+    """The sampled ids from `logprobs.content` (llama.cpp's `id`, or vLLM's `token_id:ID`):
+    (ids, None), or (None, why they cannot be read)."""
+    if not isinstance(logprobs, dict) or not isinstance(logprobs.get("content"), list):
+        return None, "the response has no logprobs.content"
+    ids = []
+    for k, entry in enumerate(logprobs["content"]):
+        if not isinstance(entry, dict):
+            return None, f"logprobs.content[{k}] is not an object"
+        if type(entry.get("id")) is int and entry["id"] >= 0:
+            ids.append(entry["id"])
+            continue
+        token = entry.get("token")
+        if isinstance(token, str) and token.startswith("token_id:") and token[9:].isdigit():
+            ids.append(int(token[9:]))
+            continue
+        return None, f"logprobs.content[{k}] names no token id (no \"id\", no \"token_id:N\" token)"
+    return ids, None
+
+
+def _token_list(doc, where: str) -> list:
+    tokens = doc.get("tokens") if isinstance(doc, dict) else None
+    if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
+        raise ServerFailure("malformed", f"{where}: expected {{\"tokens\": [integers]}}, got {_clip(doc)}")
+    return tokens
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        doc = response.json()
+        error = doc.get("error") if isinstance(doc, dict) else None
+        message = error.get("message") if isinstance(error, dict) else error
+        if isinstance(message, str) and message:
+            return _clip(message, 300)
+    except ValueError:
+        pass
+    return _clip(response.text, 300) or "(empty body)"
+
+
+def _clip(value, limit: int = 200) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

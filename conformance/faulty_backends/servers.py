@@ -1,0 +1,102 @@
+"""Faulty variants of the bundled OpenAI-compatible server (`python -m gpu_backend serve`).
+
+Each variant is the bundled server with one realistic defect in how it counts or keys cached
+prompt tokens: a subclass of one cache of gpu_backend/peer_cache.py, injected through
+`gpu_backend.serve.make_peer(cache_class=...)`, never through a switch in production code. The
+lines that differ from the bundled code are marked `# DEFECT`. Servers have their own registry
+(the request-file catalogue of registry.py drives runtimes, not servers); the default tests run
+the peer suite against every variant here and require each to be caught
+(tests/conformance/test_peer_profiles.py).
+
+Every docstring carries the same three lines as the catalogue's: Bug class, Violates (PEER-*
+rules), Mirrors.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpu_backend.peer_cache import BlockCache, RadixCache, SlotCache
+
+
+@dataclass(frozen=True)
+class ServerVariant:
+    name: str
+    profile: str
+    summary: str
+    rules: tuple
+    mirrors: str
+    cache_class: type
+    settings: tuple = ()
+    """`--peer-setting` pairs the variant's server runs with (both sides use them)."""
+
+    def peer(self, engine_dir: str | None = None, tokenizer: str | None = None):
+        """The server state (gpu_backend.serve.PeerServer) with the faulty cache."""
+        from gpu_backend.serve import make_peer
+        return make_peer(self.profile, engine_dir, tokenizer, dict(self.settings), cache_class=self.cache_class)
+
+
+SERVER_VARIANTS: dict[str, ServerVariant] = {}
+
+
+def server_variant(name: str, profile: str, settings: tuple = ()):
+    def register(cls):
+        doc = " ".join((cls.__doc__ or "").split())
+        rules = tuple(re.findall(r"PEER-[A-Z]+-\d+", doc.split("Violates:")[1].split("Mirrors:")[0]))
+        mirrors = doc.split("Mirrors:")[1].strip()
+        assert rules and mirrors and "Bug class:" in doc, f"{cls.__name__}: docstring lacks its three lines"
+        SERVER_VARIANTS[name] = ServerVariant(name, profile, doc.split(". ")[0], rules, mirrors, cls, settings)
+        return cls
+    return register
+
+
+@server_variant("lcpp-cap-off-by-one", "llama.cpp-server")
+class CapOffByOne(SlotCache):
+    """Reports the whole prompt as cached when it matches the slot completely.
+    Bug class: off-by-one at the N-1 cap (the count taken before the last token is given back).
+    Violates: PEER-LCPP-1.
+    Mirrors: llama-server's `n_past--` for a fully matched prompt (server-context.cpp:3631-3636)
+    applied to the KV but not to the reported count."""
+
+    def cap(self, n: int) -> int:
+        return n                                          # DEFECT: the N - 1 cap is not applied to the count
+
+
+@server_variant("vllm-partial-block", "vllm-apc")
+class PartialBlockCounted(BlockCache):
+    """Hashes and counts the prompt's partial last block as if it were a block.
+    Bug class: a block counted when partial.
+    Violates: PEER-VLLM-1, PEER-VLLM-3.
+    Mirrors: block hashers that hash the trailing partial block (vLLM hashes full blocks only,
+    kv_cache_utils.py:999 "We only hash full blocks")."""
+
+    def spans(self, n: int) -> list:
+        full = super().spans(n)
+        end = full[-1][1] if full else 0
+        return full + ([(end, n)] if n > end else [])    # DEFECT: the partial tail is a block
+
+    def reported(self, hit_spans: list, n: int) -> int:
+        return min(sum(b - a for a, b in hit_spans), n - 1)   # DEFECT: counts tokens of partial blocks
+
+
+@server_variant("vllm-salt-ignored", "vllm-apc")
+class SaltIgnoredBlocks(BlockCache):
+    """Leaves `cache_salt` out of the first block's key.
+    Bug class: salt ignored (cache isolation between tenants broken).
+    Violates: PEER-VLLM-2.
+    Mirrors: vLLM's `cache_salt` (kv_cache_utils.py generate_block_hash_extra_keys), whose
+    purpose is to stop prefix-timing attacks across users."""
+
+    def extras(self, req, index: int) -> tuple:
+        return () if req.lora is None else (("lora", req.lora),)   # DEFECT: no ("cache_salt", salt)
+
+
+@server_variant("sglang-salt-ignored", "sglang-radix")
+class SaltIgnoredRadix(RadixCache):
+    """Puts requests of every `cache_salt` in one radix tree.
+    Bug class: salt ignored (cache isolation between tenants broken).
+    Violates: PEER-SGL-2.
+    Mirrors: SGLang's RadixKey(token_ids, extra_key, cache_salt), radix_cache.py:245-247."""
+
+    def namespace(self, req) -> tuple:
+        return ((req.extra_key or "") + (req.lora or ""), None)   # DEFECT: the salt is dropped

@@ -1,0 +1,156 @@
+"""One peer case against a server: reset, send each step in order, judge each count.
+
+Requests go one at a time, each after the previous answered (no profile defines concurrent
+reuse). The oracle's state follows the case: a step that sampled tokens whose ids the server
+does not return leaves the state unknown, and every later count of the case is NOT_SUPPORTED
+rather than judged on a guess (PEER-TOK-2).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from reference import peers as oracle
+
+from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
+from ..verdicts import CaseResult, Failure, Verdict
+from . import PEER_PROFILES
+from .judge import USAGE, explain, judge_count, judge_timings, read_count
+from .scenarios import Answer, PeerCase, Unsupported
+from .tokens import TokenMismatch, TokenSource
+
+
+@dataclass
+class PeerContext:
+    client: OpenAIClient
+    tokens: TokenSource
+    profile: str
+    settings: dict
+
+
+def server_failure(e: ServerFailure, what: str, request: int | None) -> Failure:
+    """PEER-API-3: a request without a usable answer is TIMEOUT or ERROR, with the reason."""
+    verdict = Verdict.TIMEOUT if e.kind == "timeout" else Verdict.ERROR
+    return Failure("PEER-API-3", what, "an answer", e.kind, e.message, request, verdict)
+
+
+def request_fields(profile: str, step) -> dict:
+    """The body fields that key a step's cache entries (spec/peer-profiles.md section 5)."""
+    out = {}
+    if step.salt is not None:
+        out["cache_salt"] = step.salt
+    if step.extra_key is not None:
+        out["extra_key"] = step.extra_key
+    if step.lora is not None:
+        out[PEER_PROFILES[profile]["lora_field"]] = step.lora
+    return out
+
+
+def run_case(case, ctx: PeerContext) -> tuple[CaseResult, list]:
+    """The case's result and its transcript (every request and response, for the evidence)."""
+    start = time.monotonic()
+    result = CaseResult(case.id, list(case.rules), True, source=f"peer:{ctx.profile}", section=case.section)
+    transcript: list = []
+    if isinstance(case, Unsupported):
+        return result.settle(Verdict.NOT_SUPPORTED, case.reason), transcript
+    try:
+        _steps(case, ctx, result, transcript)
+    finally:
+        result.duration_s = time.monotonic() - start
+    return result, transcript
+
+
+def _reset(ctx: PeerContext, result: CaseResult) -> bool:
+    path = PEER_PROFILES[ctx.profile]["reset"]
+    try:
+        ctx.client.post(path)
+        return True
+    except NotOffered as e:
+        result.add(Failure("PEER-API-4", f"POST {path}", "HTTP 200", str(e),
+                           "the server does not offer the profile's cache reset, so the case cannot start from "
+                           "an empty cache", None, Verdict.ERROR))
+    except ServerFailure as e:
+        result.add(server_failure(e, f"POST {path}", None))
+    return False
+
+
+def _steps(case: PeerCase, ctx: PeerContext, result: CaseResult, transcript: list) -> None:
+    if not _reset(ctx, result):
+        return
+    sim = oracle.simulator(ctx.profile, ctx.settings)
+    answers: dict = {}
+    unknown: str | None = None
+    judged = 0
+    rows = []
+    for k, step in enumerate(case.steps):
+        messages = []
+        for m in step.messages:
+            if isinstance(m, Answer):
+                if answers.get(m.step) is None:
+                    result.add(Failure("PEER-API-3", f"choices[0].message.content of request {m.step}", "a string",
+                                       None, "the answer to feed back is missing", k, Verdict.ERROR))
+                    return
+                m = {"role": "assistant", "content": answers[m.step]}
+            messages.append(m)
+        try:
+            ids = ctx.tokens.ids(messages)
+        except TokenMismatch as e:
+            result.add(Failure("PEER-TOK-1", "prompt ids", "the kit's ids", "the server's ids", str(e), k, Verdict.ERROR))
+            return
+        except ServerFailure as e:
+            result.add(server_failure(e, "the server's tokenization", k))
+            return
+        req = oracle.PeerRequest(ids, step.lora, step.salt, step.extra_key)
+        predicted = sim.predict(req) if unknown is None else None
+        why = explain(ctx.profile, sim, req) if unknown is None else unknown
+        fields = request_fields(ctx.profile, step)
+        entry = {"request": k, "messages": messages, "max_tokens": step.max_tokens, "fields": fields,
+                 "prompt_ids": ids, "predicted_cached_tokens": predicted, "why": why}
+        transcript.append(entry)
+        try:
+            completion = ctx.client.chat(messages, step.max_tokens, fields)
+        except ServerFailure as e:
+            entry["failure"] = e.message
+            result.add(server_failure(e, "POST /v1/chat/completions", k))
+            return
+        entry["response"] = completion.raw
+        reported, failures = read_count(completion, len(ids), k, ctx.profile)
+        for f in failures:
+            result.add(f)
+        rows.append({"request": k, "prompt_tokens": len(ids), "predicted": predicted,
+                     "reported": reported, "fields": fields, "sampled_ids": completion.sampled_ids})
+        if reported is not None:
+            if predicted is None:
+                result.add(Failure("PEER-TOK-2", USAGE, None, reported, unknown, k, Verdict.NOT_SUPPORTED))
+            else:
+                judged += 1
+                for f in judge_count(ctx.profile, predicted, reported, why, k):
+                    result.add(f)
+                if "timings" in PEER_PROFILES[ctx.profile]["features"]:
+                    for f in judge_timings(completion, reported, len(ids), k):
+                        result.add(f)
+        answers[k] = completion.text
+        if unknown is None:
+            unknown = _commit(sim, req, step, completion, k)
+    result.details = {"steps": rows, **({"layout": case.layout} if case.layout else {})}
+    if judged == 0 and result.verdict == Verdict.PASS:
+        result.settle(Verdict.NOT_SUPPORTED, "no count of this case could be judged")
+
+
+def _commit(sim, req, step, completion, k: int) -> str | None:
+    """Update the oracle with what the request left cached; the reason when that is unknown."""
+    sampled = completion.sampled_ids
+    produced = completion.usage.get("completion_tokens") if isinstance(completion.usage, dict) else None
+    if sampled is not None and type(produced) is int and produced != len(sampled):
+        return (f"request {k}: the log-probabilities list {len(sampled)} sampled ids, usage.completion_tokens says "
+                f"{produced}: what it left cached is unknown (PEER-TOK-2)")
+    if sampled is None:
+        if step.max_tokens > 1 and produced != 1:
+            return (f"request {k} sampled tokens whose ids the response does not give "
+                    f"({completion.sampled_ids_problem}): what it left cached is unknown (PEER-TOK-2)")
+        sampled = [0]                                  # one sampled token: never fed back, its id is moot
+    try:
+        sim.commit(req, sampled)
+    except oracle.PeerProfileError as e:
+        return f"request {k}: {e}"
+    return None

@@ -1,0 +1,176 @@
+"""`kvconform run --backend openai`: the peer suite against an OpenAI-compatible server.
+
+Everything that can be decided before a request is sent is bad input (exit 2, one line): the
+profile, its settings, the URL, the API key's variable, options of the Edge-LLM suite, a server
+that cannot be reached, a tokenizer that cannot be loaded. Then every case runs in order and the
+same report folder as any run is written (report.json, junit.xml, summary.md, and for each case
+that is not PASS its transcript under reproducers/), with the same headline and trust rules:
+CONFORMANT only when a complete run judged at least one count and no case ended TIMEOUT, FAIL
+or ERROR.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from reference import peers as oracle
+
+from ..adapters import choose_backend
+from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
+from ..errors import KvconformError
+from ..report import claim_report_folder, problems_table, verdict_table, write_json_atomic
+from ..verdicts import PASSING_HEADLINES, Verdict
+from .run_case import PeerContext, run_case
+from .scenarios import cases as build_cases
+from .summary import PeerReport
+from .tokens import TokenSource
+
+# Options of the Edge-LLM suite that mean nothing to the peer suite: refused, never ignored.
+NOT_FOR_PEERS = ("case", "section", "rule", "shard", "resume", "generated_only", "families", "save_regressions")
+ADAPTER_OPTIONS = ("base_url", "api_key_env", "model", "peer_setting", "tokenizer", "device", "executable",
+                   "engine_dir", "engine_config", "build_command", "capabilities", "backend_arg")
+
+
+def parse_settings(profile: str, items: list) -> dict:
+    """`--peer-setting KEY=N` pairs, checked against the profile (reference/peers.py SETTINGS)."""
+    given = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise KvconformError(f"--peer-setting {item!r}: expected KEY=N with an integer N")
+        given[key.strip()] = int(value)
+    try:
+        return oracle.check_settings(profile, given)
+    except oracle.PeerProfileError as e:
+        raise KvconformError(f"--peer-setting: {e}") from None
+
+
+def check_options(args) -> str:
+    """The peer profile, after refusing every option that does not apply."""
+    choose_backend("openai", {k: getattr(args, k, None) for k in ADAPTER_OPTIONS})
+    for key in NOT_FOR_PEERS:
+        if getattr(args, key, None):
+            raise KvconformError(f"--{key.replace('_', '-')} does not apply to --backend openai (the peer suite has "
+                                 "its own cases: select them with -k, list them with --list)")
+    if getattr(args, "executor", "local") not in (None, "local"):
+        raise KvconformError("--executor applies to the Edge-LLM suite, not to --backend openai")
+    if getattr(args, "jobs", 1) != 1:
+        raise KvconformError("--jobs does not apply to --backend openai: requests are sent one at a time")
+    if not args.base_url:
+        raise KvconformError("--backend openai needs --base-url (e.g. http://127.0.0.1:8080)")
+    if args.profile not in oracle.PROFILES:
+        raise KvconformError(f"--profile {args.profile}: --backend openai needs a peer profile (one of "
+                             f"{', '.join(oracle.PROFILES)})")
+    return args.profile
+
+
+def api_key(args) -> str | None:
+    if not args.api_key_env:
+        return None
+    key = os.environ.get(args.api_key_env)
+    if not key:
+        raise KvconformError(f"--api-key-env {args.api_key_env}: the environment variable is not set")
+    return key
+
+
+def rerun_command(args, case_id: str) -> str:
+    argv = ["kvconform", "run", "--backend", "openai", "--base-url", args.base_url, "--profile", args.profile]
+    if args.model:
+        argv += ["--model", args.model]
+    if args.api_key_env:
+        argv += ["--api-key-env", args.api_key_env]
+    if args.tokenizer:
+        argv += ["--tokenizer", os.path.abspath(args.tokenizer)]
+    for item in args.peer_setting or []:
+        argv += ["--peer-setting", item]
+    argv += ["--timeout", f"{args.timeout:g}", "-k", case_id,
+             "--report", str((Path(args.report) / "reruns" / _safe(case_id)).resolve()), "--force"]
+    return f"cd {shlex.quote(os.getcwd())} && {shlex.join(argv)}"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def _select(all_cases: list, keywords: list | None) -> list:
+    import fnmatch
+    if not keywords:
+        return all_cases
+    chosen = [c for c in all_cases if any(k in c.id or fnmatch.fnmatch(c.id, k) for k in keywords)]
+    if not chosen:
+        raise KvconformError(f"-k {' '.join(keywords)}: selects no peer case (kvconform run --backend openai "
+                             "--list names them)")
+    return chosen
+
+
+def main(args) -> int:
+    profile = check_options(args)
+    settings = parse_settings(profile, args.peer_setting)
+    client = OpenAIClient(args.base_url, model=args.model, api_key=api_key(args), timeout=args.timeout)
+    try:
+        return _run(args, profile, settings, client)
+    finally:
+        client.close()
+
+
+def _run(args, profile: str, settings: dict, client: OpenAIClient) -> int:
+    try:
+        client.get("/v1/models")
+    except NotOffered:
+        pass
+    except ServerFailure as e:
+        raise KvconformError(f"cannot start the openai adapter: {e.message}") from None
+    tokens = TokenSource(client, profile, args.tokenizer)
+    problem = tokens.usable()
+    if problem:
+        raise KvconformError(problem)
+    try:
+        plan = _select(build_cases(profile, settings, tokens.layout_ids), args.keyword)
+    except ServerFailure as e:
+        raise KvconformError(f"cannot lay the peer cases out on the server's tokens: {e.message}") from None
+    if args.list:
+        for case in plan:
+            print(f"{case.id}\t{case.section}\tpeer:{profile}")
+        return 0
+    claim_report_folder(Path(args.report), args.force)
+    options = {k: v for k, v in vars(args).items() if k != "func" and not callable(v)}
+    report = PeerReport(Path(args.report), "openai", None, {**client.describe(), **tokens.describe()}, options,
+                    profile=profile)
+    report.doc["peer"] = {"profile": profile, "settings": settings, "version": oracle.PEER_PROFILES_VERSION,
+                          "spec": "spec/peer-profiles.md", "token_source": tokens.describe()}
+    ctx = PeerContext(client, tokens, profile, settings)
+    start = time.monotonic()
+    print(f"kvconform run: backend openai at {args.base_url}, peer profile {profile} {settings}, "
+          f"{len(plan)} case(s)", file=sys.stderr)
+    try:
+        for case in plan:
+            result, transcript = run_case(case, ctx)
+            if result.verdict not in (Verdict.PASS, Verdict.NOT_SUPPORTED):
+                folder = Path(args.report) / "reproducers" / f"{_safe(case.id)}.files"
+                folder.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(folder / "transcript.json", {"case": case.id, "profile": profile,
+                                                               "settings": settings, "requests": transcript})
+                result.evidence = str(folder.relative_to(args.report))
+                result.rerun = rerun_command(args, case.id)
+            report.add(result)
+            if not args.no_progress:
+                print(f"  {result.verdict!s:<14} {case.id}", file=sys.stderr)
+    except KeyboardInterrupt:
+        report.interrupted()
+        print(f"interrupted: partial report in {report.folder}/report.json (complete: false)", file=sys.stderr)
+        return 130
+    doc = report.finish()
+    print()
+    print(verdict_table(report.results))
+    problems = problems_table(report.results, folder=str(report.folder))
+    if problems:
+        print()
+        print(problems)
+    summary = doc["summary"]
+    note = " (every case NOT_SUPPORTED: nothing was judged)" if summary["headline"] == "NOTHING JUDGED" else ""
+    print(f"\n{summary['headline']} ({profile}){note}: {summary['judged']} of {len(report.results)} case(s) judged "
+          f"in {time.monotonic() - start:.0f} s; report in {report.folder}/ (report.json, junit.xml, summary.md)")
+    return 0 if summary["headline"] in PASSING_HEADLINES else 1

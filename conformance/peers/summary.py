@@ -1,0 +1,84 @@
+"""The report folder of a peer run: the kit's report, with a summary in the peer suite's terms.
+
+report.json, junit.xml and the headline are the kit's own (conformance/report.py,
+conformance/verdicts.py: no verdict without evidence). Two things differ from an Edge-LLM run:
+the summary carries no numerical-reference fields (a peer run judges cached-token counts, not
+outputs), and summary.md names the server, the peer profile and its settings, and lists every
+judged request as predicted against reported, so a reader can check each count by hand.
+"""
+from __future__ import annotations
+
+from ..report import Report, junit, problems_table, verdict_table, write_json_atomic, write_text_atomic
+from ..verdicts import Verdict, headline_note
+
+NOT_FOR_PEERS = ("outputs_judged_against", "reference_checked")
+
+
+class PeerReport(Report):
+    """A Report whose summary.md is `peer_summary_markdown`."""
+
+    def json(self, complete: bool) -> dict:
+        doc = super().json(complete)
+        for key in NOT_FOR_PEERS:
+            doc["summary"].pop(key, None)
+        return doc
+
+    def _outputs(self, doc: dict) -> None:
+        write_text_atomic(self.folder / "junit.xml", junit(doc, self.results))
+        write_text_atomic(self.folder / "summary.md", peer_summary_markdown(doc, self.results))
+
+    def interrupted(self) -> None:
+        doc = self.json(False)
+        write_json_atomic(self.folder / "report.json", doc)
+        self._outputs(doc)
+
+    def finish(self) -> dict:
+        doc = self.json(True)
+        write_json_atomic(self.folder / "report.json", doc)
+        self._outputs(doc)
+        return doc
+
+
+def peer_summary_markdown(doc: dict, results: list) -> str:
+    s, peer, backend = doc["summary"], doc.get("peer") or {}, doc["backend"].get("settings") or {}
+    token = peer.get("token_source") or {}
+    kit_tok = token.get("kit_tokenizer")
+    lines = [f"# kvconform report: {s['headline']} (peer profile {peer.get('profile')}){headline_note(s)}", "",
+             f"- {s['judged']} of {len(results)} case(s) judged (the rest NOT_SUPPORTED)",
+             f"- server: `{backend.get('base_url')}`" + (f", model `{backend['model']}`" if backend.get("model") else ""),
+             f"- peer profile `{peer.get('profile')}` {peer.get('version')} ({peer.get('spec')}), settings "
+             f"`{peer.get('settings')}`",
+             "- prompt ids: " + (f"the kit's tokenizer `{kit_tok}` ({token.get('loader')})" if kit_tok
+                                 else "the server's own tokenization (no kit tokenizer given)")
+             + (f", cross-checked with the server's `{token['server_crosscheck']}` endpoint(s) (PEER-TOK-1)"
+                if token.get("server_crosscheck") else ", not cross-checked: the server offers no endpoint"),
+             f"- kit {doc['kit_version']}, started {doc['started']}, finished {doc['finished']}, "
+             f"complete: {doc['complete']}", "",
+             "## Verdicts per section", "", verdict_table(results, "github"), "",
+             "## Every request: cached tokens predicted by the oracle and reported by the server", "",
+             "| case | request | prompt tokens N | predicted | reported | verdict |",
+             "|---|---|---|---|---|---|"]
+    for r in results:
+        for step in (r.details or {}).get("steps", []):
+            reported = step.get("reported")
+            lines.append(f"| `{r.id}` | {step['request']} | {step['prompt_tokens']} | "
+                         f"{'-' if step.get('predicted') is None else step['predicted']} | "
+                         f"{'-' if reported is None else reported} | {r.verdict} |")
+    lines.append("")
+    bad = [r for r in results if r.verdict not in (Verdict.PASS, Verdict.NOT_SUPPORTED)]
+    if bad:
+        lines += ["## Cases that need attention", "", problems_table(bad, "github"), ""]
+        for r in bad:
+            lines += [f"### `{r.id}`: {r.verdict}", ""]
+            if r.reason:
+                lines += [r.reason, ""]
+            lines += [f"- {f.line()}" for f in r.failures[:12]]
+            if r.evidence:
+                lines += ["", f"Every request and response of the case: `{r.evidence}/transcript.json`"]
+            if r.rerun:
+                lines += ["", "Re-run it against the same server:", "", "```", r.rerun, "```"]
+            lines.append("")
+    unsupported = [r for r in results if r.verdict == Verdict.NOT_SUPPORTED]
+    if unsupported:
+        lines += ["## Not supported", ""] + [f"- `{r.id}`: {r.reason}" for r in unsupported] + [""]
+    return "\n".join(lines)

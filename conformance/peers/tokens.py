@@ -1,0 +1,99 @@
+"""Prompt ids of a chat request: the kit's own tokenization, checked against the server's (PEER-TOK-1).
+
+With `--tokenizer DIR` the kit renders the model's chat template and tokenizes it itself
+(reference/hf_tokenizer.py) under the loader the profile's runtime uses: llama.cpp reads the
+tokenizer file as written (`tokenizers-raw`), vLLM and SGLang through transformers
+(`transformers-auto`), spec/hf-tokenizer.md TOK-HF-2. Where the server offers its own rendering
+and tokenization (llama.cpp `/apply-template` + `/tokenize`, vLLM `/tokenize` with messages),
+every prompt is compared with it id for id before any count is judged. Without `--tokenizer`
+the server's own ids are used, and the report says that nothing cross-checked them.
+"""
+from __future__ import annotations
+
+import json
+
+from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
+from ..errors import KvconformError
+from . import PEER_PROFILES
+
+LOADERS = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto"}
+
+
+class TokenMismatch(Exception):
+    """The kit and the server tokenize a prompt differently: no count of it can be judged."""
+
+
+class TokenSource:
+    def __init__(self, client: OpenAIClient, profile: str, tokenizer: str | None):
+        self.client, self.profile = client, profile
+        self.crosscheck = PEER_PROFILES[profile]["crosscheck"]
+        self.kit = None
+        if tokenizer is not None:
+            from reference.hf_tokenizer import load_hf_tokenizer
+            try:
+                self.kit = load_hf_tokenizer(tokenizer, LOADERS[profile])
+            except (OSError, ValueError) as e:
+                raise KvconformError(f"--tokenizer: {e}", tokenizer) from None
+            if self.kit.chat_template is None:
+                raise KvconformError("--tokenizer: the folder has no chat template", tokenizer)
+        self.offered = self.crosscheck is not None
+        self._server: dict = {}
+        self._kit: dict = {}
+
+    def describe(self) -> dict:
+        return {"kit_tokenizer": None if self.kit is None else self.kit.folder,
+                "loader": None if self.kit is None else self.kit.loader,
+                "server_crosscheck": self.crosscheck if self.offered else None}
+
+    def usable(self) -> str | None:
+        """Why no prompt can be tokenized (no kit tokenizer, no server endpoint), or None."""
+        if self.kit is None and not self.offered:
+            return (f"the {self.profile} profile's server offers no tokenization endpoint, so the kit needs the "
+                    "model's tokenizer: pass --tokenizer DIR (tokenizer.json + tokenizer_config.json)")
+        return None
+
+    def kit_ids(self, messages: list) -> list:
+        key = json.dumps(messages, sort_keys=True)
+        if key not in self._kit:
+            self._kit[key] = list(self.kit.chat_ids(messages, add_generation_prompt=True))
+        return self._kit[key]
+
+    def server_ids(self, messages: list) -> list | None:
+        """The server's ids of the prompt; None when it does not offer them (remembered)."""
+        if not self.offered:
+            return None
+        key = json.dumps(messages, sort_keys=True)
+        if key not in self._server:
+            try:
+                if self.crosscheck == "apply-template":
+                    ids = self.client.tokenize(self.client.apply_template(messages))
+                else:
+                    ids = self.client.tokenize_messages(messages)
+            except NotOffered:
+                self.offered = False
+                return None
+            self._server[key] = ids
+        return self._server[key]
+
+    def ids(self, messages: list) -> list:
+        """The ids the oracle predicts on. Raises TokenMismatch (PEER-TOK-1) or ServerFailure."""
+        server = self.server_ids(messages)
+        if self.kit is None:
+            if server is None:
+                raise ServerFailure("http", "the server stopped offering its tokenization endpoint")
+            return server
+        mine = self.kit_ids(messages)
+        if server is not None and server != mine:
+            at = next((i for i, (a, b) in enumerate(zip(mine, server)) if a != b), min(len(mine), len(server)))
+            raise TokenMismatch(f"the server's own tokenization differs from the kit's at position {at}: "
+                                f"kit {mine[at:at + 5]} ({len(mine)} ids), server {server[at:at + 5]} "
+                                f"({len(server)} ids)")
+        return mine
+
+    def layout_ids(self, messages: list) -> list:
+        """Ids for laying cases out: like `ids`, but a mismatch falls back to the kit's (the
+        mismatch is reported when the case runs)."""
+        try:
+            return self.ids(messages)
+        except TokenMismatch:
+            return self.kit_ids(messages)

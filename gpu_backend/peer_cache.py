@@ -1,0 +1,228 @@
+"""Prefix caches of three peer runtimes, for the bundled OpenAI-compatible server (serve.py).
+
+Each cache keeps the real KV of what it caches ([attention layers, 2, tokens, kv heads, head
+dim], FP16) and hands the KV of a hit back to the engine, which then computes only the rest of
+the prompt. The rules are the runtimes' own (spec/peer-profiles.md), implemented here
+independently of the kit's oracle:
+
+    SlotCache     llama.cpp-server  one slot; min(common prefix, N - 1)
+    BlockCache    vllm-apc          chained hashes of full blocks; B * min(hits, (N - 1) // B);
+                                    least recently freed block evicted first
+    RadixCache    sglang-radix      radix tree per (extra key + adapter, salt); page-aligned
+
+    cache.lookup(req) -> (reported count, KV of the reused tokens or None)
+    cache.store(req, sequence, kv, sampled)   sequence = prompt + sampled[:-1], kv of all of it
+    cache.reset()
+
+Subclasses change one method (`cap`, `spans`, `reported`, `extras`, `namespace`): the seams
+the kit's faulty server variants use.
+"""
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class ChatRequest:
+    ids: list
+    lora: str | None = None
+    salt: str | None = None
+    extra_key: str | None = None
+    extras: dict = field(default_factory=dict)
+
+
+def _shared(a, b) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class SlotCache:
+    """llama-server with one slot (`-np 1 --cache-ram 0`): the slot's tokens and their KV."""
+    settings = {}
+
+    def __init__(self, **settings):
+        self.reset()
+
+    def reset(self):
+        self.tokens, self.kv = [], None
+
+    def cap(self, n: int) -> int:
+        """At least one prompt token is evaluated again (server-context.cpp: n_past--)."""
+        return n - 1
+
+    def lookup(self, req):
+        c = max(0, min(_shared(self.tokens, req.ids), self.cap(len(req.ids))))
+        use = min(c, len(req.ids) - 1)
+        return c, (self.kv[:, :, :use] if use > 0 else None)
+
+    def store(self, req, sequence, kv, sampled):
+        self.tokens, self.kv = list(sequence), kv
+
+
+class BlockCache:
+    """vLLM automatic prefix caching: full blocks keyed by a hash chain with extra keys."""
+    settings = {"block_size": 16, "cache_blocks": None}
+
+    def __init__(self, block_size=16, cache_blocks=None):
+        self.B, self.capacity = block_size, cache_blocks
+        self.reset()
+
+    def reset(self):
+        self.holder = {}                        # key -> block ids holding it
+        self.blocks = {}                        # block id -> [key, kv]
+        self.free = OrderedDict((b, True) for b in range(1, (self.capacity or 0) + 1))
+        self.fresh = 1                          # next id of an unbounded cache
+
+    # seams ---------------------------------------------------------------------------------
+    def spans(self, n: int) -> list:
+        """The token ranges that are hashed: full blocks only."""
+        return [(i * self.B, (i + 1) * self.B) for i in range(n // self.B)]
+
+    def extras(self, req, index: int) -> tuple:
+        out = () if req.lora is None else (("lora", req.lora),)
+        if index == 0 and req.salt is not None:
+            out += (("cache_salt", req.salt),)
+        return out
+
+    def reported(self, hit_spans: list, n: int) -> int:
+        return self.B * min(len(hit_spans), (n - 1) // self.B)
+
+    # --------------------------------------------------------------------------------------
+    def keys(self, ids, req) -> list:
+        out, parent = [], b""
+        for index, (a, b) in enumerate(self.spans(len(ids))):
+            h = hashlib.blake2b(parent, digest_size=16)
+            h.update(repr((list(ids[a:b]), self.extras(req, index))).encode())
+            parent = h.digest()
+            out.append(parent)
+        return out
+
+    def _hits(self, keys) -> int:
+        k = 0
+        while k < len(keys) and self.holder.get(keys[k]):
+            k += 1
+        return k
+
+    def lookup(self, req):
+        n, spans, keys = len(req.ids), self.spans(len(req.ids)), self.keys(req.ids, req)
+        hits = self._hits(keys)
+        c = self.reported(spans[:hits], n)
+        use = min(c, n - 1)
+        if use <= 0:
+            return c, None
+        parts = [self.blocks[min(self.holder[k])][1] for k in keys[:hits]]
+        return c, torch.cat(parts, dim=2)[:, :, :use]
+
+    def store(self, req, sequence, kv, sampled):
+        n = len(req.ids)
+        keys, spans = self.keys(sequence, req), self.spans(len(sequence))
+        used = min(self._hits(keys[:len(self.spans(n))]), (n - 1) // self.B)
+        held = []
+        for key in keys[:used]:
+            block = min(self.holder[key])
+            self.free.pop(block, None)
+            held.append(block)
+        computed = n
+        self._take(held, -(-n // self.B))
+        self._keep(held, keys, spans, kv, used, computed)
+        for _ in range(len(sampled) - 1):
+            computed += 1
+            self._take(held, -(-computed // self.B))
+            self._keep(held, keys, spans, kv, used, computed)
+        if self.capacity is not None:
+            for block in reversed(held):
+                self.free[block] = True
+
+    def _take(self, held, blocks):
+        while len(held) < blocks:
+            if self.capacity is None:
+                block, self.fresh = self.fresh, self.fresh + 1
+            elif not self.free:
+                raise RuntimeError(f"out of KV blocks ({self.capacity})")
+            else:
+                block, _ = self.free.popitem(last=False)
+                old = self.blocks.pop(block, [None])[0]
+                if old is not None:
+                    self.holder[old].discard(block)
+            held.append(block)
+
+    def _keep(self, held, keys, spans, kv, used, computed):
+        for i in range(used, len(keys)):
+            a, b = spans[i]
+            if b > computed:
+                break
+            if self.blocks.get(held[i], [None])[0] == keys[i]:
+                continue
+            self.blocks[held[i]] = [keys[i], kv[:, :, a:b].clone()]
+            self.holder.setdefault(keys[i], set()).add(held[i])
+
+
+class _Node:
+    __slots__ = ("key", "kv", "children")
+
+    def __init__(self, key, kv):
+        self.key, self.kv, self.children = key, kv, {}
+
+
+class RadixCache:
+    """SGLang's radix cache: one tree per namespace, matches rounded down to pages, never evicts."""
+    settings = {"page_size": 1}
+
+    def __init__(self, page_size=1):
+        self.P = page_size
+        self.reset()
+
+    def reset(self):
+        self.roots = {}
+
+    def namespace(self, req) -> tuple:
+        return ((req.extra_key or "") + (req.lora or ""), req.salt)
+
+    def _match(self, root, ids):
+        node, matched, parts = root, 0, []
+        while matched < len(ids):
+            child = node.children.get(ids[matched])
+            if child is None:
+                break
+            k = _shared(child.key, ids[matched:])
+            parts.append(child.kv[:, :, :k])
+            matched += k
+            if k < len(child.key):
+                break
+            node = child
+        return matched, parts
+
+    def lookup(self, req):
+        root = self.roots.get(self.namespace(req))
+        if root is None:
+            return 0, None
+        n = len(req.ids)
+        matched, parts = self._match(root, req.ids[:n - 1])
+        c = self.P * (matched // self.P)
+        return c, (torch.cat(parts, dim=2)[:, :, :c] if c > 0 else None)
+
+    def store(self, req, sequence, kv, sampled):
+        length = self.P * (len(sequence) // self.P)
+        ids = list(sequence[:length])
+        node = self.roots.setdefault(self.namespace(req), _Node([], None))
+        at = 0
+        while at < len(ids):
+            child = node.children.get(ids[at])
+            if child is None:
+                node.children[ids[at]] = _Node(ids[at:], kv[:, :, at:length].clone())
+                return
+            k = _shared(child.key, ids[at:])
+            if k < len(child.key):                         # split the edge at k
+                lower = _Node(child.key[k:], child.kv[:, :, k:])
+                lower.children = child.children
+                child.key, child.kv, child.children = child.key[:k], child.kv[:, :, :k], {lower.key[0]: lower}
+            at += k
+            node = child
+
+
+CACHES = {"llama.cpp-server": SlotCache, "vllm-apc": BlockCache, "sglang-radix": RadixCache}

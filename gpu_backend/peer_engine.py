@@ -1,0 +1,89 @@
+"""Greedy generation for the bundled OpenAI-compatible server, continuing from reused KV.
+
+One request at a time: a per-request KV pool of one token per slot holds the reused prefix's KV
+(copied in from the server's cache, never recomputed) and the KV computed for the rest of the
+prompt and for every sampled token fed back. What comes out is what the cache stores: the KV of
+the computed sequence `prompt + sampled[:-1]`.
+
+    engine = PeerEngine(engine_dir, device)       # an attention-only engine with an hf tokenizer
+    ids, text = engine.prompt(messages)           # chat template rendered and tokenized
+    result = engine.generate(ids, reused_kv, max_tokens, lora)
+"""
+import os
+
+import torch
+from safetensors.torch import load_file
+
+from .hf_prompt import HFText
+from .kv_pool import KVPool
+from .model import ForwardBatch, Model
+from .runtime import load_engine_config, resolve_device
+
+
+class PeerEngine:
+    def __init__(self, engine_dir: str, device: str = "cpu"):
+        self.cfg = load_engine_config(engine_dir)
+        if any(kind != "attention" for kind in self.cfg["layer_kinds"]):
+            raise ValueError("the server needs an attention-only engine")
+        if not isinstance(self.cfg["tokenizer"], dict):
+            raise ValueError("the server needs an engine built with --tokenizer (a chat template)")
+        self.device = resolve_device(device)
+        self.model = Model(self.cfg, os.path.join(engine_dir, self.cfg["weights"]), self.device)
+        self.text = HFText(engine_dir, self.cfg)
+        self.allowed = self.text.allowed.to(self.device)
+        self.loras = {name: self._load_lora(os.path.join(engine_dir, spec["path"]))
+                      for name, spec in self.cfg["lora_adapters"].items()}
+        self.layers = len(self.cfg["layer_kinds"])
+
+    def _load_lora(self, path: str) -> dict:
+        t = load_file(path, device=str(self.device))
+        return {k[:-len(".lora_A")]: (t[k].float(), t[k[:-len("lora_A")] + "lora_B"].float())
+                for k in t if k.endswith(".lora_A")}
+
+    def prompt(self, messages: list) -> tuple[list, str]:
+        """(ids, rendered text) of `[{"role", "content": str}]` with the generation prompt."""
+        flat = [(m["role"], [("text", m["content"])]) for m in messages]
+        ids, _, text = self.text.layout(flat, chat=True, add_generation_prompt=True)
+        return [int(t) for t in ids], text
+
+    def tokenize(self, text: str) -> list:
+        return list(self.text.tok.encode(text, add_special_tokens=False).ids)
+
+    @torch.no_grad()
+    def generate(self, ids: list, reused_kv, max_tokens: int, lora: str | None = None) -> dict:
+        """Greedy decoding of at most `max_tokens` tokens (the EOS ends it). `reused_kv`: the KV
+        of the first `reused` prompt positions, [layers, 2, reused, kv heads, head dim]."""
+        n = len(ids)
+        reused = 0 if reused_kv is None else reused_kv.shape[2]
+        if not 0 <= reused < n:
+            raise ValueError(f"reused {reused} of {n} prompt tokens: at least one must be computed")
+        pool = KVPool(layers=self.layers, pages=n + max_tokens, P=1, kv_heads=self.cfg["num_kv_heads"],
+                      head_dim=self.cfg["head_dim"], dtype=torch.float16, device=self.device)
+        if reused:
+            pool.write_positions(torch.arange(reused, device=self.device), reused_kv.to(self.device))
+        adapter = None if lora is None else self.loras[lora]
+        logits = self._forward(pool, ids[reused:], reused, adapter)
+        sampled, logprobs = [], []
+        while True:
+            lp = torch.log_softmax(logits.masked_fill(~self.allowed, float("-inf")), dim=-1)
+            token = int(lp.argmax())
+            sampled.append(token)
+            logprobs.append(float(lp[token]))
+            if token == self.text.eos or len(sampled) >= max_tokens:
+                break
+            logits = self._forward(pool, [token], n + len(sampled) - 1, adapter)
+        computed = n + len(sampled) - 1
+        kv = pool.read_positions(torch.arange(computed, device=self.device)).clone()
+        return {"sampled": sampled, "logprobs": logprobs, "kv": kv, "reused": reused,
+                "text": self.text.text(sampled)}
+
+    def _forward(self, pool, tokens: list, start: int, adapter):
+        T = len(tokens)
+        dev = self.device
+        positions = torch.arange(start, start + T, device=dev)
+        fb = ForwardBatch(ids=torch.tensor([tokens], device=dev), positions=positions[None],
+                          lengths=torch.tensor([T], device=dev), valid=torch.ones(1, T, dtype=torch.bool, device=dev),
+                          write_slots=positions, read_slots=torch.arange(start + T, device=dev)[None],
+                          rec_state=[], lora=adapter, all_valid=True)
+        hidden = self.model.forward(fb, pool)
+        return self.model.logits(hidden[0, -1])

