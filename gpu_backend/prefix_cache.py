@@ -363,8 +363,8 @@ class ContextCache:
             got = self._acquire(plan)
         if got is None:
             return None
-        if self.trim_checkpoint_hits and plan.record is not None and ident.spans:
-            plan = self._trim_checkpoint(ident, n, plan, same_item)   # after acquisition, as 0.10
+        if self.trim_checkpoint_hits and plan.record is not None and not plan.paired and ident.spans:
+            plan = self._trim_checkpoint(ident, n, plan, same_item)   # hybrid hits, after acquisition, as 0.10
         m = self.m
         m.admitted += 1
         m.hits += plan.matched > 0

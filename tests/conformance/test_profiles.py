@@ -133,10 +133,18 @@ def _conformant_as_edge_llm_0_10(tmp_path: Path, only: set[str] | None) -> None:
 
 
 def test_the_bundled_backend_is_conformant_as_edge_llm_0_10_where_the_profiles_differ(tmp_path):
-    """Every case about a rule the profiles set differently. (As kvconform-1, the default profile,
-    tests/conformance/test_suite.py runs every case; every case as edge-llm-0.10 is -m slow.)"""
+    """Every case about a rule the profiles set differently, and every case with media input,
+    where most switches act whatever rule the case is about (an EAGLE case with an image once
+    caught the backend applying the hybrid-hit trim to paired EAGLE hits). As kvconform-1, the
+    default profile, tests/conformance/test_suite.py runs every case; every case as
+    edge-llm-0.10 is -m slow."""
     differ = differing_rules()
-    _conformant_as_edge_llm_0_10(tmp_path, {c.id for c in select(discover()) if set(c.rules) & differ})
+    _conformant_as_edge_llm_0_10(tmp_path, {c.id for c in select(discover())
+                                            if set(c.rules) & differ or _has_media(c.engine_args)})
+
+
+def _has_media(engine_args: dict) -> bool:
+    return bool(engine_args.get("vision") or engine_args.get("audio") or engine_args.get("tokenizer"))
 
 
 @pytest.mark.slow
