@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from reference.peers import common_prefix
+
 from . import PEER_PROFILES
 
 WORDS = ("the of and to in is for on with as at by from that this it be are was or an not but all can "
@@ -66,15 +68,6 @@ def filler(m: int, seed: int = 0) -> str:
 
 def chat(system: str, question: str) -> list:
     return [{"role": "system", "content": system}, {"role": "user", "content": question}]
-
-
-def common(a, b) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def fit(measure, target: int, guess: int, span: int) -> int | None:
@@ -163,7 +156,7 @@ def _near_miss(count, ids, U, off):
 
     def lcp(m):
         a, b = pair(m)
-        return common(ids(a), ids(b))
+        return common_prefix(ids(a), ids(b))
     base = lcp(0)
     target = U * max(1, -(-(base - off) // U)) + off
     while target < base:
