@@ -88,6 +88,9 @@ def materialize_for(case: Case, target_config: dict, media_dir: Path) -> Materia
     dst = oracle.engine_of(target_config)
     notes: list[str] = []
     _check_fit(case, src, dst)
+    if not _deployment(src) and _deployment(dst) == EAGLE:
+        notes.append("run on an attention-only EAGLE3 engine: paired base and draft pages, one-page replay "
+                     "(spec/context-reuse.md section 12)")
     if case.meta.get("scenario"):            # written as a function of the engine: build it for this one
         doc, runtime = scenarios.build(case.meta["scenario"], dst, case.runtime)
         notes.append(f"scenario {case.meta['scenario']} built for this engine ({len(doc['requests'])} requests)")
@@ -118,6 +121,12 @@ def materialize_for(case: Case, target_config: dict, media_dir: Path) -> Materia
 
 # --- what the engine must have --------------------------------------------------------------------
 
+EAGLE = {"spec_decode": "eagle"}
+"""A plain case runs on an attention-only EAGLE3 engine: the oracle predicts its counts with the
+paired pages and one-page replay of section 12 (CR-SPEC), as for a vendor whose one engine
+speculates; its own hand-derived counts are dropped like every materialized case's."""
+
+
 def _check_fit(case: Case, src, dst) -> None:
     if src.recurrent_layers and not dst.recurrent_layers:
         raise NotExpressible("needs recurrent layers (its rules are about recurrent or hybrid models)")
@@ -125,9 +134,8 @@ def _check_fit(case: Case, src, dst) -> None:
         raise NotExpressible("needs attention layers (its rules are about KV pages)")
     if src.kv_cache_dtype != dst.kv_cache_dtype:
         raise NotExpressible(f"needs a {src.kv_cache_dtype} KV cache; this engine keeps {dst.kv_cache_dtype}")
-    want = {k: v for k, v in (src.deployment or {}).items() if v}
-    have = {k: v for k, v in (dst.deployment or {}).items() if v}
-    if want != have:
+    want, have = _deployment(src), _deployment(dst)
+    if want != have and not (not want and have == EAGLE):
         raise NotExpressible(f"needs the deployment {want or 'plain'}; this engine is {have or 'plain'}")
     if src.hf and _tokenizer_of(src) != _tokenizer_of(dst):
         raise NotExpressible(f"is written for the {src.tokenizer['loader']} reading of {src.tokenizer['files']}; "
@@ -139,6 +147,10 @@ def _check_fit(case: Case, src, dst) -> None:
         needs = kind in kinds or (kind == "image" and src.vision and case.negative)
         if needs and encoder is None:
             raise NotExpressible(f"needs {'a vision' if kind == 'image' else 'an audio'} encoder")
+
+
+def _deployment(engine) -> dict:
+    return {k: v for k, v in (engine.deployment or {}).items() if v}
 
 
 def _tokenizer_of(engine) -> tuple | None:

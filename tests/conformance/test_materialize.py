@@ -146,6 +146,21 @@ def test_what_cannot_be_expressed_says_why(case_id, target, reason, tmp_path):
         materialize_for(case(case_id), engine(**target), tmp_path)
 
 
+def test_a_plain_case_runs_on_an_eagle_engine_with_paired_pages(tmp_path):
+    """A vendor's one engine may speculate (attention-only EAGLE3): plain cases run on it, the
+    oracle predicting section 12's paired pages and one-page replay; other methods still refuse."""
+    eagle = engine(tokensPerPage=16, specDecode="eagle")
+    own = case("sections/plan/exact-replays")
+    made = materialize_for(own, eagle, tmp_path)
+    assert any("EAGLE3" in a for a in made.adaptations)
+    config = reference.engine_from_config(made.doc["_conformance"]["materialized"]["engine_config"])
+    sim = reference.Simulator(config, reference.RuntimeFlags.from_case_runtime(made.doc["_conformance"]["runtime"]))
+    sim.run(made.doc, "/", [[97] * made.doc.get("max_generate_length", 256) for _ in made.doc["requests"]])
+    assert sim.profile()["context_cache"]["speculative"]["full_page_replays"] > 0
+    with pytest.raises(NotExpressible, match="needs the deployment plain"):
+        materialize_for(own, engine(tokensPerPage=16, specDecode="mtp"), tmp_path)
+
+
 def test_adapters_are_renamed_to_the_engines(tmp_path):
     made = materialize_for(case("golden/id-lora-isolation"), engine(tokensPerPage=16, loraAdapters=["x", "y"]),
                            tmp_path)
