@@ -668,11 +668,38 @@ def reach_cases() -> list[dict]:
     ]
 
 
+def speculative_cases() -> list[dict]:
+    """EAGLE3 decoding several tokens, so the draft head's proposals are verified over many steps
+    and paired pages are published at decode end and fed back (the golden eagle-* cases generate
+    one or two tokens). The oracle predicts their counts from the generated tokens."""
+    eagle = dict(LONG4, specDecode="eagle")
+    including = dict(GREEDY, max_generate_length=9, context_cache_commit_policy="including_generated_tokens")
+    feedback = [user("abcdefghij"), turns(("user", "abcdefghij"), ("assistant", "{{output:0}}"), ("user", "klm")),
+                user("abcdefghij")]
+    return [
+        case("sections/spec/decode-end-feedback", "EAGLE3, greedy, 9 generated tokens under "
+             "including_generated_tokens: r0 publishes its prompt and answer as paired pages at decode end, r1 "
+             "feeds the answer back and matches them (one page replayed), r2 replays r0's prompt. The counts "
+             "depend on the generated tokens, so the oracle predicts them from the backend's output ids.",
+             ["CR-SPEC-1", "CR-SPEC-2", "CR-SPEC-3", "CR-SPEC-4"], feedback, engine=eagle, settings=including),
+        case("sections/spec/batched-pairs", "EAGLE3 with batches of 2: two paired sequences verify proposals "
+             "side by side, each with its own draft pages; the second batch matches both records.",
+             ["CR-SPEC-1", "CR-SPEC-4", "CR-SPEC-5", "CR-SPEC-6"],
+             [user("abcdefghij"), user("abcdefgh"), user("abcdefghijk"), user("abcdefghi")],
+             engine=dict(eagle, maxBatchSize=2), settings=dict(including, batch_size=2)),
+        case("sections/spec/sampled-falls-back", "A sampled (non-greedy) EAGLE3 file decodes vanilla and matches "
+             "base pages only (CR-SPEC-7); no replay is counted.", ["CR-SPEC-7", "CR-SPEC-3"],
+             [user("abcdefghij"), user("abcdefghij")], engine=eagle,
+             settings={"apply_chat_template": False, "max_generate_length": 4, "temperature": 0.8, "top_k": 5,
+                       "seed": 3}),
+    ]
+
+
 def all_cases() -> dict[str, dict]:
     out = edge_llm_cases()
     for group in (identity_cases(), planning_cases(), media_cases(), publication_cases(), policy_cases(),
                   capacity_cases(), batching_cases(), hybrid_cases(), output_cases(), negative_cases(),
-                  catalogue_cases(), tokenizer_cases(), reach_cases()):
+                  catalogue_cases(), tokenizer_cases(), reach_cases(), speculative_cases()):
         for doc in group:
             out[doc["_conformance"]["id"] + ".json"] = doc
     return out
