@@ -114,11 +114,11 @@ def load_weights(folder: str) -> Weights:
     if cached is not None and cached[0] == stamp:
         return cached[1]
     from safetensors import SafetensorError
-    from safetensors.numpy import load_file
+    from safetensors.numpy import load
     try:
         with open(weights_path, "rb") as f:
             data = f.read()
-        tensors = load_file(weights_path)
+        tensors = load(data)                       # one read: the same bytes are digested below
     except (OSError, SafetensorError, ValueError) as e:
         raise LayoutError(f"{weights_path}: not a safetensors file ({e})") from None
     for name, shape in tensor_shapes(cfg).items():
@@ -133,11 +133,11 @@ def load_weights(folder: str) -> Weights:
 
 def _load_adapter(path: str, cfg: dict) -> tuple[str, dict]:
     from safetensors import SafetensorError
-    from safetensors.numpy import load_file
+    from safetensors.numpy import load
     try:
         with open(path, "rb") as f:
             data = f.read()
-        tensors = load_file(path)
+        tensors = load(data)
     except (OSError, SafetensorError, ValueError) as e:
         raise LayoutError(f"{path}: not a LoRA safetensors file ({e})") from None
     targets = adapter_targets(cfg)

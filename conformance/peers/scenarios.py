@@ -158,9 +158,7 @@ def _near_miss(count, ids, U, off):
         a, b = pair(m)
         return common_prefix(ids(a), ids(b))
     base = lcp(0)
-    target = U * max(1, -(-(base - off) // U)) + off
-    while target < base:
-        target += U
+    target = _boundary_at_least(base, U, off)
     m = fit(lcp, target, target - base, 3 * U)
     achieved = lcp(m if m is not None else target - base)
     a, b = pair(m if m is not None else target - base)
@@ -170,6 +168,14 @@ def _near_miss(count, ids, U, off):
                     {"unit": U, "shared_tokens_intended": target, "shared_tokens": achieved})
 
 
+def _boundary_at_least(base: int, U: int, off: int) -> int:
+    """The smallest k*U + off (k >= 1) that is at least `base`: a length the filler can reach."""
+    target = U * max(1, -(-(base - off) // U)) + off
+    while target < base:
+        target += U
+    return target
+
+
 def _replay_length(count, ids, U, off, name):
     def prompt(m):
         return chat(SYSTEM + " " + filler(m, 7), QUESTIONS[1])
@@ -177,9 +183,7 @@ def _replay_length(count, ids, U, off, name):
     def length(m):
         return len(ids(prompt(m)))
     base = length(0)
-    target = U * max(1, -(-(base - off) // U)) + off
-    while target < base:
-        target += U
+    target = _boundary_at_least(base, U, off)
     m = fit(length, target, target - base, 3 * U)
     chosen = prompt(m if m is not None else target - base)
     return PeerCase(f"boundaries/replay-at-{name}", "boundaries",
