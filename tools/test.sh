@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The test command: set up .venv (CPU torch where no NVIDIA GPU exists) and run the default
-# test suite on all cores. Extra arguments go to pytest (e.g. `tools/test.sh -m slow`).
+# test suite on all cores. Extra arguments go to pytest (e.g. `tools/test.sh -m slow`);
+# `tools/test.sh --print-workers` prints the number of pytest workers it would start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=$(tools/setup_env.sh | tail -n 1)
+# Count the cores first: GNU nproc honours OMP_NUM_THREADS and OMP_THREAD_LIMIT, so asking it
+# after the export below would always answer 1. `env -u` asks for the CPUs this process may use.
+WORKERS=${KVCONFORM_TEST_WORKERS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
 # One BLAS thread per pytest worker: the workers already use every core.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
-WORKERS=${KVCONFORM_TEST_WORKERS:-$(nproc)}
+if [ "${1:-}" = "--print-workers" ]; then echo "$WORKERS"; exit 0; fi
+PY=$(tools/setup_env.sh | tail -n 1)
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${GPUS:-0}" -gt 0 ] && [ "$#" -eq 0 ]; then
   # A GPU machine: the CPU tests on every core, then the CUDA tests one worker per GPU (workers
