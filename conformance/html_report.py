@@ -295,8 +295,9 @@ def _case(k: int, c: dict, open_: bool) -> str:
     has_map = isinstance((c.get("details") or {}).get("page_map"), dict)
     body.append(f'<div class="pagemap" data-case="{k}"><noscript>The page map is drawn by a script; its numbers '
                 f"are in report.json, cases[{k}].details.page_map.</noscript></div>" if has_map else
-                '<p class="note">No page map: the case ended before the oracle predicted a request file '
-                "(a refusal, a negative case, an error), or ran several request files.</p>")
+                '<p class="note">No page map in report.json: the case ended before the oracle predicted a '
+                "request file (a refusal, a negative case, an error), ran several request files, or an older kit "
+                "wrote the report.</p>")
     return (f'<details class="case v-{_e(verdict)}" id="case-{k}" data-case="{k}" data-verdict="{_e(verdict)}"'
             f'{" open" if open_ else ""}><summary><span class="badge {_e(verdict)}">{_e(SHORT.get(verdict, verdict))}'
             f'</span> <code class="cid">{_e(c.get("id"))}</code> <span class="rules">{_e(rules)}</span>'

@@ -239,12 +239,12 @@
     } else {
       bits.push("peer profile " + show(pm.profile), pm.unit + " size " + pm.size);
     }
-    var legend = pm.unit === "page"
-      ? '<i class="exp"></i>oracle reused<i class="obs"></i>backend reused<i class="computed"></i>computed by the prefill' +
-        '<i class="media"></i>media item<i class="split"></i>page boundary inside an item<i class="pub"></i>record published' +
-        '<i class="diff"></i>first difference'
-      : '<i class="exp"></i>oracle cached<i class="obs"></i>server cached<i class="computed"></i>computed' +
-        '<i class="cap"></i>the most a count may be (N - 1 cap)<i class="diff"></i>first difference';
+    var items = pm.unit === "page"
+      ? [["exp", "oracle reused"], ["obs", "backend reused"], ["computed", "computed by the prefill"], ["media", "media item"],
+         ["split", "page boundary inside an item"], ["pub", "record published"], ["diff", "first difference"]]
+      : [["exp", "oracle cached"], ["obs", "server cached"], ["computed", "computed"], ["cap", "the most a count may be"],
+         ["n-1", "N - 1"], ["diff", "first difference"]];
+    var legend = items.map(function (x) { return '<span><i class="' + x[0] + '"></i>' + esc(x[1]) + "</span>"; }).join("");
     return '<p class="file-line">' + esc(bits.join(" · ")) + '</p><p class="legend">' + legend + "</p>";
   }
   function draw(box) {
