@@ -119,6 +119,8 @@ def _nav(doc: dict) -> str:
         links.insert(1, ("generated", "Generated families"))
     if doc.get("campaign"):
         links.insert(1, ("campaign", "Campaign"))
+    if doc.get("peer"):
+        links.insert(1, ("peer", "Peer server"))
     return '<nav>' + " ".join(f'<a href="#{k}">{v}</a>' for k, v in links) + "</nav>"
 
 

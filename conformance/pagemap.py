@@ -69,7 +69,8 @@ def _chosen(count: int, named: list) -> list:
     if count <= MAX_REQUESTS:
         return list(range(count))
     keep = named[:MAX_REQUESTS]
-    rest = [i for i in range(count) if i not in set(keep)][:MAX_REQUESTS - len(keep)]
+    kept = set(keep)
+    rest = [i for i in range(MAX_REQUESTS) if i not in kept][:MAX_REQUESTS - len(keep)]
     return sorted(keep + rest)
 
 
@@ -79,7 +80,8 @@ def _request(i: int, request, want: dict, have: dict | None, batch, P: int, gene
     entry = {
         "request": i, "batch": batch, "n": request.n, "lora": request.lora_name,
         "status": want.get("status"), "error": want.get("error"),
-        "generated": len(generated) if generated is not None else want.get("generated_tokens"),
+        "generated": want["generated_tokens"] if isinstance(want.get("generated_tokens"), int)
+        else len(generated) if generated is not None else None,
         "media": _media(request.spans, P),
         "expected": expected,
         "observed": seen,

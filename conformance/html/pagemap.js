@@ -11,7 +11,7 @@
   "use strict";
   var node = document.getElementById("kv-pagemaps");
   var MAPS = node ? JSON.parse(node.textContent || "{}") : {};
-  var W = 940, LABEL = 170, ROW = 15, GAP = 5, RIGHT = 8, MAX_CELLS = 480;
+  var W = 960, LABEL = 196, ROW = 15, GAP = 5, RIGHT = 8, MAX_CELLS = 480;
 
   function esc(v) {
     return String(v === null || v === undefined ? "" : v).replace(/[&<>"']/g, function (c) {
