@@ -17,6 +17,7 @@ COMMANDS = {
     "simulate": ("conformance.commands.simulate", "predict a backend's profile with the reference oracle"),
     "describe": ("conformance.commands.describe", "write the engine description of a real engine folder"),
     "merge": ("conformance.commands.merge", "merge sharded report folders into one"),
+    "report": ("conformance.commands.report", "write a report folder's report.html again from its report.json"),
     "selftest": ("conformance.commands.selftest", "check that the suite catches every seeded faulty backend"),
     "campaign": ("conformance.commands.campaign", "draw generated request sets seed after seed for hours, locally or on Ray"),
 }

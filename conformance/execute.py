@@ -23,6 +23,7 @@ from .numerics import check_outputs
 from .compare import MISSING, check_shape, compare_outputs, compare_profile, compare_requests, dotted_get, leaves
 from .errors import KvconformError
 from .explain import Explainer
+from .pagemap import case_page_map
 from .verdicts import CaseResult, Failure, Verdict
 
 # Keys of an engine description the oracle reads (spec/engine.md section 2): a bundled build
@@ -330,6 +331,8 @@ class Runner:
             prediction.responses, main.responses) if self.case.compare_outputs else ([], {})
         for f in found:
             self.result.add(f)
+        self.result.details["page_map"] = case_page_map(engine, flags, prediction, main.responses, main.profile,
+                                                        self.result.failures)
 
     def check_expect(self, engine, flags, doc: dict, prediction) -> None:
         """A case's hand-derived `expect` checks the oracle itself: a mismatch is the kit's ERROR."""

@@ -1,4 +1,5 @@
-"""The report folder (spec/RUNNING.md section 7): report.json, junit.xml, summary.md, reproducers/.
+"""The report folder (spec/RUNNING.md section 7): report.json, junit.xml, summary.md, report.html,
+reproducers/.
 
 report.json is rewritten atomically (temporary file, fsync, rename) after every case with
 `"complete": false`, so an interrupted or killed run still leaves a valid report of the cases
@@ -30,6 +31,7 @@ from .cases import ROOT, SECTIONS
 from .compare import TOLERANCES
 from .numerics.judge import TOLERANCES as REFERENCE_TOLERANCES
 from .errors import KvconformError
+from .html_report import write_html
 from .schemas import schema_errors
 from .verdicts import CaseResult, Verdict, headline_note, summarize
 
@@ -57,7 +59,7 @@ def environment() -> dict:
     return env
 
 
-OUTPUTS = ("report.json", "junit.xml", "summary.md", "reproducers", "materialized")
+OUTPUTS = ("report.json", "junit.xml", "summary.md", "report.html", "reproducers", "materialized")
 
 
 def make_folder(folder: Path) -> None:
@@ -176,6 +178,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 def write_outputs(folder: Path, doc: dict, results: list[CaseResult]) -> None:
     write_text_atomic(folder / "junit.xml", junit(doc, results))
     write_text_atomic(folder / "summary.md", summary_markdown(doc, results))
+    write_html(folder, doc)
 
 
 def check_report(doc: dict) -> list[tuple[str, str]]:

@@ -210,6 +210,8 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
     reproduced = rerun.verdict == result.verdict and (first is None or first.signature() in signatures)
     result.details.update(reproduced=reproduced, reproducer_verdict=str(rerun.verdict),
                           reproducer_requests=len(doc["requests"]))
+    if "page_map" in rerun.details:        # the shrunk reproducer's pages, as its own run drew them
+        result.details["page_map"] = rerun.details["page_map"]
     result.reason = (f"{'shrunk to' if shrink else 'found with (not shrunk)'} {len(doc['requests'])} request(s); "
                      "the reproducer, run alone, "
                      + ("fails the same way" if reproduced else f"ends {rerun.verdict} (not the same failure)"))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from reference import peers as oracle
 
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
+from ..pagemap import peer_page_map
 from ..verdicts import CaseResult, Failure, Verdict
 from . import PEER_PROFILES
 from .judge import USAGE, explain, judge_count, judge_timings, read_count
@@ -132,7 +133,8 @@ def _steps(case: PeerCase, ctx: PeerContext, result: CaseResult, transcript: lis
         answers[k] = completion.text
         if unknown is None:
             unknown = _commit(sim, req, step, completion, k)
-    result.details = {"steps": rows, **({"layout": case.layout} if case.layout else {})}
+    result.details = {"steps": rows, **({"layout": case.layout} if case.layout else {}),
+                      "page_map": peer_page_map(ctx.profile, ctx.settings, rows)}
     if judged == 0 and result.verdict == Verdict.PASS:
         result.settle(Verdict.NOT_SUPPORTED, "no count of this case could be judged")
 

@@ -8,6 +8,7 @@ judged request as predicted against reported, so a reader can check each count b
 """
 from __future__ import annotations
 
+from ..html_report import write_html
 from ..report import Report, junit, problems_table, verdict_table, write_json_atomic, write_text_atomic
 from ..verdicts import Verdict, headline_note
 
@@ -26,6 +27,7 @@ class PeerReport(Report):
     def _outputs(self, doc: dict) -> None:
         write_text_atomic(self.folder / "junit.xml", junit(doc, self.results))
         write_text_atomic(self.folder / "summary.md", peer_summary_markdown(doc, self.results))
+        write_html(self.folder, doc)
 
     def interrupted(self) -> None:
         doc = self.json(False)

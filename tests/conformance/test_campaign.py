@@ -83,6 +83,22 @@ def test_a_campaign_reports_its_throughput(campaign):
     assert all(d["id"] in summary for d in state["distinct_failures"])
 
 
+def test_a_campaign_writes_its_page_with_the_shrunk_reproducers_page_map(campaign):
+    from html_checks import embedded_page_maps, html_problems
+    _, folder = campaign
+    doc = _report(folder)
+    page = (folder / "report.html").read_text()
+    assert html_problems(page) == [] and '<section id="campaign">' in page
+    assert all(d["id"] in page for d in doc["campaign"]["distinct_failures"])
+    failed = [(k, c) for k, c in enumerate(doc["cases"]) if c["verdict"] == "FAIL"]
+    assert failed and all("page_map" in c["details"] for _, c in failed)
+    k, entry = failed[0]
+    assert embedded_page_maps(page)[str(k)] == entry["details"]["page_map"]
+    named = {f["request"] for f in entry["failures"] if f["request"] is not None}
+    drawn = {r["request"] for r in entry["details"]["page_map"]["requests"] if r["first_difference"]}
+    assert named <= {r["request"] for r in entry["details"]["page_map"]["requests"]} and drawn
+
+
 def _failed(rule: str, what: str) -> CaseResult:
     r = CaseResult("generated/text", ["CR-PUB-2"])
     r.add(Failure(rule, what, 1, 2, "why", 0))
