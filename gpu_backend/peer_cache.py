@@ -14,11 +14,10 @@ independently of the kit's oracle:
     cache.store(req, sequence, kv, sampled)   sequence = prompt + sampled[:-1], kv of all of it
     cache.reset()
 
-Subclasses change one method (`cap`, `spans`, `reported`, `extras`, `namespace`): the seams
+Subclasses change one method (`cap`, `spans`, `reported`, `extras`, `namespace`, `release`): the seams
 the kit's faulty server variants use.
 """
 import hashlib
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
@@ -31,6 +30,8 @@ class ChatRequest:
     salt: str | None = None
     extra_key: str | None = None
     extras: dict = field(default_factory=dict)
+    lora_path: str | None = None
+    skip_prefix_cache: bool = False
 
 
 def _shared(a, b) -> int:
@@ -51,6 +52,9 @@ class SlotCache:
     def reset(self):
         self.tokens, self.kv = [], None
 
+    def published(self) -> dict:
+        return {}
+
     def cap(self, n: int) -> int:
         """At least one prompt token is evaluated again (server-context.cpp: n_past--)."""
         return n - 1
@@ -65,17 +69,27 @@ class SlotCache:
 
 
 class BlockCache:
-    """vLLM automatic prefix caching: full blocks keyed by a hash chain with extra keys."""
-    settings = {"block_size": 16, "cache_blocks": None}
+    """vLLM automatic prefix caching: full blocks keyed by a hash chain with extra keys.
 
-    def __init__(self, block_size=16, cache_blocks=None):
+    A key may be held by several blocks (a block beyond the N - 1 cap, or dropped under EAGLE,
+    is computed and cached again); a hit uses the block that cached it first. Freed blocks go
+    back last block first: a block without a key to the head of the free queue, one with a key
+    to the tail (vllm/v1/core/block_pool.py free_blocks)."""
+    settings = {"block_size": 16, "cache_blocks": None, "enable_prefix_caching": True, "eagle": False}
+
+    def __init__(self, block_size=16, cache_blocks=None, enable_prefix_caching=True, eagle=False):
         self.B, self.capacity = block_size, cache_blocks
+        self.caching, self.eagle = enable_prefix_caching, eagle
         self.reset()
 
+    def published(self) -> dict:
+        """The settings the server publishes (vLLM's cache config in /metrics)."""
+        return {"block_size": self.B, "cache_blocks": self.capacity, "enable_prefix_caching": self.caching}
+
     def reset(self):
-        self.holder = {}                        # key -> block ids holding it
+        self.holder = {}                        # key -> block ids holding it, first cached first
         self.blocks = {}                        # block id -> [key, kv]
-        self.free = OrderedDict((b, True) for b in range(1, (self.capacity or 0) + 1))
+        self.free = list(range(1, (self.capacity or 0) + 1))
         self.fresh = 1                          # next id of an unbounded cache
 
     # seams ---------------------------------------------------------------------------------
@@ -84,13 +98,14 @@ class BlockCache:
         return [(i * self.B, (i + 1) * self.B) for i in range(n // self.B)]
 
     def extras(self, req, index: int) -> tuple:
-        out = () if req.lora is None else (("lora", req.lora),)
+        out = () if req.lora is None else (("lora", req.lora, req.lora_path),)
         if index == 0 and req.salt is not None:
             out += (("cache_salt", req.salt),)
         return out
 
     def reported(self, hit_spans: list, n: int) -> int:
-        return self.B * min(len(hit_spans), (n - 1) // self.B)
+        blocks = min(len(hit_spans), (n - 1) // self.B)
+        return self.B * (max(0, blocks - 1) if self.eagle else blocks)
 
     # --------------------------------------------------------------------------------------
     def keys(self, ids, req) -> list:
@@ -102,7 +117,9 @@ class BlockCache:
             out.append(parent)
         return out
 
-    def _hits(self, keys) -> int:
+    def _hits(self, keys, req) -> int:
+        if not self.caching or req.skip_prefix_cache:
+            return 0
         k = 0
         while k < len(keys) and self.holder.get(keys[k]):
             k += 1
@@ -110,22 +127,23 @@ class BlockCache:
 
     def lookup(self, req):
         n, spans, keys = len(req.ids), self.spans(len(req.ids)), self.keys(req.ids, req)
-        hits = self._hits(keys)
+        hits = self._hits(keys, req)
         c = self.reported(spans[:hits], n)
         use = min(c, n - 1)
         if use <= 0:
             return c, None
-        parts = [self.blocks[min(self.holder[k])][1] for k in keys[:hits]]
+        parts = [self.blocks[self.holder[k][0]][1] for k in keys[:hits]]
         return c, torch.cat(parts, dim=2)[:, :, :use]
 
     def store(self, req, sequence, kv, sampled):
         n = len(req.ids)
         keys, spans = self.keys(sequence, req), self.spans(len(sequence))
-        used = min(self._hits(keys[:len(self.spans(n))]), (n - 1) // self.B)
+        used = self.reported(spans[:self._hits(keys[:len(self.spans(n))], req)], n) // self.B
         held = []
         for key in keys[:used]:
-            block = min(self.holder[key])
-            self.free.pop(block, None)
+            block = self.holder[key][0]
+            if block in self.free:
+                self.free.remove(block)
             held.append(block)
         computed = n
         self._take(held, -(-n // self.B))
@@ -135,8 +153,12 @@ class BlockCache:
             self._take(held, -(-computed // self.B))
             self._keep(held, keys, spans, kv, used, computed)
         if self.capacity is not None:
-            for block in reversed(held):
-                self.free[block] = True
+            self.release(held)
+
+    def release(self, held: list) -> None:
+        """Free a finished request's blocks, last first: unkeyed to the head, keyed to the tail."""
+        unkeyed = [b for b in reversed(held) if b not in self.blocks]
+        self.free = unkeyed + self.free + [b for b in reversed(held) if b in self.blocks]
 
     def _take(self, held, blocks):
         while len(held) < blocks:
@@ -145,13 +167,15 @@ class BlockCache:
             elif not self.free:
                 raise RuntimeError(f"out of KV blocks ({self.capacity})")
             else:
-                block, _ = self.free.popitem(last=False)
+                block = self.free.pop(0)
                 old = self.blocks.pop(block, [None])[0]
                 if old is not None:
-                    self.holder[old].discard(block)
+                    self.holder[old].remove(block)
             held.append(block)
 
     def _keep(self, held, keys, spans, kv, used, computed):
+        if not self.caching:
+            return
         for i in range(used, len(keys)):
             a, b = spans[i]
             if b > computed:
@@ -159,7 +183,7 @@ class BlockCache:
             if self.blocks.get(held[i], [None])[0] == keys[i]:
                 continue
             self.blocks[held[i]] = [keys[i], kv[:, :, a:b].clone()]
-            self.holder.setdefault(keys[i], set()).add(held[i])
+            self.holder.setdefault(keys[i], []).append(held[i])
 
 
 class _Node:
@@ -179,6 +203,9 @@ class RadixCache:
 
     def reset(self):
         self.roots = {}
+
+    def published(self) -> dict:
+        return {"page_size": self.P}
 
     def namespace(self, req) -> tuple:
         return ((req.extra_key or "") + (req.lora or ""), req.salt)
@@ -203,8 +230,12 @@ class RadixCache:
             return 0, None
         n = len(req.ids)
         matched, parts = self._match(root, req.ids[:n - 1])
-        c = self.P * (matched // self.P)
-        return c, (torch.cat(parts, dim=2)[:, :, :c] if c > 0 else None)
+        use = self.P * (matched // self.P)
+        return self.reported(matched, n), (torch.cat(parts, dim=2)[:, :, :use] if use > 0 else None)
+
+    def reported(self, matched: int, n: int) -> int:
+        """The count of a match of `matched` tokens (already below N): whole pages."""
+        return self.P * (matched // self.P)
 
     def store(self, req, sequence, kv, sampled):
         length = self.P * (len(sequence) // self.P)

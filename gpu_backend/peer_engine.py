@@ -31,8 +31,8 @@ class PeerEngine:
         self.model = Model(self.cfg, os.path.join(engine_dir, self.cfg["weights"]), self.device)
         self.text = HFText(engine_dir, self.cfg)
         self.allowed = self.text.allowed.to(self.device)
-        self.loras = {name: self._load_lora(os.path.join(engine_dir, spec["path"]))
-                      for name, spec in self.cfg["lora_adapters"].items()}
+        self.lora_paths = {name: os.path.join(engine_dir, spec["path"]) for name, spec in self.cfg["lora_adapters"].items()}
+        self.loras = {name: self._load_lora(path) for name, path in self.lora_paths.items()}
         self.layers = len(self.cfg["layer_kinds"])
 
     def _load_lora(self, path: str) -> dict:

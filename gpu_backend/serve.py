@@ -79,9 +79,12 @@ class PeerServer:
             if route == ("GET", "/health"):
                 return 200, {"status": "ok"}
             if route == ("GET", "/v1/models"):
-                return 200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]}
+                return 200, self.models()
             if route == ("POST", "/v1/chat/completions"):
                 return 200, self.chat(_object(body))
+            published = self.published(route)
+            if published is not None:
+                return 200, published
             if self.profile == "llama.cpp-server":
                 if route == ("POST", "/tokenize"):
                     return 200, {"tokens": self.engine.tokenize(_string(_object(body), "content"))}
@@ -97,19 +100,51 @@ class PeerServer:
                     return 200, {"tokens": ids, "count": len(ids), "max_model_len": self.engine.cfg["max_input_len"]}
                 if route == ("POST", "/reset_prefix_cache"):
                     self.cache.reset()
-                    return 200, {}
+                    return 200, {"success": True}
             if self.profile == "sglang-radix" and route in (("POST", "/flush_cache"), ("GET", "/flush_cache")):
                 self.cache.reset()
                 return 200, {"message": "Cache flushed."}
         raise RequestError(404, f"no route {method} {url.path} on a {self.profile} server")
+
+    def models(self) -> dict:
+        """GET /v1/models: the model, and on a vLLM server each adapter with its parent and path."""
+        context = self.engine.cfg["max_input_len"]
+        data = [{"id": MODEL_NAME, "object": "model", "root": MODEL_NAME, "parent": None, "max_model_len": context}]
+        if self.profile == "vllm-apc":
+            data += [{"id": name, "object": "model", "root": path, "parent": MODEL_NAME, "max_model_len": None}
+                     for name, path in sorted(self.engine.lora_paths.items())]
+        return {"object": "list", "data": data}
+
+    def published(self, route):
+        """What the real servers publish about their cache: vLLM's `/metrics` cache config,
+        SGLang's `/get_server_info`, llama.cpp's `/props` and `/slots`; None for other routes."""
+        s = self.cache.published()
+        context = self.engine.cfg["max_input_len"]
+        if self.profile == "vllm-apc" and route == ("GET", "/metrics"):
+            labels = {"block_size": s["block_size"], "enable_prefix_caching": s["enable_prefix_caching"],
+                      "num_gpu_blocks": "None" if s["cache_blocks"] is None else s["cache_blocks"] + 1}
+            text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+            return ("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+                    "# TYPE vllm:cache_config_info gauge\n" f"vllm:cache_config_info{{{text}}} 1.0\n")
+        if self.profile == "sglang-radix" and route == ("GET", "/get_server_info"):
+            return {"page_size": s["page_size"], "disable_radix_cache": False, "context_length": context,
+                    "version": "kvconform-bundled"}
+        if self.profile == "llama.cpp-server" and route == ("GET", "/props"):
+            return {"total_slots": 1, "default_generation_settings": {"n_ctx": context}}
+        if self.profile == "llama.cpp-server" and route == ("GET", "/slots"):
+            return [{"id": 0, "n_ctx": context, "is_processing": False}]
+        return None
 
     def chat(self, body: dict) -> dict:
         messages = _messages(body)
         max_tokens = body.get("max_tokens", 16)
         if type(max_tokens) is not int or max_tokens < 1:
             raise RequestError(400, "max_tokens must be an integer >= 1")
-        req = ChatRequest(self.engine.prompt(messages)[0], lora=self._adapter(body),
-                          salt=_optional_string(body, "cache_salt"), extra_key=_optional_string(body, "extra_key"))
+        lora = self._adapter(body)
+        req = ChatRequest(self.engine.prompt(messages)[0], lora=lora,
+                          salt=_optional_string(body, "cache_salt"), extra_key=_optional_string(body, "extra_key"),
+                          lora_path=None if lora is None else self.engine.lora_paths[lora],
+                          skip_prefix_cache=self.profile == "vllm-apc" and _skips_reading(body))
         n = len(req.ids)
         if n + max_tokens > self.engine.cfg["max_input_len"]:
             raise RequestError(400, f"{n} prompt tokens + max_tokens {max_tokens} exceed the context "
@@ -153,6 +188,14 @@ class PeerServer:
         if self.profile == "llama.cpp-server":
             response["timings"] = {"cache_n": cached, "prompt_n": n - out["reused"], "predicted_n": g}
         return response
+
+
+def _skips_reading(body: dict) -> bool:
+    """vLLM's per-request read bypass: prompt log-probabilities asked for, or
+    skip_reading_prefix_cache (vllm sampling_params.py)."""
+    if body.get("skip_reading_prefix_cache") is not None:
+        return body["skip_reading_prefix_cache"] is True
+    return body.get("prompt_logprobs") is not None
 
 
 def _object(body) -> dict:
@@ -206,9 +249,10 @@ class _Handler(BaseHTTPRequestHandler):
             status, doc = e.status, {"error": {"message": str(e), "code": e.status}}
         except Exception as e:                       # a bug: say so, keep serving
             status, doc = 500, {"error": {"message": f"{type(e).__name__}: {e}", "code": 500}}
-        data = json.dumps(doc).encode()
+        text = isinstance(doc, str)
+        data = doc.encode() if text else json.dumps(doc).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/plain; version=0.0.4" if text else "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

@@ -157,6 +157,29 @@ class OpenAIClient:
             body["model"] = self.model
         return _token_list(self.post("/tokenize", body), "/tokenize")
 
+    # ------------------------------------------------------------------ plain text (peer settings)
+
+    def get_text(self, path: str, limit: int = 1 << 20) -> str:
+        """GET a plain-text endpoint (vLLM's Prometheus `/metrics`), at most `limit` bytes read.
+        NotOffered or ServerFailure like any request."""
+        try:
+            with self.http.stream("GET", self.root + path) as response:
+                if response.status_code in (404, 405, 501):
+                    raise NotOffered(f"GET {path}: HTTP {response.status_code}")
+                if response.status_code != 200:
+                    raise ServerFailure("http", f"GET {path}: HTTP {response.status_code}", response.status_code)
+                data = b""
+                for chunk in response.iter_bytes():
+                    data += chunk
+                    if len(data) >= limit:
+                        break
+        except httpx.TimeoutException as e:
+            raise ServerFailure("timeout", f"GET {path}: no answer within {self.timeout.read:g} s "
+                                           f"({type(e).__name__})") from None
+        except httpx.HTTPError as e:
+            raise ServerFailure("connection", f"GET {path}: cannot reach {self.root}: {type(e).__name__}: {e}") from None
+        return data[:limit].decode("utf-8", errors="replace")
+
 
 def sampled_ids(logprobs) -> tuple[list | None, str | None]:
     """The sampled ids from `logprobs.content` (llama.cpp's `id`, or vLLM's `token_id:ID`):

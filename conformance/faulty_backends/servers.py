@@ -100,3 +100,39 @@ class SaltIgnoredRadix(RadixCache):
 
     def namespace(self, req) -> tuple:
         return ((req.extra_key or "") + (req.lora or ""), None)   # DEFECT: the salt is dropped
+
+
+@server_variant("vllm-free-append", "vllm-apc", (("cache_blocks", 24),))
+class FreedBlocksAppended(BlockCache):
+    """Returns every freed block to the tail of the free queue, partial blocks included.
+    Bug class: eviction order (a block without a key kept as long as a cached one).
+    Violates: PEER-VLLM-5.
+    Mirrors: vLLM before BlockPool.free_blocks split freed blocks by hash (block_pool.py:
+    "LIFO reuse of non-cached blocks"), and the kit's own reading until a real vLLM
+    contradicted it."""
+
+    def release(self, held: list) -> None:
+        self.free += list(reversed(held))                  # DEFECT: blocks without a key go to the tail too
+
+
+@server_variant("vllm-reports-zero", "vllm-apc")
+class ReportsZeroBlocks(BlockCache):
+    """Reuses blocks but reports no cached tokens.
+    Bug class: a count that is always 0 (the observable broken, the cache working).
+    Violates: PEER-VLLM-3.
+    Mirrors: servers started without --enable-prompt-tokens-details that fill the field with 0
+    instead of leaving it out."""
+
+    def reported(self, hit_spans: list, n: int) -> int:
+        return 0                                           # DEFECT: the hit is never reported
+
+
+@server_variant("sglang-reports-zero", "sglang-radix")
+class ReportsZeroRadix(RadixCache):
+    """Matches prefixes but reports no cached tokens.
+    Bug class: a count that is always 0 (the observable broken, the cache working).
+    Violates: PEER-SGL-1.
+    Mirrors: SGLang's cached_tokens when --enable-cache-report is off and a proxy fills 0."""
+
+    def reported(self, matched: int, n: int) -> int:
+        return 0                                           # DEFECT: the match is never reported

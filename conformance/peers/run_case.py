@@ -8,7 +8,7 @@ rather than judged on a guess (PEER-TOK-2).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reference import peers as oracle
 
@@ -16,7 +16,8 @@ from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
 from ..verdicts import CaseResult, Failure, Verdict
 from . import PEER_PROFILES
 from .judge import USAGE, explain, judge_count, judge_timings, read_count
-from .scenarios import Answer, PeerCase, Unsupported
+from .scenarios import Answer, PeerCase, Unsupported, unit
+from .server_info import ServerFacts
 from .tokens import TokenMismatch, TokenSource
 
 
@@ -26,6 +27,7 @@ class PeerContext:
     tokens: TokenSource
     profile: str
     settings: dict
+    facts: ServerFacts = field(default_factory=ServerFacts)
 
 
 def server_failure(e: ServerFailure, what: str, request: int | None) -> Failure:
@@ -80,7 +82,7 @@ def _steps(case: PeerCase, ctx: PeerContext, result: CaseResult, transcript: lis
     sim = oracle.simulator(ctx.profile, ctx.settings)
     answers: dict = {}
     unknown: str | None = None
-    judged = 0
+    judged = above_zero = 0
     rows = []
     for k, step in enumerate(case.steps):
         messages = []
@@ -100,7 +102,14 @@ def _steps(case: PeerCase, ctx: PeerContext, result: CaseResult, transcript: lis
         except ServerFailure as e:
             result.add(server_failure(e, "the server's tokenization", k))
             return
-        req = oracle.PeerRequest(ids, step.lora, step.salt, step.extra_key)
+        context = ctx.facts.context
+        if context is not None and len(ids) + step.max_tokens > context:
+            result.settle(Verdict.NOT_SUPPORTED, f"request {k} needs {len(ids)} prompt tokens + max_tokens "
+                          f"{step.max_tokens}, more than the server's context of {context} tokens: not sent")
+            return
+        req = oracle.PeerRequest(ids, step.lora, step.salt, step.extra_key,
+                                 lora_path=(ctx.facts.adapters or {}).get(step.lora) if step.lora else None,
+                                 skip_prefix_cache=step.skip_read)
         predicted = sim.predict(req) if unknown is None else None
         why = explain(ctx.profile, sim, req) if unknown is None else unknown
         fields = request_fields(ctx.profile, step)
@@ -118,12 +127,14 @@ def _steps(case: PeerCase, ctx: PeerContext, result: CaseResult, transcript: lis
         for f in failures:
             result.add(f)
         rows.append({"request": k, "prompt_tokens": len(ids), "predicted": predicted,
-                     "reported": reported, "fields": fields, "sampled_ids": completion.sampled_ids})
+                     "reported": reported, "fields": fields, "sampled_ids": completion.sampled_ids,
+                     **({"reuse": True} if step.reuse else {})})
         if reported is not None:
             if predicted is None:
                 result.add(Failure("PEER-TOK-2", USAGE, None, reported, unknown, k, Verdict.NOT_SUPPORTED))
             else:
                 judged += 1
+                above_zero += predicted > 0
                 for f in judge_count(ctx.profile, predicted, reported, why, k):
                     result.add(f)
                 if "timings" in PEER_PROFILES[ctx.profile]["features"]:
@@ -132,9 +143,32 @@ def _steps(case: PeerCase, ctx: PeerContext, result: CaseResult, transcript: lis
         answers[k] = completion.text
         if unknown is None:
             unknown = _commit(sim, req, step, completion, k)
-    result.details = {"steps": rows, **({"layout": case.layout} if case.layout else {})}
+    result.details = {"steps": rows, "judged_above_zero": above_zero,
+                      **({"layout": case.layout} if case.layout else {})}
     if judged == 0 and result.verdict == Verdict.PASS:
         result.settle(Verdict.NOT_SUPPORTED, "no count of this case could be judged")
+    elif result.verdict == Verdict.PASS and nothing_at_stake(case, rows):
+        result.settle(Verdict.NOT_SUPPORTED, vacuous_reason(case, rows, ctx))
+
+
+def nothing_at_stake(case: PeerCase, rows: list) -> bool:
+    """True when every request the case exists to judge reuse on was predicted 0: then a
+    server that caches nothing would pass it, and a PASS would say nothing."""
+    marked = [r for r in rows if r.get("reuse")]
+    return bool(marked) and all(r["predicted"] in (0, None) for r in marked)
+
+
+def vacuous_reason(case: PeerCase, rows: list, ctx: PeerContext) -> str:
+    marked = [r for r in rows if r.get("reuse")]
+    U = unit(ctx.profile, ctx.settings)
+    off = [k for k in ("enable_prefix_caching", "radix_cache", "enable_block_reuse") if ctx.settings.get(k) is False]
+    if off:
+        why = f"{off[0]} is false, so the profile predicts no reuse"
+    else:
+        why = (f"the prompts ({', '.join(str(r['prompt_tokens']) for r in marked)} tokens) are shorter than one "
+               f"block of {U} beyond what they share, or share nothing")
+    return (f"every request that tests reuse is predicted 0 ({why}): a server that caches nothing would pass, "
+            "so nothing was judged")
 
 
 def _commit(sim, req, step, completion, k: int) -> str | None:

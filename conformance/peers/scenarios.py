@@ -2,13 +2,16 @@
 
 A case is a list of steps, each one chat request; a step's messages may feed back the answer
 of an earlier step (`Answer(k)`), so a conversation continues with whatever the server said.
-Cases that depend on where prompts diverge or how long they are (block boundaries) are laid
-out for the run's tokenizer and block size: the builder searches the number of filler words
-that puts the divergence or the length exactly there, and records what it achieved. Whether the
-layout came out as intended never decides a verdict: every count is predicted by the oracle on
-the ids actually sent.
+Every case is laid out for the run's tokenizer and unit (the block or page size), as engine
+cases are materialized for an engine: prompts that should reuse are at least `2U + 1` tokens
+long, boundaries sit at `k*U - 1`, `k*U`, `k*U + 1` with `k >= 2`, and the builder searches the
+number of filler words that puts a length or a divergence exactly there, recording what it
+achieved. Steps marked `reuse` are those the case exists to judge reuse on: when the oracle
+predicts 0 for all of them, the case judged nothing (run_case.py makes it NOT_SUPPORTED).
+Whether the layout came out as intended never decides a verdict: every count is predicted by
+the oracle on the ids actually sent.
 
-    cases(profile, settings, ids)   ids(messages) -> prompt ids (the run's token source)
+    cases(profile, settings, ids, facts)   ids(messages) -> prompt ids (the run's token source)
       -> [PeerCase | Unsupported]
 """
 from __future__ import annotations
@@ -25,7 +28,9 @@ SYSTEM = "You are a careful assistant. Answer briefly and precisely."
 QUESTIONS = ("Which is larger, seven or nine?", "Name a prime number below ten.", "What colour is the sky?",
              "How many legs does a spider have?")
 MAX_EVICTION_TOKENS = 3000
-"""An eviction case fills the cache with prompts of about 0.6 of its size: no longer than this."""
+"""An eviction case fills the cache with prompts of about half its size: no longer than this."""
+ADAPTER_NAMES = ("alpha", "beta")
+"""The LoRA adapters a case uses when the server does not list its own."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,10 @@ class Step:
     salt: str | None = None
     lora: str | None = None
     extra_key: str | None = None
+    reuse: bool = False
+    """A request the case exists to judge reuse on (see the module docstring)."""
+    skip_read: bool = False
+    """vLLM's per-request read bypass: the request asks for prompt log-probabilities (PEER-VLLM-7)."""
 
 
 @dataclass
@@ -83,33 +92,56 @@ def fit(measure, target: int, guess: int, span: int) -> int | None:
     return None
 
 
+def at_least(make, ids, target: int, limit: int = 1 << 14) -> int:
+    """The smallest filler count m with len(ids(make(m))) >= target (lengths grow with m):
+    doubling, then bisection, so a server tokenizer is asked O(log target) times."""
+    if len(ids(make(0))) >= target:
+        return 0
+    high = 1
+    while len(ids(make(high))) < target:
+        high *= 2
+        if high > limit:
+            return limit
+    low = high // 2
+    while low + 1 < high:
+        mid = (low + high) // 2
+        if len(ids(make(mid))) >= target:
+            high = mid
+        else:
+            low = mid
+    return high
+
+
 def unit(profile: str, settings: dict) -> int:
-    """The boundary the layout cases aim at: the block (vLLM) or page size (SGLang, when above
-    1); 16 otherwise, where nothing is aligned and the cases check that nothing is."""
+    """The boundary the layout cases aim at: the block (vLLM, TensorRT-LLM) or page size
+    (SGLang, when above 1); 16 otherwise, where nothing is aligned and the cases check that
+    nothing is."""
     if profile == "vllm-apc":
         return settings["block_size"]
+    if profile == "trtllm-kv-reuse":
+        return settings["tokens_per_block"]
     if profile == "sglang-radix" and settings["page_size"] > 1:
         return settings["page_size"]
     return 16
 
 
-def cases(profile: str, settings: dict, ids) -> list:
+def cases(profile: str, settings: dict, ids, facts=None) -> list:
     """Every case of the profile, in run order."""
     p = PEER_PROFILES[profile]
     count, after = p["count_rule"], p["after_rule"]
-    out = [_replay(count), _shared_system(profile, count), _feedback(count, after)]
     U = unit(profile, settings)
+    out = [_replay(count, ids, U), _shared_system(profile, count, ids, U), _feedback(count, after, ids, U)]
     for off in (-1, 0, 1):
         out.append(_near_miss(count, ids, U, off))
     for off, name in ((-1, "kB-1"), (0, "kB"), (1, "kB+1"), (U // 2, "kB+half")):
         out.append(_replay_length(count, ids, U, off, name))
     features = p["features"]
     if "salt" in features:
-        out.append(_salted(profile, count))
+        out.append(_salted(profile, count, ids, U))
     if "lora" in features:
-        out.append(_adapters(profile, count))
+        out.append(_adapters(profile, count, ids, U, getattr(facts, "adapters", None)))
     if "extra_key" in features:
-        out.append(_extra_keys(count))
+        out.append(_extra_keys(count, ids, U))
     if profile == "llama.cpp-server":
         out.append(_one_slot(count))
     if profile == "vllm-apc":
@@ -121,29 +153,43 @@ def _rules(count: str, *more: str) -> list:
     return ["PEER-API-1", "PEER-API-2", count] + list(more)
 
 
-def _replay(count):
-    prompt = chat(SYSTEM, QUESTIONS[0])
-    return PeerCase("reuse/replay", "reuse", "the same prompt twice: the second reuses all but what the cap "
-                    "and the block size leave out", _rules(count), [Step(prompt), Step(prompt)])
+def long_prompt(head: str, question: str, seed: int, ids, U: int) -> list:
+    """A chat prompt of at least 2U + 1 tokens: a replay of it can reuse two whole units."""
+    def make(m):
+        return chat(head + " " + filler(m, seed), question)
+    return make(at_least(make, ids, 2 * U + 1))
 
 
-def _shared_system(profile, count):
-    system = SYSTEM + " " + filler(40)
-    a, b = chat(system, QUESTIONS[0]), chat(system, QUESTIONS[1])
+def _replay(count, ids, U):
+    prompt = long_prompt(SYSTEM, QUESTIONS[0], 5, ids, U)
+    return PeerCase("reuse/replay", "reuse", "the same prompt (at least 2B + 1 tokens) twice: the second reuses "
+                    "all but what the cap and the block size leave out", _rules(count),
+                    [Step(prompt), Step(prompt, reuse=True)])
+
+
+def _shared_system(profile, count, ids, U):
+    def pair(m):
+        system = SYSTEM + " " + filler(40 + m)
+        return chat(system, QUESTIONS[0]), chat(system, QUESTIONS[1])
+
+    def shared(m):
+        return [0] * common_prefix(*(ids(x) for x in pair(m)))
+    a, b = pair(at_least(shared, lambda x: x, 2 * U + 1))
     extra = ["PEER-LCPP-4"] if profile == "llama.cpp-server" else []
     return PeerCase("reuse/shared-system-prompt", "reuse",
-                    "two questions under one long system prompt, the second repeated, then the first again",
-                    _rules(count, *extra), [Step(a), Step(b), Step(b), Step(a)])
+                    "two questions under one long system prompt (at least 2B + 1 tokens shared), the second "
+                    "repeated, then the first again", _rules(count, *extra),
+                    [Step(a), Step(b, reuse=True), Step(b, reuse=True), Step(a, reuse=True)])
 
 
-def _feedback(count, after):
-    first = chat(SYSTEM, QUESTIONS[2])
+def _feedback(count, after, ids, U):
+    first = long_prompt(SYSTEM, QUESTIONS[2], 9, ids, U)
     second = first + [Answer(0), {"role": "user", "content": QUESTIONS[3]}]
     third = second + [Answer(1), {"role": "user", "content": "Thank you. " + QUESTIONS[0]}]
     return PeerCase("turns/feedback", "turns",
                     "a conversation of three turns that feeds each answer back: the sampled tokens the "
                     "server computed are part of what it caches", _rules(count, after, "PEER-TOK-2"),
-                    [Step(first, 6), Step(second, 6), Step(third, 1)])
+                    [Step(first, 6), Step(second, 6, reuse=True), Step(third, 1, reuse=True)])
 
 
 def _near_miss(count, ids, U, off):
@@ -163,14 +209,15 @@ def _near_miss(count, ids, U, off):
     achieved = lcp(m if m is not None else target - base)
     a, b = pair(m if m is not None else target - base)
     return PeerCase(case_id, "boundaries",
-                    f"two prompts that share exactly k*B{off:+d} tokens (B = {U}), then the first again",
-                    _rules(count), [Step(a), Step(b), Step(a)],
+                    f"two prompts that share exactly k*B{off:+d} tokens (B = {U}, k >= 2), then the first again",
+                    _rules(count), [Step(a), Step(b, reuse=True), Step(a, reuse=True)],
                     {"unit": U, "shared_tokens_intended": target, "shared_tokens": achieved})
 
 
 def _boundary_at_least(base: int, U: int, off: int) -> int:
-    """The smallest k*U + off (k >= 1) that is at least `base`: a length the filler can reach."""
-    target = U * max(1, -(-(base - off) // U)) + off
+    """The smallest k*U + off (k >= 2) that is at least `base`: a length the filler can reach,
+    and one block beyond the first, so that a count of 0 is never the whole story."""
+    target = U * max(2, -(-(base - off) // U)) + off
     while target < base:
         target += U
     return target
@@ -187,34 +234,56 @@ def _replay_length(count, ids, U, off, name):
     m = fit(length, target, target - base, 3 * U)
     chosen = prompt(m if m is not None else target - base)
     return PeerCase(f"boundaries/replay-at-{name}", "boundaries",
-                    f"a prompt of k*B{'+' if off >= 0 else ''}{off} tokens (B = {U}) sent twice",
-                    _rules(count), [Step(chosen), Step(chosen)],
+                    f"a prompt of k*B{'+' if off >= 0 else ''}{off} tokens (B = {U}, k >= 2) sent twice",
+                    _rules(count), [Step(chosen), Step(chosen, reuse=True)],
                     {"unit": U, "prompt_tokens_intended": target, "prompt_tokens": len(ids(chosen))})
 
 
-def _salted(profile, count):
-    rule = "PEER-VLLM-2" if profile == "vllm-apc" else "PEER-SGL-2"
-    prompt = chat(SYSTEM + " " + filler(30, 11), QUESTIONS[2])
+def _key_rule(profile: str) -> str:
+    return {"vllm-apc": "PEER-VLLM-2", "sglang-radix": "PEER-SGL-2", "trtllm-kv-reuse": "PEER-TRT-2"}[profile]
+
+
+def _salted(profile, count, ids, U):
+    prompt = long_prompt(SYSTEM, QUESTIONS[2], 11, ids, U)
     return PeerCase("isolation/cache-salt", "isolation",
-                    "one prompt under salt s1, salt s2, no salt, then s1 again: only the last may reuse",
-                    _rules(count, rule), [Step(prompt, salt="s1"), Step(prompt, salt="s2"), Step(prompt),
-                                          Step(prompt, salt="s1")])
+                    "one prompt (at least 2B + 1 tokens) under salt s1, salt s2, no salt, then s1 again: only "
+                    "the last may reuse", _rules(count, _key_rule(profile)),
+                    [Step(prompt, salt="s1"), Step(prompt, salt="s2"), Step(prompt),
+                     Step(prompt, salt="s1", reuse=True)])
 
 
-def _adapters(profile, count):
-    rule = "PEER-VLLM-2" if profile == "vllm-apc" else "PEER-SGL-2"
-    prompt = chat(SYSTEM + " " + filler(30, 13), QUESTIONS[3])
-    return PeerCase("isolation/lora", "isolation",
-                    "one prompt on the base model, adapter alpha, adapter beta, then alpha again",
-                    _rules(count, rule), [Step(prompt), Step(prompt, lora="alpha"), Step(prompt, lora="beta"),
-                                          Step(prompt, lora="alpha")])
+def _adapters(profile, count, ids, U, listed):
+    case_id, rules = "isolation/lora", _rules(count, _key_rule(profile))
+    names = adapter_names(listed)
+    if isinstance(names, str):
+        return Unsupported(case_id, "isolation", rules, names)
+    alpha, beta = names
+    prompt = long_prompt(SYSTEM, QUESTIONS[3], 13, ids, U)
+    return PeerCase(case_id, "isolation",
+                    f"one prompt (at least 2B + 1 tokens) on the base model, adapter {alpha}, adapter {beta}, "
+                    f"then {alpha} again", rules,
+                    [Step(prompt), Step(prompt, lora=alpha), Step(prompt, lora=beta),
+                     Step(prompt, lora=alpha, reuse=True)], {"adapters": [alpha, beta]})
 
 
-def _extra_keys(count):
-    prompt = chat(SYSTEM + " " + filler(30, 17), QUESTIONS[0])
-    return PeerCase("isolation/extra-key", "isolation", "one prompt under extra_key k1, k2, then k1 again",
-                    _rules(count, "PEER-SGL-2"), [Step(prompt, extra_key="k1"), Step(prompt, extra_key="k2"),
-                                                  Step(prompt, extra_key="k1")])
+def adapter_names(listed: dict | None):
+    """The two adapters a LoRA case uses: `alpha` and `beta` where the server lists them (or
+    lists none), else the first two it lists; a string saying why when it lists fewer."""
+    if listed is None or all(n in listed for n in ADAPTER_NAMES):
+        return ADAPTER_NAMES
+    if len(listed) >= 2:
+        return tuple(sorted(listed)[:2])
+    have = ", ".join(sorted(listed)) or "none"
+    return (f"the case needs two LoRA adapters and the server lists {len(listed)} in /v1/models ({have}): "
+            "start it with --enable-lora --lora-modules alpha=DIR beta=DIR")
+
+
+def _extra_keys(count, ids, U):
+    prompt = long_prompt(SYSTEM, QUESTIONS[0], 17, ids, U)
+    return PeerCase("isolation/extra-key", "isolation", "one prompt (at least 2B + 1 tokens) under extra_key k1, "
+                    "k2, then k1 again", _rules(count, "PEER-SGL-2"),
+                    [Step(prompt, extra_key="k1"), Step(prompt, extra_key="k2"),
+                     Step(prompt, extra_key="k1", reuse=True)])
 
 
 def _one_slot(count):
@@ -222,31 +291,38 @@ def _one_slot(count):
     b = chat("Reply in one word. " + filler(20, 23), QUESTIONS[1])
     return PeerCase("eviction/one-slot", "eviction",
                     "prompt A, an unrelated prompt B, then A again: one slot keeps only B",
-                    _rules(count, "PEER-LCPP-4"), [Step(a), Step(b), Step(a)])
+                    _rules(count, "PEER-LCPP-4"), [Step(a), Step(b), Step(a, reuse=True)])
 
 
 def _lru_blocks(count, ids, settings):
+    """Three unrelated prompts of m full blocks and a partial one, 2(m + 1) <= K, then the
+    first and the last again. Which blocks of A survive B and C depends on where each request's
+    partial block goes when it is freed (PEER-VLLM-5): the head of the free queue, not the tail."""
     case_id, rules = "eviction/lru-blocks", _rules(count, "PEER-VLLM-5")
     K, B = settings["cache_blocks"], settings["block_size"]
     if K is None:
         return Unsupported(case_id, "eviction", rules, "the server's cache size is not known: pass "
                            "--peer-setting cache_blocks=K (its usable KV blocks) to judge eviction")
-    size = int(0.6 * K * B)
+    m = K // 2 - 1
+    size = m * B + B // 2
+    if m < 1 or B < 2:
+        return Unsupported(case_id, "eviction", rules, f"cache_blocks={K} of {B} tokens is too small to lay three "
+                           "prompts of a full block and a partial one out")
     if size > MAX_EVICTION_TOKENS:
         return Unsupported(case_id, "eviction", rules, f"cache_blocks={K} of {B} tokens needs prompts of about "
                            f"{size} tokens to evict; this case writes at most {MAX_EVICTION_TOKENS}")
-    prompts = [chat(head + " " + filler(0, seed), QUESTIONS[seed % 4])
-               for head, seed in ((SYSTEM, 29), ("Reply in one word.", 31), ("Think step by step.", 37))]
-
-    def sized(k, m):
-        head = prompts[k][0]["content"]
-        return [{"role": "system", "content": head + " " + filler(m, 29 + 2 * k)}, prompts[k][1]]
+    heads = ((SYSTEM, 29), ("Reply in one word.", 31), ("Think step by step.", 37))
     steps = []
-    for k in range(3):
-        m = max(0, size - len(ids(sized(k, 0))))
-        steps.append(Step(sized(k, m)))
+    for k, (head, seed) in enumerate(heads):
+        def make(n, head=head, seed=seed, k=k):
+            return [{"role": "system", "content": head + " " + filler(n, seed)},
+                    {"role": "user", "content": QUESTIONS[k]}]
+        messages = make(at_least(make, ids, size))
+        steps.append(Step(messages))
     a, b, c = steps
+    lengths = [len(ids(x.messages)) for x in steps]
     return PeerCase(case_id, "eviction",
-                    f"prompts A, B, C of about 0.6 of the cache ({K} blocks of {B}), then A and B again: the "
-                    "least recently freed blocks go first", rules, [a, b, Step(a.messages), c, Step(b.messages)],
-                    {"cache_blocks": K, "block_size": B, "prompt_tokens_intended": size})
+                    f"prompts A, B, C of {m} full blocks and a partial one ({K} blocks of {B}), then A and C again: "
+                    "the partial blocks freed to the head of the free queue are taken first", rules,
+                    [a, b, c, Step(a.messages, reuse=True), Step(c.messages, reuse=True)],
+                    {"cache_blocks": K, "block_size": B, "prompt_tokens_intended": size, "prompt_tokens": lengths})

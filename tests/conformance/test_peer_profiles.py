@@ -10,6 +10,7 @@ import pytest
 
 from conformance.faulty_backends.servers import SERVER_VARIANTS
 from gpu_backend.serve import make_peer
+from reference.peers import SETTINGS
 
 from peer_servers import build_engine, run_peers, serving
 
@@ -39,8 +40,7 @@ def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines
     assert rc == 0 and report["summary"]["headline"] == "CONFORMANT", verdicts
     assert set(verdicts.values()) == {"PASS"}
     assert report["peer"]["profile"] == profile and report["peer"]["settings"] == {
-        **{"llama.cpp-server": {}, "vllm-apc": {"block_size": 16, "cache_blocks": None},
-           "sglang-radix": {"page_size": 1}}[profile], **settings}
+        **SETTINGS[profile], **settings}
     steps = [s for c in report["cases"] for s in c["details"]["steps"]]
     assert all(s["predicted"] == s["reported"] for s in steps)
     # the runs exercised reuse, not only empty caches

