@@ -9,6 +9,7 @@ the computed sequence `prompt + sampled[:-1]`.
     ids, text = engine.prompt(messages)           # chat template rendered and tokenized
     result = engine.generate(ids, reused_kv, max_tokens, lora)
 """
+import json
 import os
 
 import torch
@@ -18,6 +19,8 @@ from .hf_prompt import HFText
 from .kv_pool import KVPool
 from .model import ForwardBatch, Model
 from .runtime import load_engine_config, resolve_device
+
+PROMPT_MEMO = 512
 
 
 class PeerEngine:
@@ -34,6 +37,7 @@ class PeerEngine:
         self.lora_paths = {name: os.path.join(engine_dir, spec["path"]) for name, spec in self.cfg["lora_adapters"].items()}
         self.loras = {name: self._load_lora(path) for name, path in self.lora_paths.items()}
         self.layers = len(self.cfg["layer_kinds"])
+        self._prompts: dict = {}
 
     def _load_lora(self, path: str) -> dict:
         t = load_file(path, device=str(self.device))
@@ -41,10 +45,17 @@ class PeerEngine:
                 for k in t if k.endswith(".lora_A")}
 
     def prompt(self, messages: list) -> tuple[list, str]:
-        """(ids, rendered text) of `[{"role", "content": str}]` with the generation prompt."""
-        flat = [(m["role"], [("text", m["content"])]) for m in messages]
-        ids, _, text = self.text.layout(flat, chat=True, add_generation_prompt=True)
-        return [int(t) for t in ids], text
+        """(ids, rendered text) of `[{"role", "content": str}]` with the generation prompt.
+        The last PROMPT_MEMO renderings are remembered (a client asks /tokenize, then chats)."""
+        key = json.dumps(messages, sort_keys=True)
+        if key not in self._prompts:
+            flat = [(m["role"], [("text", m["content"])]) for m in messages]
+            ids, _, text = self.text.layout(flat, chat=True, add_generation_prompt=True)
+            if len(self._prompts) >= PROMPT_MEMO:
+                self._prompts.pop(next(iter(self._prompts)))
+            self._prompts[key] = ([int(t) for t in ids], text)
+        ids, text = self._prompts[key]
+        return list(ids), text
 
     def tokenize(self, text: str) -> list:
         return list(self.text.tok.encode(text, add_special_tokens=False).ids)

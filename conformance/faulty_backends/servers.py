@@ -30,10 +30,12 @@ class ServerVariant:
     settings: tuple = ()
     """`--peer-setting` pairs the variant's server runs with (both sides use them)."""
 
-    def peer(self, engine_dir: str | None = None, tokenizer: str | None = None):
-        """The server state (gpu_backend.serve.PeerServer) with the faulty cache."""
+    def peer(self, engine_dir: str | None = None, tokenizer: str | None = None, settings: dict | None = None):
+        """The server state (gpu_backend.serve.PeerServer) with the faulty cache; `settings`
+        override the variant's own (another block size, say)."""
         from gpu_backend.serve import make_peer
-        return make_peer(self.profile, engine_dir, tokenizer, dict(self.settings), cache_class=self.cache_class)
+        return make_peer(self.profile, engine_dir, tokenizer, {**dict(self.settings), **(settings or {})},
+                         cache_class=self.cache_class)
 
 
 SERVER_VARIANTS: dict[str, ServerVariant] = {}

@@ -91,9 +91,8 @@ class TokenSource:
         return mine
 
     def layout_ids(self, messages: list) -> list:
-        """Ids for laying cases out: like `ids`, but a mismatch falls back to the kit's (the
-        mismatch is reported when the case runs)."""
-        try:
-            return self.ids(messages)
-        except TokenMismatch:
+        """Ids for laying cases out: the kit's own where it has a tokenizer (the server's are
+        compared with them when the case runs, PEER-TOK-1), else the server's."""
+        if self.kit is not None:
             return self.kit_ids(messages)
+        return self.ids(messages)
