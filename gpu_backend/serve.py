@@ -1,6 +1,6 @@
 """`python -m gpu_backend serve`: an OpenAI-compatible server that caches prompts like a peer runtime.
 
-    python -m gpu_backend serve --profile llama.cpp-server|vllm-apc|sglang-radix --port N
+    python -m gpu_backend serve --profile llama.cpp-server|vllm-apc|sglang-radix|trtllm-kv-reuse --port N
         [--engineDir D | --tokenizer DIR] [--setting KEY=VALUE ...] [--device cpu|cuda|auto]
 
 Loopback only (127.0.0.1). Requests are served one at a time. The reported
@@ -13,6 +13,8 @@ again (peer_engine.py). Endpoints follow the real servers:
               `timings` {cache_n, prompt_n, predicted_n} in every completion
     vLLM      POST /tokenize {messages}, POST /reset_prefix_cache; the `model` may name a LoRA adapter
     SGLang    POST /flush_cache; `lora_path` names a LoRA adapter, `extra_key` and `cache_salt` namespace
+    TRT-LLM   no cache reset (as trtllm-serve); `lora_request.lora_name` names a LoRA adapter, every
+              block is keyed by it and by `cache_salt`
 
 Every completion returns the sampled ids in `logprobs.content[k].id` (as llama-server does) and,
 with `return_tokens_as_token_ids`, as `"token": "token_id:ID"` (as vLLM does).
@@ -47,7 +49,8 @@ class RequestError(ValueError):
         self.status = status
 
 
-LOADERS = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto"}
+LOADERS = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto",
+           "trtllm-kv-reuse": "transformers-auto"}
 """How each runtime reads a tokenizer folder: llama.cpp as written, vLLM and SGLang through transformers."""
 
 
@@ -160,6 +163,11 @@ class PeerServer:
             name = body.get("model", MODEL_NAME)
         elif self.profile == "sglang-radix":
             name = body.get("lora_path") or MODEL_NAME
+        elif self.profile == "trtllm-kv-reuse":
+            lora = body.get("lora_request")
+            if lora is not None and not (isinstance(lora, dict) and isinstance(lora.get("lora_name"), str)):
+                raise RequestError(400, "lora_request must be an object with a string lora_name")
+            name = MODEL_NAME if lora is None else lora["lora_name"]
         else:
             return None
         if name in (MODEL_NAME, None):

@@ -17,14 +17,17 @@ from __future__ import annotations
 from .peer_common import ImageItem, PeerProfileError, PeerRequest, common_prefix, computed_sequence
 from .peer_llama import LlamaSlot, llama_cpp_cached, llama_cpp_slot_after
 from .peer_sglang import RadixCache, sglang_cached, sglang_namespace
+from .peer_trtllm import BlockKey, TrtllmBlockPool, trtllm_cached
 from .peer_vllm import VllmBlockPool, leading_hits, vllm_block_keys, vllm_cached, vllm_extra_keys
 
 PEER_PROFILES_VERSION = "1.1.0"
-PROFILES = ("llama.cpp-server", "vllm-apc", "sglang-radix")
+PROFILES = ("llama.cpp-server", "vllm-apc", "sglang-radix", "trtllm-kv-reuse")
 SETTINGS = {
     "llama.cpp-server": {"slots": 1, "slot_prompt_similarity": 0.1, "cache_ram_mib": 0},
     "vllm-apc": {"block_size": 16, "cache_blocks": None, "enable_prefix_caching": True, "eagle": False},
     "sglang-radix": {"page_size": 1, "pool_tokens": None, "radix_cache": True},
+    "trtllm-kv-reuse": {"tokens_per_block": 32, "enable_block_reuse": True, "enable_partial_reuse": True,
+                        "copy_on_partial_reuse": True, "max_blocks": None},
 }
 """Each profile's settings and their defaults (None: unset)."""
 
@@ -43,7 +46,7 @@ unbounded), count0 (an integer >= 0), fraction (a number in [0, 1]), bool (true 
 
 __all__ = ["ImageItem", "PeerProfileError", "PeerRequest", "common_prefix", "computed_sequence", "LlamaSlot",
            "llama_cpp_cached", "llama_cpp_slot_after", "RadixCache", "sglang_cached", "sglang_namespace",
-           "VllmBlockPool", "leading_hits", "vllm_block_keys", "vllm_cached", "vllm_extra_keys", "PROFILES",
+           "VllmBlockPool", "leading_hits", "BlockKey", "TrtllmBlockPool", "trtllm_cached", "vllm_block_keys", "vllm_cached", "vllm_extra_keys", "PROFILES",
            "SETTINGS", "KINDS", "MAX_UNIT", "PEER_PROFILES_VERSION", "check_settings", "check_value", "simulator",
            "count_rule"]
 
@@ -95,6 +98,9 @@ def simulator(profile: str, settings: dict | None = None):
         return LlamaSlot()
     if profile == "vllm-apc":
         return VllmBlockPool(s["block_size"], s["cache_blocks"], s["enable_prefix_caching"], s["eagle"])
+    if profile == "trtllm-kv-reuse":
+        return TrtllmBlockPool(s["tokens_per_block"], s["enable_block_reuse"], s["enable_partial_reuse"],
+                               s["copy_on_partial_reuse"], s["max_blocks"])
     if s["pool_tokens"] is not None or not s["radix_cache"]:
         raise PeerProfileError("sglang-radix: only an unbounded radix cache is modelled")
     return RadixCache(s["page_size"])
@@ -102,4 +108,5 @@ def simulator(profile: str, settings: dict | None = None):
 
 def count_rule(profile: str) -> str:
     """The rule that defines the reported count of the profile."""
-    return {"llama.cpp-server": "PEER-LCPP-1", "vllm-apc": "PEER-VLLM-3", "sglang-radix": "PEER-SGL-1"}[profile]
+    return {"llama.cpp-server": "PEER-LCPP-1", "vllm-apc": "PEER-VLLM-3", "sglang-radix": "PEER-SGL-1",
+            "trtllm-kv-reuse": "PEER-TRT-3"}[profile]

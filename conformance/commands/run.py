@@ -64,7 +64,7 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--profile", metavar="NAME",
                    help="semantics profile to judge against (spec/profiles.md): kvconform-1 or edge-llm-0.10; "
                         "default: the first the backend's capability manifest declares. With --backend openai: "
-                        "a peer profile (spec/peer-profiles.md): llama.cpp-server, vllm-apc or sglang-radix")
+                        "a peer profile (spec/peer-profiles.md): llama.cpp-server, vllm-apc, sglang-radix or trtllm-kv-reuse")
     g.add_argument("--backend-arg", action="append", default=[], metavar="ARG",
                    help="command adapter: an extra argument for every invocation (repeatable)")
     o = parser.add_argument_group("openai backend (an OpenAI-compatible server, spec/peer-profiles.md)")

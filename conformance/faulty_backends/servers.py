@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpu_backend.peer_cache import BlockCache, RadixCache, SlotCache
+from gpu_backend.peer_cache import BlockCache, RadixCache, SlotCache, TrtBlockTree
 
 
 @dataclass(frozen=True)
@@ -138,3 +138,50 @@ class ReportsZeroRadix(RadixCache):
 
     def reported(self, matched: int, n: int) -> int:
         return 0                                           # DEFECT: the match is never reported
+
+
+@server_variant("trtllm-salt-ignored", "trtllm-kv-reuse")
+class SaltIgnoredTrt(TrtBlockTree):
+    """Keys blocks by tokens and LoRA task id only.
+    Bug class: salt ignored (cache isolation between tenants broken).
+    Violates: PEER-TRT-2.
+    Mirrors: TensorRT-LLM before cacheSaltID joined BlockKey (kvCacheManager.h), where only the
+    hash of the first block carried the salt."""
+
+    def label(self, req) -> tuple:
+        return (req.lora, None, req.extra_key)                # DEFECT: the salt keys nothing
+
+
+@server_variant("trtllm-whole-blocks", "trtllm-kv-reuse")
+class WholeBlocksReported(TrtBlockTree):
+    """Reuses blocks in part but reports whole blocks only.
+    Bug class: a count rounded to the block size (partial reuse not reported).
+    Violates: PEER-TRT-3.
+    Mirrors: reporting matched blocks times tokens_per_block instead of
+    LlmRequest::getPrepopulatedPromptLen."""
+
+    def reported(self, matched: int, n: int) -> int:
+        return self.T * (matched // self.T)                  # DEFECT: the partial block is not counted
+
+
+@server_variant("trtllm-leaf-kept", "trtllm-kv-reuse")
+class PartlyReusedLeafKept(TrtBlockTree):
+    """Copies every partly reused block, leaves included, so the old leaf stays in the tree.
+    Bug class: what a partial reuse leaves behind.
+    Violates: PEER-TRT-4.
+    Mirrors: loadOrAllocateBlocks' "Leaf block that nobody is using. Make block private and reuse"
+    (freeLeafBlock) replaced by a copy."""
+
+    def lookup(self, req):
+        saved = {id(n): dict(n.children) for n in self._nodes()}
+        out = super().lookup(req)
+        for node in self._nodes():                           # DEFECT: the leaf taken out is put back
+            node.children.update({k: v for k, v in saved.get(id(node), {}).items() if k not in node.children})
+        return out
+
+    def _nodes(self):
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())

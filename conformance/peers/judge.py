@@ -16,7 +16,8 @@ from ..verdicts import Failure, Verdict
 
 USAGE = "usage.prompt_tokens_details.cached_tokens"
 HINTS = {"vllm-apc": " (vLLM reports it with --enable-prompt-tokens-details)",
-         "sglang-radix": " (SGLang reports it with --enable-cache-report)"}
+         "sglang-radix": " (SGLang reports it with --enable-cache-report)",
+         "trtllm-kv-reuse": " (trtllm-serve reports it with kv_cache_config.enable_block_reuse)"}
 
 
 def read_count(completion, n: int, request: int, profile: str) -> tuple[int | None, list]:
@@ -84,6 +85,9 @@ def explain(profile: str, sim, req: oracle.PeerRequest) -> str:
         k = oracle.leading_hits(keys, sim.cached_keys())
         return (f"{k} of the prompt's {len(keys)} full blocks of {sim.B}{keyed} are cached; cap floor((N - 1) / B) = "
                 f"{(n - 1) // sim.B} blocks (PEER-VLLM-1, PEER-VLLM-3)")
+    if profile == "trtllm-kv-reuse":
+        return (f"{sim.predict(req)} of the {n - 1} looked-up tokens match stored blocks of {sim.T}{keyed}, the "
+                f"last of them in part where partial reuse allows (PEER-TRT-1, PEER-TRT-2, PEER-TRT-3)")
     cached = sim.sequences.get(oracle.sglang_namespace(req), [])
     lcp = max((oracle.common_prefix(s, req.ids) for s in cached), default=0)
     return (f"longest common prefix with a cached sequence of the namespace{keyed}: {lcp} of N = {n}; capped at "

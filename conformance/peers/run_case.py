@@ -8,6 +8,8 @@ rather than judged on a guess (PEER-TOK-2).
 from __future__ import annotations
 
 import time
+import uuid
+import zlib
 from dataclasses import dataclass, field
 
 from reference import peers as oracle
@@ -28,6 +30,8 @@ class PeerContext:
     profile: str
     settings: dict
     facts: ServerFacts = field(default_factory=ServerFacts)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    """Salts a case's requests where the server offers no cache reset (see `case_salt`)."""
 
 
 def server_failure(e: ServerFailure, what: str, request: int | None) -> Failure:
@@ -36,16 +40,38 @@ def server_failure(e: ServerFailure, what: str, request: int | None) -> Failure:
     return Failure("PEER-API-3", what, "an answer", e.kind, e.message, request, verdict)
 
 
-def request_fields(profile: str, step) -> dict:
-    """The body fields that key a step's cache entries (spec/peer-profiles.md section 5)."""
+def request_fields(profile: str, step, case_salt: str | None = None) -> dict:
+    """The body fields that key a step's cache entries (spec/peer-profiles.md section 6). Under a
+    case salt every request carries it, the step's own salt appended: one-to-one, so the oracle
+    judges the step's salt as written."""
     out = {}
-    if step.salt is not None:
+    if case_salt is not None:
+        out["cache_salt"] = case_salt + ("" if step.salt is None else "/" + step.salt)
+    elif step.salt is not None:
         out["cache_salt"] = step.salt
     if step.extra_key is not None:
         out["extra_key"] = step.extra_key
     if step.lora is not None:
-        out[PEER_PROFILES[profile]["lora_field"]] = step.lora
+        field_name = PEER_PROFILES[profile]["lora_field"]
+        out[field_name] = ({"lora_name": step.lora, "lora_int_id": lora_task_id(step.lora)}
+                           if field_name == "lora_request" else step.lora)
+    if step.skip_read:
+        out["prompt_logprobs"] = 1
     return out
+
+
+def lora_task_id(name: str) -> int:
+    """A stable positive LoRA task id for an adapter name (trtllm-serve's `lora_int_id`)."""
+    return zlib.crc32(name.encode()) % 1_000_000 + 1
+
+
+def case_salt(case, ctx: "PeerContext") -> str | None:
+    """Where the profile's server offers no cache reset (TensorRT-LLM), a salt that no earlier
+    request of this or any other run carried: by PEER-TRT-2 the case then starts from an empty
+    tree (PEER-API-4)."""
+    if "case_salt" not in PEER_PROFILES[ctx.profile]["features"]:
+        return None
+    return f"kvconform-{ctx.run_id}-{case.id}"
 
 
 def run_case(case, ctx: PeerContext) -> tuple[CaseResult, list]:
@@ -64,6 +90,8 @@ def run_case(case, ctx: PeerContext) -> tuple[CaseResult, list]:
 
 def _reset(ctx: PeerContext, result: CaseResult) -> bool:
     path = PEER_PROFILES[ctx.profile]["reset"]
+    if path is None:
+        return True                                   # the case runs under its own salt
     try:
         ctx.client.post(path)
         return True
@@ -112,7 +140,7 @@ def _steps(case: PeerCase, ctx: PeerContext, result: CaseResult, transcript: lis
                                  skip_prefix_cache=step.skip_read)
         predicted = sim.predict(req) if unknown is None else None
         why = explain(ctx.profile, sim, req) if unknown is None else unknown
-        fields = request_fields(ctx.profile, step)
+        fields = request_fields(ctx.profile, step, case_salt(case, ctx))
         entry = {"request": k, "messages": messages, "max_tokens": step.max_tokens, "fields": fields,
                  "prompt_ids": ids, "predicted_cached_tokens": predicted, "why": why}
         transcript.append(entry)

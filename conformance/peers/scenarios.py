@@ -132,7 +132,7 @@ def cases(profile: str, settings: dict, ids, facts=None) -> list:
     U = unit(profile, settings)
     out = [_replay(count, ids, U), _shared_system(profile, count, ids, U), _feedback(count, after, ids, U)]
     for off in (-1, 0, 1):
-        out.append(_near_miss(count, ids, U, off))
+        out.append(_near_miss(count, after, ids, U, off))
     for off, name in ((-1, "kB-1"), (0, "kB"), (1, "kB+1"), (U // 2, "kB+half")):
         out.append(_replay_length(count, ids, U, off, name))
     features = p["features"]
@@ -146,6 +146,11 @@ def cases(profile: str, settings: dict, ids, facts=None) -> list:
         out.append(_one_slot(count))
     if profile == "vllm-apc":
         out.append(_lru_blocks(count, ids, settings))
+    if profile == "trtllm-kv-reuse":
+        out.append(Unsupported("eviction/trt-blocks", "eviction", _rules(count, "PEER-TRT-6"),
+                               "trtllm-serve offers no cache reset, so a case cannot start from an empty block "
+                               "pool and which blocks an eviction takes is unknown (PEER-TRT-6 is checked by the "
+                               "oracle's unit tests only)"))
     return out
 
 
@@ -192,7 +197,7 @@ def _feedback(count, after, ids, U):
                     [Step(first, 6), Step(second, 6, reuse=True), Step(third, 1, reuse=True)])
 
 
-def _near_miss(count, ids, U, off):
+def _near_miss(count, after, ids, U, off):
     name = {-1: "kB-1", 0: "kB", 1: "kB+1"}[off]
     case_id = f"boundaries/near-miss-at-{name}"
 
@@ -210,7 +215,7 @@ def _near_miss(count, ids, U, off):
     a, b = pair(m if m is not None else target - base)
     return PeerCase(case_id, "boundaries",
                     f"two prompts that share exactly k*B{off:+d} tokens (B = {U}, k >= 2), then the first again",
-                    _rules(count), [Step(a), Step(b, reuse=True), Step(a, reuse=True)],
+                    _rules(count, after), [Step(a), Step(b, reuse=True), Step(a, reuse=True)],
                     {"unit": U, "shared_tokens_intended": target, "shared_tokens": achieved})
 
 

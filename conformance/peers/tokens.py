@@ -16,7 +16,8 @@ from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
 from ..errors import KvconformError
 from . import PEER_PROFILES
 
-LOADERS = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto"}
+LOADERS = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto",
+           "trtllm-kv-reuse": "transformers-auto"}
 
 
 class TokenMismatch(Exception):

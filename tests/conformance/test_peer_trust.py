@@ -22,8 +22,9 @@ from reference.peers import check_settings
 
 from peer_servers import PHI3, build_engine, run_peers, serving
 
-LOADER = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto"}
-SIZE = {"vllm-apc": "block_size", "sglang-radix": "page_size"}
+LOADER = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto",
+          "trtllm-kv-reuse": "transformers-auto"}
+SIZE = {"vllm-apc": "block_size", "sglang-radix": "page_size", "trtllm-kv-reuse": "tokens_per_block"}
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +193,8 @@ def test_every_faulty_server_is_caught_at_every_block_size(name, size, engines, 
     """Every bundled faulty server, at B (or P) = 16, 32, 64, 128, read from the server."""
     variant = SERVER_VARIANTS[name]
     settings = {SIZE[variant.profile]: size}
+    given = ["--peer-setting", f"{SIZE[variant.profile]}={size}"] if variant.profile == "trtllm-kv-reuse" else []
     with serving(variant.peer(engines[LOADER[variant.profile]], settings=settings)) as url:
-        rc, report = run_peers(url, variant.profile, tmp_path)
+        rc, report = run_peers(url, variant.profile, tmp_path, *given)
     assert rc == 1 and report["summary"]["headline"] == "NOT CONFORMANT", (name, size)
     assert any(c["verdict"] == "FAIL" for c in report["cases"])

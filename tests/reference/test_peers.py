@@ -294,3 +294,101 @@ def test_vllm_5_partial_blocks_are_reused_first():
     for prompt in (a, b, c):
         pool.commit(PeerRequest(prompt), [0])
     assert pool.predict(PeerRequest(a)) == 32
+
+
+# --- trtllm-kv-reuse against TensorRT-LLM's own test -----------------------------------------------
+# BlockManagerReuseTest (NVIDIA/TensorRT-LLM cpp/tests/unit_tests/batch_manager/kvCacheManagerTest.cpp
+# at fb6d3613550d): tokensPerBlock 4, 8 primary blocks, partial reuse and copy on partial reuse
+# on (the BlockManager defaults). The test's getContextCurrentPosition() after addSequence is the
+# prepopulated prompt length, the count; its block ids are typed as asserted.
+
+def trt_request(tokens) -> PeerRequest:
+    return PeerRequest(list(tokens))
+
+
+def test_trt_block_manager_reuse_test():
+    pool = peers.TrtllmBlockPool(4, max_blocks=8)
+    prompt = list(range(9))                                   # [0 .. 8]
+    # add request 0 and then remove it: blocks 0, 1, 2; it generates 9, 10
+    assert pool.predict(trt_request(prompt)) == 0
+    run0 = pool.admit(trt_request(prompt))
+    assert run0.matched == 0 and run0.blocks == [0, 1, 2]
+    pool.release(run0, prompt + [9, 10])                      # stores [0-3], [4-7], [8, 9]
+    # the same tokens again: reuse blocks 0, 1 and get new block 3 (2 * tokensPerBlock)
+    run1 = pool.admit(trt_request(prompt))
+    assert run1.matched == 8 and run1.blocks == [0, 1, 3]
+    pool.release(run1, prompt + [9, 10])                      # block 3 matches block 2 and is freed
+    # both again, held together: [0 .. 9] reuses 0, 1, 2(p) (promptLen - 1) ...
+    run0 = pool.admit(trt_request(range(10)))
+    assert run0.matched == 10 - 1 and run0.blocks == [0, 1, 2]
+    # ... and [0 .. 10] reuses 0, 1 and gets new block 4 (block 2 is private to request 0)
+    run1 = pool.admit(trt_request(range(11)))
+    assert run1.matched == 8 and run1.blocks == [0, 1, 4]
+    pool.release(run0, list(range(10)))                       # block 2 stored with [8]
+    pool.release(run1, list(range(11)))                       # block 4 stored with [8, 9]
+    # a shorter request: [0 .. 4] reuses block 0, gets new block 5
+    run2 = pool.admit(trt_request(range(5)))
+    assert run2.matched == 4 and run2.blocks == [0, 5]
+    # a longer one: [0 .. 9, 11] reuses 0, 1, 4(p) (numTokens - 1)
+    run3 = pool.admit(trt_request(list(range(10)) + [11]))
+    assert run3.matched == 11 - 1 and run3.blocks == [0, 1, 4]
+    pool.release(run2, list(range(6)))
+    pool.release(run3, list(range(10)) + [11, 11])
+    # 11 tokens, released as a shorter request: [0 .. 9, 12] reuses 0, 1, 4(p) (promptLen - 1)
+    tokens4 = list(range(10)) + [12]
+    run4 = pool.admit(trt_request(tokens4))
+    assert run4.matched == 11 - 1 and run4.blocks == [0, 1, 4]
+    pool.release(run4, list(range(9)))                        # blocks 0, 1 already stored, block 4 freed
+    # the same 11 tokens again: no discarded token reused, 0, 1, 2(p) (promptLen - 2)
+    run4 = pool.admit(trt_request(tokens4))
+    assert run4.matched == 11 - 2 and run4.blocks == [0, 1, 2]
+    pool.release(run4, tokens4)
+    # the largest request, all zeros: incidental reuse of the first token (copied)
+    run5 = pool.admit(trt_request([0] * (8 * 4 - 1)))
+    assert run5.matched == 1 and len(run5.blocks) == 8 and not pool.free
+    pool.release(run5, [0] * (8 * 4))
+    # one token: nothing to reuse (the last token is always computed)
+    run6 = pool.admit(trt_request([0]))
+    assert run6.matched == 0 and len(run6.blocks) == 1
+
+
+def test_trt_predict_agrees_with_admit_and_caps_below_n():
+    pool = peers.simulator("trtllm-kv-reuse", {"tokens_per_block": 4})
+    pool.commit(req("abcdefgh"), t("z"))                       # stores abcd, efgh (S = abcdefgh)
+    assert pool.predict(req("abcdefgh")) == 7                   # N - 1: efg of efgh reused in part
+    assert pool.predict(req("abcdefghij")) == 8
+    assert pool.predict(req("abcdeXgh")) == 5                   # abcd, then e of efgh
+    assert pool.predict(req("abcdefgh", salt="s1")) == 0        # the salt keys every block
+    assert pool.predict(req("abcdefgh", lora="7")) == 0         # so does the LoRA task id
+
+
+def test_trt_partial_reuse_off_matches_whole_keys_only():
+    # by hand, kvCacheManager.cpp findMatchingBlock without partial reuse: only a stored block
+    # with exactly the request's tokens matches
+    pool = peers.simulator("trtllm-kv-reuse", {"tokens_per_block": 4, "enable_partial_reuse": False})
+    pool.commit(req("abcdefgh"), t("z"))                       # abcd, efgh
+    assert pool.predict(req("abcdefgh")) == 4                   # efg is no stored key
+    assert pool.predict(req("abcdefghi")) == 8                  # efgh is
+
+
+def test_trt_no_copy_reuses_only_private_leaves():
+    # by hand: without copy on partial reuse a partly matching block is reused only when it is a
+    # leaf nobody holds; abcd has a child (efgh), so abcX matches nothing
+    pool = peers.simulator("trtllm-kv-reuse", {"tokens_per_block": 4, "copy_on_partial_reuse": False})
+    pool.commit(req("abcdefgh"), t("z"))
+    assert pool.predict(req("abcXefgh")) == 0
+    assert pool.predict(req("abcdefXh")) == 6                   # efgh is a leaf: ef reused in place
+    pool.commit(req("abcdefXh"), t("z"))                        # efgh taken out of the tree, efXh stored
+    assert pool.predict(req("abcdefghij")) == 6                 # only ef of efXh is left
+
+
+def test_trt_reuse_off_and_eviction():
+    off = peers.simulator("trtllm-kv-reuse", {"tokens_per_block": 4, "enable_block_reuse": False})
+    off.commit(req("abcdefgh"), t("z"))
+    assert off.predict(req("abcdefghij")) == 0
+    # by hand, 4 blocks: A = abcdefgh + z takes 0, 1, 2 and frees 2 1 0 to the tail of [3];
+    # B = mnopqrstu takes 3, 2, 1: block 1 (efgh) leaves the tree; A again reuses abcd only
+    pool = peers.simulator("trtllm-kv-reuse", {"tokens_per_block": 4, "max_blocks": 4})
+    pool.commit(req("abcdefghi"), t("z"))
+    pool.commit(req("mnopqrstu"), t("z"))
+    assert pool.predict(req("abcdefghi")) == 4
