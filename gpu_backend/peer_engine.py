@@ -61,7 +61,8 @@ class PeerEngine:
         return list(self.text.tok.encode(text, add_special_tokens=False).ids)
 
     @torch.no_grad()
-    def generate(self, ids: list, reused_kv, max_tokens: int, lora: str | None = None) -> dict:
+    def generate(self, ids: list, reused_kv, max_tokens: int, lora: str | None = None,
+                 logit_bias: dict | None = None) -> dict:
         """Greedy decoding of at most `max_tokens` tokens (the EOS ends it). `reused_kv`: the KV
         of the first `reused` prompt positions, [layers, 2, reused, kv heads, head dim]."""
         n = len(ids)
@@ -74,9 +75,13 @@ class PeerEngine:
             pool.write_positions(torch.arange(reused, device=self.device), reused_kv.to(self.device))
         adapter = None if lora is None else self.loras[lora]
         logits = self._forward(pool, ids[reused:], reused, adapter)
+        bias = torch.zeros_like(logits)
+        for token, value in (logit_bias or {}).items():
+            if 0 <= token < bias.shape[-1]:
+                bias[token] = value
         sampled, logprobs = [], []
         while True:
-            lp = torch.log_softmax(logits.masked_fill(~self.allowed, float("-inf")), dim=-1)
+            lp = torch.log_softmax((logits + bias).masked_fill(~self.allowed, float("-inf")), dim=-1)
             token = int(lp.argmax())
             sampled.append(token)
             logprobs.append(float(lp[token]))

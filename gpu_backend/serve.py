@@ -130,8 +130,8 @@ class PeerServer:
             return ("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
                     "# TYPE vllm:cache_config_info gauge\n" f"vllm:cache_config_info{{{text}}} 1.0\n")
         if self.profile == "sglang-radix" and route == ("GET", "/get_server_info"):
-            return {"page_size": s["page_size"], "disable_radix_cache": False, "context_length": context,
-                    "version": "kvconform-bundled"}
+            return {"page_size": s["page_size"], "disable_radix_cache": not s["radix_cache"],
+                    "max_total_num_tokens": s["pool_tokens"], "context_length": context, "version": "kvconform-bundled"}
         if self.profile == "llama.cpp-server" and route == ("GET", "/props"):
             return {"total_slots": 1, "default_generation_settings": {"n_ctx": context}}
         if self.profile == "llama.cpp-server" and route == ("GET", "/slots"):
@@ -153,7 +153,7 @@ class PeerServer:
             raise RequestError(400, f"{n} prompt tokens + max_tokens {max_tokens} exceed the context "
                                     f"({self.engine.cfg['max_input_len']})")
         cached, kv = self.cache.lookup(req)
-        out = self.engine.generate(req.ids, kv, max_tokens, req.lora)
+        out = self.engine.generate(req.ids, kv, max_tokens, req.lora, _logit_bias(body))
         sequence = req.ids + out["sampled"][:-1]
         self.cache.store(req, sequence, out["kv"], out["sampled"])
         return self._response(body, n, cached, out)
@@ -196,6 +196,17 @@ class PeerServer:
         if self.profile == "llama.cpp-server":
             response["timings"] = {"cache_n": cached, "prompt_n": n - out["reused"], "predicted_n": g}
         return response
+
+
+def _logit_bias(body: dict) -> dict:
+    """OpenAI `logit_bias`: {token id as a string: bias in [-100, 100]}."""
+    bias = body.get("logit_bias")
+    if bias is None:
+        return {}
+    if not isinstance(bias, dict) or not all(isinstance(k, str) and k.isdigit() and type(v) in (int, float)
+                                             and -100 <= v <= 100 for k, v in bias.items()):
+        raise RequestError(400, "logit_bias must map token ids to numbers in [-100, 100]")
+    return {int(k): float(v) for k, v in bias.items()}
 
 
 def _skips_reading(body: dict) -> bool:

@@ -101,9 +101,7 @@ def simulator(profile: str, settings: dict | None = None):
     if profile == "trtllm-kv-reuse":
         return TrtllmBlockPool(s["tokens_per_block"], s["enable_block_reuse"], s["enable_partial_reuse"],
                                s["copy_on_partial_reuse"], s["max_blocks"])
-    if s["pool_tokens"] is not None or not s["radix_cache"]:
-        raise PeerProfileError("sglang-radix: only an unbounded radix cache is modelled")
-    return RadixCache(s["page_size"])
+    return RadixCache(s["page_size"], s["pool_tokens"], s["radix_cache"])
 
 
 def count_rule(profile: str) -> str:

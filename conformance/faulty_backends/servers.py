@@ -185,3 +185,67 @@ class PartlyReusedLeafKept(TrtBlockTree):
             node = stack.pop()
             yield node
             stack.extend(node.children.values())
+
+
+@server_variant("vllm-salt-dropped-on-adapters", "vllm-apc")
+class SaltDroppedOnAdapters(BlockCache):
+    """Keys block 0 by the adapter alone when the request names one, dropping its salt.
+    Bug class: combined keys (one extra key replaces another).
+    Violates: PEER-VLLM-2.
+    Mirrors: generate_block_hash_extra_keys built as `lora_keys or salt_keys` instead of their
+    concatenation (kv_cache_utils.py)."""
+
+    def extras(self, req, index: int) -> tuple:
+        if req.lora is not None:
+            return (("lora", req.lora, req.lora_path),)              # DEFECT: the salt is dropped
+        return super().extras(req, index)
+
+
+@server_variant("sglang-adapter-hides-extra-key", "sglang-radix")
+class AdapterHidesExtraKey(RadixCache):
+    """Namespaces a request on an adapter by the adapter alone, dropping its extra_key.
+    Bug class: combined keys (one extra key replaces another).
+    Violates: PEER-SGL-2.
+    Mirrors: schedule_batch.py setting extra_key to the lora_id instead of concatenating them."""
+
+    def namespace(self, req) -> tuple:
+        if req.lora is not None:
+            return (req.lora, req.salt)                              # DEFECT: extra_key ignored
+        return super().namespace(req)
+
+
+@server_variant("sglang-prompt-only", "sglang-radix")
+class PromptOnlyRadix(RadixCache):
+    """Inserts a finished request's prompt into the tree but not the tokens it generated.
+    Bug class: generated tokens not cached.
+    Violates: PEER-SGL-3.
+    Mirrors: cache_finished_req keyed on origin_input_ids instead of origin_input_ids +
+    output_ids (radix_cache.py)."""
+
+    def store(self, req, sequence, kv, sampled):
+        super().store(req, sequence[:len(req.ids)], kv, sampled)    # DEFECT: the sampled tokens are dropped
+
+
+@server_variant("vllm-bypass-ignored", "vllm-apc")
+class ReadBypassIgnored(BlockCache):
+    """Reads the cache for requests that ask for prompt log-probabilities.
+    Bug class: a per-request cache bypass ignored.
+    Violates: PEER-VLLM-7.
+    Mirrors: vLLM's skip_reading_prefix_cache (sampling_params.py), which defaults to
+    `prompt_logprobs is not None` so that every prompt position gets its log-probability."""
+
+    def _hits(self, keys, req) -> int:
+        req.skip_prefix_cache = False                                # DEFECT: the bypass is ignored
+        return super()._hits(keys, req)
+
+
+@server_variant("sglang-evicts-oldest-inserted", "sglang-radix", (("pool_tokens", 600),))
+class EvictsOldestInserted(RadixCache):
+    """Evicts the leaf inserted first, whatever touched it since.
+    Bug class: eviction order (FIFO instead of least recently used).
+    Violates: PEER-SGL-5.
+    Mirrors: an eviction heap keyed on creation_time (radix_cache.py FIFOStrategy) while the
+    server runs with the default LRU policy."""
+
+    def touch(self, node):
+        pass                                                         # DEFECT: a node keeps its creation time

@@ -88,7 +88,5 @@ def explain(profile: str, sim, req: oracle.PeerRequest) -> str:
     if profile == "trtllm-kv-reuse":
         return (f"{sim.predict(req)} of the {n - 1} looked-up tokens match stored blocks of {sim.T}{keyed}, the "
                 f"last of them in part where partial reuse allows (PEER-TRT-1, PEER-TRT-2, PEER-TRT-3)")
-    cached = sim.sequences.get(oracle.sglang_namespace(req), [])
-    lcp = max((oracle.common_prefix(s, req.ids) for s in cached), default=0)
-    return (f"longest common prefix with a cached sequence of the namespace{keyed}: {lcp} of N = {n}; capped at "
-            f"N - 1 and rounded down to pages of {sim.P} (PEER-SGL-1, PEER-SGL-2)")
+    return (f"longest cached prefix in the namespace{keyed}, capped at N - 1 = {n - 1} and rounded down to pages "
+            f"of {sim.P}: {sim.predict(req)} (PEER-SGL-1, PEER-SGL-2)")

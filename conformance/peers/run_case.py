@@ -17,6 +17,7 @@ from reference import peers as oracle
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
 from ..verdicts import CaseResult, Failure, Verdict
 from . import PEER_PROFILES
+from .feedback import choose_answer
 from .judge import USAGE, explain, judge_count, judge_timings, read_count
 from .scenarios import Answer, PeerCase, Unsupported, unit
 from .server_info import ServerFacts
@@ -57,6 +58,8 @@ def request_fields(profile: str, step, case_salt: str | None = None) -> dict:
                            if field_name == "lora_request" else step.lora)
     if step.skip_read:
         out["prompt_logprobs"] = 1
+    if step.logit_bias:
+        out["logit_bias"] = dict(step.logit_bias)
     return out
 
 
@@ -65,13 +68,13 @@ def lora_task_id(name: str) -> int:
     return zlib.crc32(name.encode()) % 1_000_000 + 1
 
 
-def case_salt(case, ctx: "PeerContext") -> str | None:
+def case_salt(case, ctx: "PeerContext", attempt: int = 0) -> str | None:
     """Where the profile's server offers no cache reset (TensorRT-LLM), a salt that no earlier
     request of this or any other run carried: by PEER-TRT-2 the case then starts from an empty
     tree (PEER-API-4)."""
     if "case_salt" not in PEER_PROFILES[ctx.profile]["features"]:
         return None
-    return f"kvconform-{ctx.run_id}-{case.id}"
+    return f"kvconform-{ctx.run_id}-{case.id}-{attempt}"
 
 
 def run_case(case, ctx: PeerContext) -> tuple[CaseResult, list]:
@@ -81,8 +84,18 @@ def run_case(case, ctx: PeerContext) -> tuple[CaseResult, list]:
     transcript: list = []
     if isinstance(case, Unsupported):
         return result.settle(Verdict.NOT_SUPPORTED, case.reason), transcript
+    options = [case.steps] + list(case.variants)
     try:
-        _steps(case, ctx, result, transcript)
+        for tried, steps in enumerate(options):
+            result = CaseResult(case.id, list(case.rules), True, source=f"peer:{ctx.profile}", section=case.section)
+            transcript = []
+            try:
+                _steps(case, steps, ctx, result, transcript, tried, last=tried == len(options) - 1)
+            except _NoRoundTrip:
+                continue
+            if tried:
+                result.details["variant"] = tried     # the earlier ones could not feed their answer back
+            break
     finally:
         result.duration_s = time.monotonic() - start
     return result, transcript
@@ -104,31 +117,31 @@ def _reset(ctx: PeerContext, result: CaseResult) -> bool:
     return False
 
 
-def _steps(case: PeerCase, ctx: PeerContext, result: CaseResult, transcript: list) -> None:
+def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, transcript: list,
+           attempt: int = 0, last: bool = True) -> None:
     if not _reset(ctx, result):
         return
     sim = oracle.simulator(ctx.profile, ctx.settings)
-    answers: dict = {}
+    foil = oracle.simulator(ctx.profile, ctx.settings) if case.generated else None
+    done: dict = {}                                   # request -> (prompt ids, completion)
+    answers: dict = {}                                # request -> the text fed back for its answer
     unknown: str | None = None
-    judged = above_zero = 0
+    judged = above_zero = depends = 0
     rows = []
-    for k, step in enumerate(case.steps):
-        messages = []
-        for m in step.messages:
-            if isinstance(m, Answer):
-                if answers.get(m.step) is None:
-                    result.add(Failure("PEER-API-3", f"choices[0].message.content of request {m.step}", "a string",
-                                       None, "the answer to feed back is missing", k, Verdict.ERROR))
-                    return
-                m = {"role": "assistant", "content": answers[m.step]}
-            messages.append(m)
+    for k, step in enumerate(steps):
         try:
-            ids = ctx.tokens.ids(messages)
+            messages, ids, shared = _prompt(step, done, answers, ctx)
+            if case.generated and not last and shared.get("sampled_tokens_shared") == 0:
+                raise _NoRoundTrip()
         except TokenMismatch as e:
             result.add(Failure("PEER-TOK-1", "prompt ids", "the kit's ids", "the server's ids", str(e), k, Verdict.ERROR))
             return
         except ServerFailure as e:
             result.add(server_failure(e, "the server's tokenization", k))
+            return
+        except _NoAnswer as e:
+            result.add(Failure("PEER-API-3", f"choices[0].message.content of request {e.step}", "a string", None,
+                               "the answer to feed back is missing", k, Verdict.ERROR))
             return
         context = ctx.facts.context
         if context is not None and len(ids) + step.max_tokens > context:
@@ -140,7 +153,7 @@ def _steps(case: PeerCase, ctx: PeerContext, result: CaseResult, transcript: lis
                                  skip_prefix_cache=step.skip_read)
         predicted = sim.predict(req) if unknown is None else None
         why = explain(ctx.profile, sim, req) if unknown is None else unknown
-        fields = request_fields(ctx.profile, step, case_salt(case, ctx))
+        fields = request_fields(ctx.profile, step, case_salt(case, ctx, attempt))
         entry = {"request": k, "messages": messages, "max_tokens": step.max_tokens, "fields": fields,
                  "prompt_ids": ids, "predicted_cached_tokens": predicted, "why": why}
         transcript.append(entry)
@@ -156,27 +169,72 @@ def _steps(case: PeerCase, ctx: PeerContext, result: CaseResult, transcript: lis
             result.add(f)
         rows.append({"request": k, "prompt_tokens": len(ids), "predicted": predicted,
                      "reported": reported, "fields": fields, "sampled_ids": completion.sampled_ids,
-                     **({"reuse": True} if step.reuse else {})})
+                     **({"reuse": True} if step.reuse else {}), **shared})
         if reported is not None:
             if predicted is None:
                 result.add(Failure("PEER-TOK-2", USAGE, None, reported, unknown, k, Verdict.NOT_SUPPORTED))
             else:
                 judged += 1
                 above_zero += predicted > 0
+                depends += foil is not None and predicted != foil.predict(req)
                 for f in judge_count(ctx.profile, predicted, reported, why, k):
                     result.add(f)
                 if "timings" in PEER_PROFILES[ctx.profile]["features"]:
                     for f in judge_timings(completion, reported, len(ids), k):
                         result.add(f)
-        answers[k] = completion.text
+        done[k] = (ids, completion)
         if unknown is None:
             unknown = _commit(sim, req, step, completion, k)
+            if foil is not None and unknown is None:
+                foil.commit(req, (completion.sampled_ids or [0])[:1])     # the prompt only
     result.details = {"steps": rows, "judged_above_zero": above_zero,
                       **({"layout": case.layout} if case.layout else {})}
     if judged == 0 and result.verdict == Verdict.PASS:
         result.settle(Verdict.NOT_SUPPORTED, "no count of this case could be judged")
     elif result.verdict == Verdict.PASS and nothing_at_stake(case, rows):
         result.settle(Verdict.NOT_SUPPORTED, vacuous_reason(case, rows, ctx))
+    elif result.verdict == Verdict.PASS and foil is not None and depends == 0:
+        shares = ", ".join(f"request {r['request']}: {r['sampled_tokens_shared']}" for r in rows
+                           if "sampled_tokens_shared" in r) or "none fed back"
+        result.settle(Verdict.NOT_SUPPORTED, "no count of the case depends on whether the server caches the tokens it "
+                      f"generated (sampled ids the next prompt shares: {shares}): a server that caches the prompt "
+                      "only would pass, so caching of generated tokens was not judged")
+
+
+class _NoRoundTrip(Exception):
+    """The first answer of a conversation case cannot be fed back as the ids it sampled."""
+
+
+class _NoAnswer(Exception):
+    def __init__(self, step: int):
+        super().__init__(step)
+        self.step = step
+
+
+def _prompt(step, done: dict, answers: dict, ctx: PeerContext) -> tuple[list, list, dict]:
+    """The step's messages with every fed-back answer filled in, their ids, and (for an answer
+    fed back here for the first time) how many sampled ids the prompt shares. A new answer's
+    text is chosen by its round trip (feedback.py)."""
+    fresh = [m.step for m in step.messages if isinstance(m, Answer) and m.step not in answers]
+    for m in step.messages:
+        if isinstance(m, Answer) and m.step not in done:
+            raise _NoAnswer(m.step)
+
+    def build(text=None):
+        return [{"role": "assistant", "content": answers.get(m.step, text)} if isinstance(m, Answer) else m
+                for m in step.messages]
+    if not fresh:
+        messages = build()
+        return messages, ctx.tokens.ids(messages), {}
+    last = fresh[-1]
+    for earlier in fresh[:-1]:                        # more than one new answer: take the server's text
+        answers[earlier] = done[earlier][1].text
+    prompt_ids, completion = done[last]
+    chosen = choose_answer(build, prompt_ids, completion.sampled_ids, completion.text, ctx.tokens)
+    if chosen is None:
+        raise _NoAnswer(last)
+    answers[last] = chosen[0]
+    return build(), chosen[1], {"sampled_tokens_shared": chosen[2], "answer_from": last}
 
 
 def nothing_at_stake(case: PeerCase, rows: list) -> bool:

@@ -50,6 +50,9 @@ class Step:
     """A request the case exists to judge reuse on (see the module docstring)."""
     skip_read: bool = False
     """vLLM's per-request read bypass: the request asks for prompt log-probabilities (PEER-VLLM-7)."""
+    logit_bias: dict | None = None
+    """OpenAI `logit_bias` (token id -> bias): steers a conversation's answer to tokens that can
+    be fed back as themselves."""
 
 
 @dataclass
@@ -61,6 +64,12 @@ class PeerCase:
     steps: list
     layout: dict = field(default_factory=dict)
     """What the builder aimed for and achieved (divergence position, prompt length)."""
+    generated: bool = False
+    """The case exists to judge caching of generated tokens: it judged nothing when no count
+    depends on it (run_case.py compares with a prompt-only prediction)."""
+    variants: list = field(default_factory=list)
+    """Other step lists to try, in order, when the answer to the first step cannot be fed back
+    as the ids the server sampled (a greedy model's first token decides it: run_case.py)."""
 
 
 @dataclass
@@ -140,12 +149,17 @@ def cases(profile: str, settings: dict, ids, facts=None) -> list:
         out.append(_salted(profile, count, ids, U))
     if "lora" in features:
         out.append(_adapters(profile, count, ids, U, getattr(facts, "adapters", None)))
+    if "salt" in features and "lora" in features:
+        out.append(_combined_keys(profile, count, ids, U, getattr(facts, "adapters", None)))
     if "extra_key" in features:
         out.append(_extra_keys(count, ids, U))
     if profile == "llama.cpp-server":
         out.append(_one_slot(count))
     if profile == "vllm-apc":
+        out.append(_read_bypass(count, ids, U))
         out.append(_lru_blocks(count, ids, settings))
+    if profile == "sglang-radix":
+        out.append(_radix_lru(count, ids, settings))
     if profile == "trtllm-kv-reuse":
         out.append(Unsupported("eviction/trt-blocks", "eviction", _rules(count, "PEER-TRT-6"),
                                "trtllm-serve offers no cache reset, so a case cannot start from an empty block "
@@ -187,14 +201,42 @@ def _shared_system(profile, count, ids, U):
                     [Step(a), Step(b, reuse=True), Step(b, reuse=True), Step(a, reuse=True)])
 
 
+FEEDBACK_DIGIT = "1"
+"""The answer a conversation case steers to when the server's own first answer cannot be fed back
+as its ids: digits are split one by one by the common tokenizers, so "11111111" tokenizes back
+as the eight tokens sampled."""
+
+
 def _feedback(count, after, ids, U):
-    first = long_prompt(SYSTEM, QUESTIONS[2], 9, ids, U)
+    """The first prompt ends one token before a block boundary (3B - 1 tokens or the next such
+    length), so that one sampled token fed back completes a block: then whether the server
+    caches generated tokens decides the next count, whatever the block size. Each answer is fed
+    back as the text that gives the sampled ids back (feedback.py). When no text does for the
+    first answer (a tokenizer that marks word starts cannot give back a word-start token right
+    after the assistant tag), the case runs again with a logit bias that steers the answers to
+    the digit token that follows the tag, which feeds back as itself."""
+    def prompt(m):
+        return chat(SYSTEM + " " + filler(m, 9), QUESTIONS[2])
+
+    def length(m):
+        return len(ids(prompt(m)))
+    base = length(0)
+    target = _boundary_at_least(max(base, 2 * U + 1), U, -1)
+    m = fit(length, target, target - base, 3 * U)
+    first = prompt(m if m is not None else at_least(prompt, ids, target))
     second = first + [Answer(0), {"role": "user", "content": QUESTIONS[3]}]
     third = second + [Answer(1), {"role": "user", "content": "Thank you. " + QUESTIONS[0]}]
+    n = len(ids(first))
+    digit = ids(first + [{"role": "assistant", "content": FEEDBACK_DIGIT * 4}, {"role": "user", "content": "x"}])[n]
+    bias = {str(digit): 100}
+    plain = [Step(first, 8), Step(second, 8, reuse=True), Step(third, 1, reuse=True)]
+    steered = [Step(first, 8, logit_bias=bias), Step(second, 8, reuse=True, logit_bias=bias),
+               Step(third, 1, reuse=True)]
     return PeerCase("turns/feedback", "turns",
                     "a conversation of three turns that feeds each answer back: the sampled tokens the "
                     "server computed are part of what it caches", _rules(count, after, "PEER-TOK-2"),
-                    [Step(first, 6), Step(second, 6, reuse=True), Step(third, 1, reuse=True)])
+                    plain, {"unit": U, "first_prompt_tokens_intended": target, "first_prompt_tokens": n,
+                            "steered_to_token": digit}, generated=True, variants=[steered])
 
 
 def _near_miss(count, after, ids, U, off):
@@ -281,6 +323,65 @@ def adapter_names(listed: dict | None):
     have = ", ".join(sorted(listed)) or "none"
     return (f"the case needs two LoRA adapters and the server lists {len(listed)} in /v1/models ({have}): "
             "start it with --enable-lora --lora-modules alpha=DIR beta=DIR")
+
+
+def _combined_keys(profile, count, ids, U, listed):
+    """Salted requests on an adapter against salted base-model requests, another salt, no salt
+    (and on SGLang another extra key): every key of a block counts, together (vLLM's block 0
+    carries the salt and the adapter, SGLang's namespace is extra key + adapter and salt)."""
+    case_id, rules = "isolation/salt-and-lora", _rules(count, _key_rule(profile))
+    names = adapter_names(listed)
+    if isinstance(names, str):
+        return Unsupported(case_id, "isolation", rules, names)
+    alpha = names[0]
+    prompt = long_prompt(SYSTEM, QUESTIONS[1], 41, ids, U)
+    if profile == "sglang-radix":
+        steps = [Step(prompt, salt="s1", extra_key="k1"), Step(prompt, salt="s1", extra_key="k1", lora=alpha),
+                 Step(prompt, salt="s1", extra_key="k2", lora=alpha), Step(prompt, salt="s2", extra_key="k1", lora=alpha),
+                 Step(prompt, salt="s1", extra_key="k1", lora=alpha, reuse=True),
+                 Step(prompt, salt="s1", extra_key="k1", reuse=True)]
+        what = f"salt s1 + extra key k1 on the base model, then on {alpha}, then k2 and s2 on {alpha}"
+    else:
+        steps = [Step(prompt, salt="s1"), Step(prompt, salt="s1", lora=alpha), Step(prompt, salt="s2", lora=alpha),
+                 Step(prompt, lora=alpha), Step(prompt, salt="s1", lora=alpha, reuse=True),
+                 Step(prompt, salt="s1", reuse=True)]
+        what = f"salt s1 on the base model, then on {alpha}, then s2 and no salt on {alpha}"
+    return PeerCase(case_id, "isolation", f"one prompt (at least 2B + 1 tokens): {what}; only the repeats of "
+                    "an exact combination may reuse", rules, steps, {"adapter": alpha})
+
+
+def _read_bypass(count, ids, U):
+    prompt = long_prompt(SYSTEM, QUESTIONS[0], 43, ids, U)
+    return PeerCase("reuse/read-bypass", "reuse", "a prompt, the same prompt asking for prompt log-probabilities "
+                    "(vLLM reads no cache for it), then the prompt again", _rules(count, "PEER-VLLM-7"),
+                    [Step(prompt), Step(prompt, skip_read=True), Step(prompt, reuse=True)])
+
+
+def _radix_lru(count, ids, settings):
+    """A, B, A again, then C: with the pool about 1.2 prompts short, C evicts the least recently
+    touched leaf, B's (B is two pages longer, so its leaf alone covers what C needs), not A's,
+    which a server evicting by insertion order would take (PEER-SGL-5)."""
+    case_id, rules = "eviction/radix-lru", _rules(count, "PEER-SGL-5")
+    pool, P = settings["pool_tokens"], settings["page_size"]
+    if pool is None:
+        return Unsupported(case_id, "eviction", rules, "the server's KV pool size is not known: pass "
+                           "--peer-setting pool_tokens=N (its --max-total-tokens) to judge eviction")
+    size = int(0.4 * pool)
+    if size > MAX_EVICTION_TOKENS:
+        return Unsupported(case_id, "eviction", rules, f"a pool of {pool} tokens needs prompts of about {size} "
+                           f"tokens to evict; this case writes at most {MAX_EVICTION_TOKENS}")
+    heads = ((SYSTEM, 53, size), ("Reply in one word.", 59, size + 2 * P), ("Think step by step.", 61, size))
+    steps = []
+    for k, (head, seed, target) in enumerate(heads):
+        def make(n, head=head, seed=seed, k=k):
+            return [{"role": "system", "content": head + " " + filler(n, seed)},
+                    {"role": "user", "content": QUESTIONS[k]}]
+        steps.append(Step(make(at_least(make, ids, target))))
+    a, b, c = steps
+    return PeerCase(case_id, "eviction", f"prompts A, B, A again, then C, each about 0.4 of a pool of {pool} tokens, "
+                    "then A and B again: the least recently touched leaf is evicted first", rules,
+                    [a, b, Step(a.messages), c, Step(a.messages, reuse=True), Step(b.messages, reuse=True)],
+                    {"pool_tokens": pool, "prompt_tokens": [len(ids(x.messages)) for x in steps]})
 
 
 def _extra_keys(count, ids, U):

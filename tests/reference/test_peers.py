@@ -392,3 +392,49 @@ def test_trt_reuse_off_and_eviction():
     pool.commit(req("abcdefghi"), t("z"))
     pool.commit(req("mnopqrstu"), t("z"))
     assert pool.predict(req("abcdefghi")) == 4
+
+
+# --- sglang-radix: eviction and the cache off --------------------------------------------------------
+# SGLang's own radix tests (test/srt/test_radix_cache_unit.py at 547421afbb6b) assert only that
+# evict() shrinks the tree; the orders below are derived by hand from radix_cache.py `evict`
+# (leaves by last_access_time, a parent queued when its last child goes, locked nodes kept) and
+# mem_cache/common.py `evict_from_tree_cache` at 2752c8285adf (a request short of free slots
+# evicts as many tokens as it needs).
+
+def test_sgl_5_least_recently_touched_leaf_goes_first():
+    # pool 20, page 1: A = abcdefgh (8, S = abcdefgh), B = ijklmnop (8): 16 in the tree.
+    # C = qrstuvwx needs 8 with 4 free: evicts 8 from the oldest leaf, A; B survives.
+    tree = peers.simulator("sglang-radix", {"pool_tokens": 20})
+    for prompt in ("abcdefgh", "ijklmnop", "qrstuvwx"):
+        tree.commit(req(prompt), t("z"))
+    assert tree.predict(req("abcdefgh")) == 0
+    assert tree.predict(req("ijklmnop")) == 7
+
+
+def test_sgl_5_a_touched_leaf_is_kept():
+    # the same, but A is matched again (touched) before C: B is now the oldest leaf
+    tree = peers.simulator("sglang-radix", {"pool_tokens": 20})
+    tree.commit(req("abcdefgh"), t("z"))
+    tree.commit(req("ijklmnop"), t("z"))
+    tree.commit(req("abcdefgh"), t("z"))
+    tree.commit(req("qrstuvwx"), t("z"))
+    assert tree.predict(req("abcdefgh")) == 7
+    assert tree.predict(req("ijklmnop")) == 0
+
+
+def test_sgl_5_the_matched_path_is_locked():
+    # pool 12: A = abcdefgh (8). B = abcdXYZW shares abcd: abcd is locked while B needs 4 with
+    # 4 free: nothing evicted; the tree becomes abcd -> efgh, XYZW (12). C = abcdQRST needs 4
+    # with 0 free: the oldest unlocked leaf is efgh (A's), not abcd (C's own path)
+    tree = peers.simulator("sglang-radix", {"pool_tokens": 12})
+    tree.commit(req("abcdefgh"), t("z"))
+    tree.commit(req("abcdXYZW"), t("z"))
+    tree.commit(req("abcdQRST"), t("z"))
+    assert tree.predict(req("abcdefgh")) == 4
+    assert tree.predict(req("abcdXYZW")) == 7
+
+
+def test_sgl_6_radix_cache_off():
+    tree = peers.simulator("sglang-radix", {"radix_cache": False})
+    tree.commit(req("abcdefgh"), t("z"))
+    assert tree.predict(req("abcdefgh")) == 0
