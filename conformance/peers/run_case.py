@@ -101,20 +101,60 @@ def run_case(case, ctx: PeerContext) -> tuple[CaseResult, list]:
     return result, transcript
 
 
+RESET_WAIT_S = 10.0
+"""How long a reset that answers `{"success": false}` is retried (blocks still held, for instance
+by a request the server still computes after a timeout) before the case is ERROR."""
+
+
 def _reset(ctx: PeerContext, result: CaseResult) -> bool:
+    """PEER-API-4: empty the cache, and know that it is empty: vLLM answers HTTP 200 with
+    `{"success": false}` while blocks are held, so a body that says false is retried for
+    RESET_WAIT_S, then the case is ERROR."""
     path = PEER_PROFILES[ctx.profile]["reset"]
     if path is None:
         return True                                   # the case runs under its own salt
-    try:
-        ctx.client.post(path)
-        return True
-    except NotOffered as e:
-        result.add(Failure("PEER-API-4", f"POST {path}", "HTTP 200", str(e),
-                           "the server does not offer the profile's cache reset, so the case cannot start from "
-                           "an empty cache", None, Verdict.ERROR))
-    except ServerFailure as e:
-        result.add(server_failure(e, f"POST {path}", None))
-    return False
+    deadline = time.monotonic() + RESET_WAIT_S
+    while True:
+        try:
+            doc = ctx.client.post(path)
+        except NotOffered as e:
+            result.add(Failure("PEER-API-4", f"POST {path}", "HTTP 200", str(e),
+                               "the server does not offer the profile's cache reset, so the case cannot start from "
+                               f"an empty cache{profile_hint(ctx)}", None, Verdict.ERROR))
+            return False
+        except ServerFailure as e:
+            result.add(server_failure(e, f"POST {path}", None))
+            return False
+        if not (isinstance(doc, dict) and doc.get("success") is False):
+            return True
+        if time.monotonic() >= deadline:
+            result.add(Failure("PEER-API-4", f"POST {path}", '{"success": true}', doc,
+                               f"the cache could not be emptied: the server kept answering success false for "
+                               f"{RESET_WAIT_S:g} s (it still holds blocks, e.g. of a request it computes after a "
+                               "timeout)", None, Verdict.ERROR))
+            return False
+        time.sleep(0.25)
+
+
+def adapter_hint(step, ctx: PeerContext, e: ServerFailure) -> str:
+    """Where a request on a LoRA adapter failed with a client error: which adapter, and what the
+    server lists."""
+    if step.lora is None or e.status not in (None, 400, 404, 422) or e.kind == "timeout":
+        return ""
+    listed = ctx.facts.adapters
+    have = "it lists none" if not listed else f"it lists {', '.join(sorted(listed))}"
+    if listed is not None and step.lora in listed:
+        return f" (adapter {step.lora!r} is listed by the server, yet the request failed)"
+    return (f" (the request names LoRA adapter {step.lora!r}; {have if listed is not None else 'the server lists no adapters'}"
+            f": start it with the adapter, e.g. vLLM --enable-lora --lora-modules {step.lora}=DIR)")
+
+
+def profile_hint(ctx: PeerContext) -> str:
+    """'; the server looks like X: is --profile right?' when its API says another runtime."""
+    seen = ctx.facts.runtime
+    if seen is None or seen == ctx.profile:
+        return ""
+    return f"; the server looks like a {seen} server, not {ctx.profile}: is --profile right?"
 
 
 def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, transcript: list,
@@ -161,7 +201,9 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
             completion = ctx.client.chat(messages, step.max_tokens, fields)
         except ServerFailure as e:
             entry["failure"] = e.message
-            result.add(server_failure(e, "POST /v1/chat/completions", k))
+            failure = server_failure(e, "POST /v1/chat/completions", k)
+            failure.why += adapter_hint(step, ctx, e)
+            result.add(failure)
             return
         entry["response"] = completion.raw
         reported, failures = read_count(completion, len(ids), k, ctx.profile)

@@ -150,13 +150,16 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
     except ServerFailure as e:
         raise KvconformError(f"cannot start the openai adapter: {e.message}") from None
     facts = read_facts(client, profile, args.model)
+    if facts.runtime not in (None, profile):
+        print(f"kvconform run: warning: the server's API looks like {facts.runtime}, not {profile}: the --profile "
+              "may be wrong", file=sys.stderr)
     settings, origin = merge_settings(profile, given, facts)
     tokens = TokenSource(client, profile, args.tokenizer)
     problem = tokens.usable()
     if problem:
         raise KvconformError(problem)
     try:
-        plan = _select(build_cases(profile, settings, tokens.layout_ids), args.keyword)
+        plan = _select(build_cases(profile, settings, tokens.layout_ids, facts), args.keyword)
     except ServerFailure as e:
         raise KvconformError(f"cannot lay the peer cases out on the server's tokens: {e.message}") from None
     if args.list:

@@ -35,10 +35,13 @@ class ServerFacts:
     """The most tokens (prompt and output) one request may hold, where the server says."""
     adapters: dict | None = None
     """LoRA adapters the server lists, name -> the path it loaded them from; None: not listed."""
+    runtime: str | None = None
+    """The profile whose API the server's shape fits (llama.cpp `/props`, SGLang
+    `/get_server_info`, vLLM's `vllm:` metrics), or None when none does."""
 
     def describe(self) -> dict:
         return {"settings": self.settings, "sources": self.sources, "context": self.context,
-                "adapters": None if self.adapters is None else sorted(self.adapters)}
+                "adapters": None if self.adapters is None else sorted(self.adapters), "looks_like": self.runtime}
 
 
 def _get(client: OpenAIClient, path: str):
@@ -68,7 +71,9 @@ def vllm_cache_config(text: str) -> dict:
     return dict(LABEL.findall(match.group("labels"))) if match else {}
 
 
-def _models(client: OpenAIClient, facts: ServerFacts, model: str | None) -> None:
+def _models(client: OpenAIClient, facts: ServerFacts, model: str | None, adapters: bool = False) -> None:
+    """`max_model_len` of the served model; with `adapters` (vLLM, which lists each LoRA adapter
+    with its `parent` and the `root` it was loaded from) the adapters too."""
     doc = _get(client, "/v1/models")
     data = doc.get("data") if isinstance(doc, dict) else None
     if not isinstance(data, list):
@@ -78,7 +83,7 @@ def _models(client: OpenAIClient, facts: ServerFacts, model: str | None) -> None
     served = next((d for d in base if d["id"] == model), base[0] if base else None)
     if served is not None and _int(served.get("max_model_len")):
         facts.context = _int(served["max_model_len"])
-    if any("parent" in d for d in entries):                 # vLLM lists adapters with their parent
+    if adapters and any("parent" in d for d in entries):
         facts.adapters = {d["id"]: str(d.get("root") or "") for d in entries if d.get("parent") is not None}
 
 
@@ -88,7 +93,7 @@ def _publish(facts: ServerFacts, key: str, value, source: str) -> None:
 
 
 def _vllm(client: OpenAIClient, facts: ServerFacts, model: str | None) -> None:
-    _models(client, facts, model)
+    _models(client, facts, model, adapters=True)
     try:
         labels = vllm_cache_config(client.get_text("/metrics"))
     except (NotOffered, ServerFailure):
@@ -139,7 +144,23 @@ def read_facts(client: OpenAIClient, profile: str, model: str | None = None) -> 
     if reader is not None:
         reader(client, facts, model)
     facts.settings = {k: v for k, v in facts.settings.items() if k in oracle.SETTINGS[profile]}
+    facts.runtime = looks_like(client)
     return facts
+
+
+def looks_like(client: OpenAIClient) -> str | None:
+    """Which runtime's own endpoints the server answers (a run under the wrong profile says so)."""
+    props = _get(client, "/props")
+    if isinstance(props, dict) and ("total_slots" in props or "default_generation_settings" in props):
+        return "llama.cpp-server"
+    info = _get(client, "/get_server_info")
+    if isinstance(info, dict) and ("page_size" in info or "disable_radix_cache" in info):
+        return "sglang-radix"
+    try:
+        metrics = client.get_text("/metrics", limit=1 << 16)
+    except (NotOffered, ServerFailure):
+        metrics = ""
+    return "vllm-apc" if "vllm:" in metrics else None
 
 
 def merge_settings(profile: str, given: dict, facts: ServerFacts) -> tuple[dict, dict]:
