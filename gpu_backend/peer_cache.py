@@ -44,29 +44,59 @@ def _shared(a, b) -> int:
 
 
 class SlotCache:
-    """llama-server with one slot (`-np 1 --cache-ram 0`): the slot's tokens and their KV."""
-    settings = {}
+    """llama-server with `slots` slots (`-np N --cache-ram 0`), each the tokens it computed and
+    their KV. A request takes the slot whose tokens share the largest fraction of its prompt,
+    above `slot_prompt_similarity`, else the least recently used one (server-context.cpp
+    get_available_slot; the last of equally old slots)."""
+    settings = {"slots": 1, "slot_prompt_similarity": 0.1}
 
-    def __init__(self, **settings):
-        self.reset()
+    def __init__(self, slots=1, slot_prompt_similarity=0.1):
+        self.n, self.threshold = slots, slot_prompt_similarity
+        self.slots = [{"tokens": [], "kv": None, "used": -1} for _ in range(slots)]
+        self.clock = 0
+        self.current = 0
 
-    def reset(self):
-        self.tokens, self.kv = [], None
+    def reset(self, slot: int | None = None):
+        """Erase one slot (or all): its tokens go, its last use stays (as the server's)."""
+        for i in ([slot] if slot is not None else range(self.n)):
+            self.slots[i]["tokens"], self.slots[i]["kv"] = [], None
+
+    @property
+    def tokens(self):
+        return self.slots[0]["tokens"]
 
     def published(self) -> dict:
-        return {}
+        return {"slots": self.n}
 
     def cap(self, n: int) -> int:
         """At least one prompt token is evaluated again (server-context.cpp: n_past--)."""
         return n - 1
 
+    def pick(self, ids) -> int:
+        best, best_sim = None, 0.0
+        if self.threshold != 0:
+            for i, slot in enumerate(self.slots):
+                if slot["tokens"]:
+                    sim = _shared(slot["tokens"], ids) / len(ids)
+                    if sim > best_sim and sim > self.threshold:
+                        best, best_sim = i, sim
+        if best is None:
+            best = 0
+            for i, slot in enumerate(self.slots):
+                if slot["used"] <= self.slots[best]["used"]:
+                    best = i
+        return best
+
     def lookup(self, req):
-        c = max(0, min(_shared(self.tokens, req.ids), self.cap(len(req.ids))))
+        self.current = self.pick(req.ids)
+        slot = self.slots[self.current]
+        c = max(0, min(_shared(slot["tokens"], req.ids), self.cap(len(req.ids))))
         use = min(c, len(req.ids) - 1)
-        return c, (self.kv[:, :, :use] if use > 0 else None)
+        return c, (slot["kv"][:, :, :use] if use > 0 else None)
 
     def store(self, req, sequence, kv, sampled):
-        self.tokens, self.kv = list(sequence), kv
+        self.clock += 1
+        self.slots[self.current].update(tokens=list(sequence), kv=kv, used=self.clock)
 
 
 class BlockCache:

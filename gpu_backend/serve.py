@@ -9,7 +9,7 @@ the cache (peer_cache.py; the runtime's own rule), and those tokens really are n
 again (peer_engine.py). Endpoints follow the real servers:
 
     all       GET /health, GET /v1/models, POST /v1/chat/completions
-    llama.cpp POST /tokenize {content}, POST /apply-template {messages}, POST /slots/0?action=erase,
+    llama.cpp POST /tokenize {content}, POST /apply-template {messages}, POST /slots/{id}?action=erase,
               `timings` {cache_n, prompt_n, predicted_n} in every completion
     vLLM      POST /tokenize {messages}, POST /reset_prefix_cache; the `model` may name a LoRA adapter
     SGLang    POST /flush_cache; `lora_path` names a LoRA adapter, `extra_key` and `cache_salt` namespace
@@ -93,10 +93,11 @@ class PeerServer:
                     return 200, {"tokens": self.engine.tokenize(_string(_object(body), "content"))}
                 if route == ("POST", "/apply-template"):
                     return 200, {"prompt": self.engine.prompt(_messages(_object(body)))[1]}
-                if route == ("POST", "/slots/0") and parse_qs(url.query).get("action") == ["erase"]:
-                    erased = len(self.cache.tokens)
-                    self.cache.reset()
-                    return 200, {"id_slot": 0, "n_erased": erased}
+                slot = _slot_id(url.path, getattr(self.cache, "n", 1))
+                if method == "POST" and slot is not None and parse_qs(url.query).get("action") == ["erase"]:
+                    erased = len(self.cache.slots[slot]["tokens"])
+                    self.cache.reset(slot)
+                    return 200, {"id_slot": slot, "n_erased": erased}
             if self.profile == "vllm-apc":
                 if route == ("POST", "/tokenize"):
                     ids = self.engine.prompt(_messages(_object(body)))[0]
@@ -133,9 +134,9 @@ class PeerServer:
             return {"page_size": s["page_size"], "disable_radix_cache": not s["radix_cache"],
                     "max_total_num_tokens": s["pool_tokens"], "context_length": context, "version": "kvconform-bundled"}
         if self.profile == "llama.cpp-server" and route == ("GET", "/props"):
-            return {"total_slots": 1, "default_generation_settings": {"n_ctx": context}}
+            return {"total_slots": s.get("slots", 1), "default_generation_settings": {"n_ctx": context}}
         if self.profile == "llama.cpp-server" and route == ("GET", "/slots"):
-            return [{"id": 0, "n_ctx": context, "is_processing": False}]
+            return [{"id": i, "n_ctx": context, "is_processing": False} for i in range(s.get("slots", 1))]
         return None
 
     def chat(self, body: dict) -> dict:
@@ -196,6 +197,12 @@ class PeerServer:
         if self.profile == "llama.cpp-server":
             response["timings"] = {"cache_n": cached, "prompt_n": n - out["reused"], "predicted_n": g}
         return response
+
+
+def _slot_id(path: str, slots: int) -> int | None:
+    """The N of /slots/N when it names a slot of the server."""
+    head, _, tail = path.rpartition("/")
+    return int(tail) if head == "/slots" and tail.isdigit() and int(tail) < slots else None
 
 
 def _logit_bias(body: dict) -> dict:

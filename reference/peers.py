@@ -15,7 +15,7 @@ A request's *computed sequence* is its prompt followed by every sampled id but t
 from __future__ import annotations
 
 from .peer_common import ImageItem, PeerProfileError, PeerRequest, common_prefix, computed_sequence
-from .peer_llama import LlamaSlot, llama_cpp_cached, llama_cpp_slot_after
+from .peer_llama import LlamaSlot, LlamaSlots, choose_slot, llama_cpp_cached, llama_cpp_slot_after
 from .peer_sglang import RadixCache, sglang_cached, sglang_namespace
 from .peer_trtllm import BlockKey, TrtllmBlockPool, trtllm_cached
 from .peer_vllm import VllmBlockPool, leading_hits, vllm_block_keys, vllm_cached, vllm_extra_keys
@@ -45,6 +45,7 @@ KINDS = {
 unbounded), count0 (an integer >= 0), fraction (a number in [0, 1]), bool (true or false)."""
 
 __all__ = ["ImageItem", "PeerProfileError", "PeerRequest", "common_prefix", "computed_sequence", "LlamaSlot",
+           "LlamaSlots", "choose_slot",
            "llama_cpp_cached", "llama_cpp_slot_after", "RadixCache", "sglang_cached", "sglang_namespace",
            "VllmBlockPool", "leading_hits", "BlockKey", "TrtllmBlockPool", "trtllm_cached", "vllm_block_keys", "vllm_cached", "vllm_extra_keys", "PROFILES",
            "SETTINGS", "KINDS", "MAX_UNIT", "PEER_PROFILES_VERSION", "check_settings", "check_value", "simulator",
@@ -92,10 +93,7 @@ def simulator(profile: str, settings: dict | None = None):
     """A fresh cache of the profile (reset, predict, commit)."""
     s = check_settings(profile, settings)
     if profile == "llama.cpp-server":
-        if s["slots"] != 1 or s["cache_ram_mib"] != 0:
-            raise PeerProfileError("llama.cpp-server: only one slot without a host prompt cache is modelled "
-                                   "(slots=1, cache_ram_mib=0)")
-        return LlamaSlot()
+        return LlamaSlots(s["slots"], s["slot_prompt_similarity"], s["cache_ram_mib"])
     if profile == "vllm-apc":
         return VllmBlockPool(s["block_size"], s["cache_blocks"], s["enable_prefix_caching"], s["eagle"])
     if profile == "trtllm-kv-reuse":

@@ -249,3 +249,19 @@ class EvictsOldestInserted(RadixCache):
 
     def touch(self, node):
         pass                                                         # DEFECT: a node keeps its creation time
+
+
+@server_variant("lcpp-similarity-ignored", "llama.cpp-server", (("slots", 2),))
+class SimilarityIgnored(SlotCache):
+    """Gives every request the least recently used slot, whatever its prompt shares.
+    Bug class: slot choice (a similar prompt sent to another slot).
+    Violates: PEER-LCPP-5.
+    Mirrors: get_available_slot with --slot-prompt-similarity 0 while the server reports the
+    default 0.1 (server-context.cpp)."""
+
+    def pick(self, ids) -> int:
+        best = 0
+        for i, slot in enumerate(self.slots):                     # DEFECT: no similarity pass
+            if slot["used"] <= self.slots[best]["used"]:
+                best = i
+        return best

@@ -16,7 +16,7 @@ from reference.peers import PROFILES, SETTINGS
 
 PEER_PROFILES = {
     "llama.cpp-server": {
-        "reset": "/slots/0?action=erase",
+        "reset": "/slots/{slot}?action=erase",  # every slot, 0 .. slots - 1
         "crosscheck": "apply-template",      # POST /apply-template, then POST /tokenize
         "lora_field": None,                  # per-request adapters are not part of the profile
         "features": frozenset({"timings"}),

@@ -77,8 +77,11 @@ def explain(profile: str, sim, req: oracle.PeerRequest) -> str:
                                                    ("extra_key", req.extra_key)) if v is not None)
     keyed = f" (keyed with {keyed})" if keyed else ""
     if profile == "llama.cpp-server":
-        lcp = oracle.common_prefix(sim.tokens, req.ids)
-        return (f"the slot held {len(sim.tokens)} ids, {lcp} shared with the prompt of N = {n}: "
+        i = sim.slot_for(req)
+        tokens = sim.slots[i]
+        lcp = oracle.common_prefix(tokens, req.ids)
+        which = f"slot {i} of {sim.n} (PEER-LCPP-5) " if sim.n > 1 else "the slot "
+        return (f"{which}held {len(tokens)} ids, {lcp} shared with the prompt of N = {n}: "
                 f"min(LCP {lcp}, N - 1 = {n - 1}) (PEER-LCPP-1, PEER-LCPP-2)")
     if profile == "vllm-apc":
         keys = oracle.vllm_block_keys(req.ids, sim.B, req)

@@ -113,6 +113,12 @@ def _reset(ctx: PeerContext, result: CaseResult) -> bool:
     path = PEER_PROFILES[ctx.profile]["reset"]
     if path is None:
         return True                                   # the case runs under its own salt
+    if "{slot}" in path:
+        return all(_reset_one(ctx, result, path.format(slot=i)) for i in range(ctx.settings.get("slots", 1)))
+    return _reset_one(ctx, result, path)
+
+
+def _reset_one(ctx: PeerContext, result: CaseResult, path: str) -> bool:
     deadline = time.monotonic() + RESET_WAIT_S
     while True:
         try:

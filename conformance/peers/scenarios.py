@@ -154,12 +154,16 @@ def cases(profile: str, settings: dict, ids, facts=None) -> list:
     if "extra_key" in features:
         out.append(_extra_keys(count, ids, U))
     if profile == "llama.cpp-server":
-        out.append(_one_slot(count))
+        out.append(_one_slot(count) if settings["slots"] == 1 else _slots_lru(count, settings["slots"]))
     if profile == "vllm-apc":
         out.append(_read_bypass(count, ids, U))
         out.append(_lru_blocks(count, ids, settings))
     if profile == "sglang-radix":
         out.append(_radix_lru(count, ids, settings))
+    if profile == "llama.cpp-server" and settings["slots"] > 1:
+        for case in out:                             # the slot choice decides every count
+            if "PEER-LCPP-5" not in case.rules:
+                case.rules.append("PEER-LCPP-5")
     if profile == "trtllm-kv-reuse":
         out.append(Unsupported("eviction/trt-blocks", "eviction", _rules(count, "PEER-TRT-6"),
                                "trtllm-serve offers no cache reset, so a case cannot start from an empty block "
@@ -398,6 +402,19 @@ def _one_slot(count):
     return PeerCase("eviction/one-slot", "eviction",
                     "prompt A, an unrelated prompt B, then A again: one slot keeps only B",
                     _rules(count, "PEER-LCPP-4"), [Step(a), Step(b), Step(a, reuse=True)])
+
+
+def _slots_lru(count, slots: int):
+    """One more unrelated prompt than there are slots, then the second and the first again:
+    each unrelated prompt takes the least recently used slot, so the first prompt's slot was
+    taken by the last one, the second's survived (PEER-LCPP-5)."""
+    heads = ["Reply in one word.", "Think step by step.", "You are terse.", "Answer in French.", "Be polite."]
+    prompts = [chat(heads[k % len(heads)] + " " + str(k) + " " + filler(20, 71 + 7 * k), QUESTIONS[k % 4])
+               for k in range(slots + 1)]
+    steps = [Step(p) for p in prompts] + [Step(prompts[1], reuse=True), Step(prompts[0], reuse=True)]
+    return PeerCase("eviction/slots-lru", "eviction", f"{slots + 1} unrelated prompts on {slots} slots, then the "
+                    "second and the first again: the least recently used slot is taken", _rules(count, "PEER-LCPP-5"),
+                    steps, {"slots": slots})
 
 
 def _lru_blocks(count, ids, settings):

@@ -31,7 +31,7 @@ def settings_args(settings: dict) -> list:
 @pytest.mark.parametrize("profile, settings", [
     ("llama.cpp-server", {}),
     ("vllm-apc", {"block_size": 16, "cache_blocks": 24}),
-    ("sglang-radix", {"page_size": 4}),
+    ("sglang-radix", {"page_size": 4, "pool_tokens": 600}),
     ("trtllm-kv-reuse", {"tokens_per_block": 16}),
 ])
 def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines, tmp_path):
@@ -51,7 +51,8 @@ def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines
     assert sum(1 for s in steps if s["reported"] > 0) >= 10
     expected = {"reuse/replay", "turns/feedback", "boundaries/near-miss-at-kB", "boundaries/replay-at-kB+1"}
     expected |= {"llama.cpp-server": {"eviction/one-slot"}, "vllm-apc": {"isolation/cache-salt", "isolation/lora",
-                 "eviction/lru-blocks"}, "sglang-radix": {"isolation/cache-salt", "isolation/extra-key"},
+                 "eviction/lru-blocks"}, "sglang-radix": {"isolation/cache-salt", "isolation/extra-key",
+                                                                   "isolation/salt-and-lora", "eviction/radix-lru"},
                  "trtllm-kv-reuse": {"isolation/cache-salt", "isolation/lora"}}[profile]
     assert expected <= set(verdicts)
     summary = (tmp_path / "report" / "summary.md").read_text()

@@ -438,3 +438,45 @@ def test_sgl_6_radix_cache_off():
     tree = peers.simulator("sglang-radix", {"radix_cache": False})
     tree.commit(req("abcdefgh"), t("z"))
     assert tree.predict(req("abcdefgh")) == 0
+
+
+# --- llama.cpp-server: several slots -------------------------------------------------------------
+# By hand from tools/server/server-context.cpp `get_available_slot` (ggml-org/llama.cpp at
+# fb4026604c67): similarity LCP / N above the threshold picks a slot (empty slots skipped, the
+# first of equals), else the least recently used idle slot (`t_last_used <= t_last`: the last of
+# equals, so a fresh server's first request goes to its last slot).
+
+def test_lcpp_5_a_similar_prompt_finds_its_slot():
+    sim = peers.simulator("llama.cpp-server", {"slots": 2})
+    sim.commit(req("abcdefgh"), t("z"))                      # LRU on a fresh server: slot 1
+    assert sim.slots[1] == t("abcdefgh") and sim.slots[0] == []
+    sim.commit(req("mnopqrst"), t("z"))                      # LCP 0 with slot 1: LRU, slot 0
+    assert sim.slots[0] == t("mnopqrst")
+    assert sim.predict(req("abcdefgh")) == 7                 # sim 8/8 with slot 1
+    assert sim.predict(req("mnopqrXY")) == 6
+
+
+def test_lcpp_5_below_the_threshold_the_oldest_slot_is_taken():
+    sim = peers.simulator("llama.cpp-server", {"slots": 2, "slot_prompt_similarity": 0.5})
+    sim.commit(req("abcdefgh"), t("z"))                      # slot 1
+    sim.commit(req("mnopqrst"), t("z"))                      # slot 0
+    # abcXXXXXXX shares 3 of 10 with slot 1: 0.3 is not above 0.5: LRU, slot 1 (used first)
+    assert sim.slot_for(req("abcXXXXXXX")) == 1
+    assert sim.predict(req("abcXXXXXXX")) == 3
+    sim.commit(req("abcXXXXXXX"), t("z"))
+    assert sim.predict(req("mnopqrst")) == 7                 # slot 0 survived
+    # abcdefgh shares 3/8 with slot 1 (abcXXXXXXX), below 0.5: the LRU slot is now slot 0
+    assert sim.slot_for(req("abcdefgh")) == 0 and sim.predict(req("abcdefgh")) == 0
+
+
+def test_lcpp_5_three_prompts_on_two_slots_evict_the_oldest():
+    sim = peers.simulator("llama.cpp-server", {"slots": 2})
+    for prompt in ("abcdefgh", "mnopqrst", "uvwxyzAB"):
+        sim.commit(req(prompt), t("z"))                      # slots 1, 0, then 1 again (the oldest)
+    assert sim.predict(req("mnopqrst")) == 7
+    assert sim.predict(req("abcdefgh")) == 0
+
+
+def test_lcpp_6_the_host_prompt_cache_is_refused():
+    with pytest.raises(peers.PeerProfileError, match="cache_ram_mib"):
+        peers.simulator("llama.cpp-server", {"cache_ram_mib": 8192})
