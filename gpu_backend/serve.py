@@ -199,6 +199,22 @@ class PeerServer:
         return response
 
 
+def _setting(item: str, sep: str, value: str):
+    """A --setting value: N >= 1, true/false, or a number in [0, 1] (slot_prompt_similarity)."""
+    from .errors import BackendInputError
+    if sep and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if sep and value.isdigit() and int(value) >= 1:
+        return int(value)
+    try:
+        number = float(value) if sep else None
+    except ValueError:
+        number = None
+    if number is None or not 0 <= number <= 1:
+        raise BackendInputError("--setting", f"{item!r}: expected KEY=N with N >= 1, KEY=true|false or KEY=X in [0, 1]")
+    return number
+
+
 def _slot_id(path: str, slots: int) -> int | None:
     """The N of /slots/N when it names a slot of the server."""
     head, _, tail = path.rpartition("/")
@@ -323,9 +339,7 @@ def main(args) -> int:
     settings = {}
     for item in args.setting or []:
         key, sep, value = item.partition("=")
-        if not sep or not value.isdigit() or int(value) < 1:
-            raise BackendInputError("--setting", f"{item!r}: expected KEY=N with N >= 1")
-        settings[key] = int(value)
+        settings[key] = _setting(item, sep, value.strip())
     if args.host not in LOOPBACK:
         raise BackendInputError("--host", f"the bundled server listens on loopback only, not {args.host!r}")
     if not 0 <= args.port < 65536:

@@ -73,8 +73,9 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--model", metavar="NAME", help="openai: the model name sent with every request")
     o.add_argument("--tokenizer", metavar="DIR",
                    help="openai: the model's tokenizer folder, to tokenize prompts and check the server's ids")
-    o.add_argument("--peer-setting", action="append", default=[], metavar="KEY=N",
-                   help="openai: a setting of the peer profile, e.g. block_size=16 or cache_blocks=64 (repeatable)")
+    o.add_argument("--peer-setting", action="append", default=[], metavar="KEY=VALUE",
+                   help="openai: a setting of the peer profile, e.g. block_size=16, cache_blocks=64, eagle=true "
+                        "(repeatable; settings the server publishes are read from it, docs/peers.md)")
 
 
 def _add_case_arguments(parser: argparse.ArgumentParser) -> None:

@@ -84,10 +84,15 @@ def explain(profile: str, sim, req: oracle.PeerRequest) -> str:
         return (f"{which}held {len(tokens)} ids, {lcp} shared with the prompt of N = {n}: "
                 f"min(LCP {lcp}, N - 1 = {n - 1}) (PEER-LCPP-1, PEER-LCPP-2)")
     if profile == "vllm-apc":
+        if not sim.caching:
+            return "prefix caching is off: nothing is cached (PEER-VLLM-6)"
+        if req.skip_prefix_cache:
+            return "the request asks for prompt log-probabilities: it reads no cache (PEER-VLLM-7)"
         keys = oracle.vllm_block_keys(req.ids, sim.B, req)
         k = oracle.leading_hits(keys, sim.cached_keys())
+        eagle = "; EAGLE drops the last matched block (PEER-VLLM-8)" if sim.eagle else ""
         return (f"{k} of the prompt's {len(keys)} full blocks of {sim.B}{keyed} are cached; cap floor((N - 1) / B) = "
-                f"{(n - 1) // sim.B} blocks (PEER-VLLM-1, PEER-VLLM-3)")
+                f"{(n - 1) // sim.B} blocks{eagle} (PEER-VLLM-1, PEER-VLLM-3)")
     if profile == "trtllm-kv-reuse":
         return (f"{sim.predict(req)} of the {n - 1} looked-up tokens match stored blocks of {sim.T}{keyed}, the "
                 f"last of them in part where partial reuse allows (PEER-TRT-1, PEER-TRT-2, PEER-TRT-3)")

@@ -234,7 +234,10 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
         if unknown is None:
             unknown = _commit(sim, req, step, completion, k)
             if foil is not None and unknown is None:
-                foil.commit(req, (completion.sampled_ids or [0])[:1])     # the prompt only
+                try:
+                    foil.commit(req, (completion.sampled_ids or [0])[:1])     # the prompt only
+                except oracle.PeerProfileError:
+                    foil, depends = None, depends + 1      # no comparison: keep the case judged
     result.details = {"steps": rows, "judged_above_zero": above_zero,
                       **({"layout": case.layout} if case.layout else {})}
     if judged == 0 and result.verdict == Verdict.PASS:

@@ -371,6 +371,9 @@ def _radix_lru(count, ids, settings):
         return Unsupported(case_id, "eviction", rules, "the server's KV pool size is not known: pass "
                            "--peer-setting pool_tokens=N (its --max-total-tokens) to judge eviction")
     size = int(0.4 * pool)
+    if pool < 16 * P:
+        return Unsupported(case_id, "eviction", rules, f"a pool of {pool} tokens is too small for pages of {P}: "
+                           "the layout needs at least 16 pages so that two prompts fit and a third evicts one")
     if size > MAX_EVICTION_TOKENS:
         return Unsupported(case_id, "eviction", rules, f"a pool of {pool} tokens needs prompts of about {size} "
                            f"tokens to evict; this case writes at most {MAX_EVICTION_TOKENS}")

@@ -122,6 +122,8 @@ def _sglang(client: OpenAIClient, facts: ServerFacts, model: str | None) -> None
     loras = info.get("lora_paths")
     if isinstance(loras, dict):
         facts.adapters = {str(k): str(v) for k, v in loras.items()}
+    elif isinstance(loras, list) and all(isinstance(x, str) for x in loras):
+        facts.adapters = dict(x.partition("=")[::2] for x in loras)       # "name=path" or "path"
 
 
 def _llama(client: OpenAIClient, facts: ServerFacts, model: str | None) -> None:

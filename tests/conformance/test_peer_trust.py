@@ -193,8 +193,33 @@ def test_every_faulty_server_is_caught_at_every_block_size(name, size, engines, 
     """Every bundled faulty server, at B (or P) = 16, 32, 64, 128, read from the server."""
     variant = SERVER_VARIANTS[name]
     settings = {SIZE[variant.profile]: size}
+    if "pool_tokens" in dict(variant.settings):
+        settings["pool_tokens"] = max(dict(variant.settings)["pool_tokens"], 16 * size)   # room for the layout
     given = ["--peer-setting", f"{SIZE[variant.profile]}={size}"] if variant.profile == "trtllm-kv-reuse" else []
     with serving(variant.peer(engines[LOADER[variant.profile]], settings=settings)) as url:
         rc, report = run_peers(url, variant.profile, tmp_path, *given)
     assert rc == 1 and report["summary"]["headline"] == "NOT CONFORMANT", (name, size)
     assert any(c["verdict"] == "FAIL" for c in report["cases"])
+
+
+def test_a_server_with_prefix_caching_off(engines, tmp_path):
+    """vLLM with --no-enable-prefix-caching publishes enable_prefix_caching False: every case
+    predicts 0 and is NOT_SUPPORTED (a server caching nothing passes it), the run NOTHING JUDGED;
+    a server that says so but caches anyway FAILs (PEER-VLLM-6)."""
+    from gpu_backend.peer_cache import BlockCache
+
+    off = make_peer("vllm-apc", engines["transformers-auto"], settings={"enable_prefix_caching": False})
+    with serving(off) as url:
+        rc, report = run_peers(url, "vllm-apc", tmp_path, "-k", "reuse/replay")
+    (case,) = report["cases"]
+    assert rc == 1 and report["summary"]["headline"] == "NOTHING JUDGED"
+    assert report["peer"]["settings"]["enable_prefix_caching"] is False
+    assert case["verdict"] == "NOT_SUPPORTED" and "enable_prefix_caching is false" in case["reason"]
+
+    class SaysOffCachesAnyway(BlockCache):
+        def published(self) -> dict:
+            return {**super().published(), "enable_prefix_caching": False}
+    liar = make_peer("vllm-apc", engines["transformers-auto"], cache_class=SaysOffCachesAnyway)
+    with serving(liar) as url:
+        rc, report = run_peers(url, "vllm-apc", tmp_path, "-k", "reuse/replay")
+    assert rc == 1 and report["cases"][0]["verdict"] == "FAIL"
