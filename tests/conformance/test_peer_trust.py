@@ -223,3 +223,16 @@ def test_a_server_with_prefix_caching_off(engines, tmp_path):
     with serving(liar) as url:
         rc, report = run_peers(url, "vllm-apc", tmp_path, "-k", "reuse/replay")
     assert rc == 1 and report["cases"][0]["verdict"] == "FAIL"
+
+
+def test_eagle_hashing_is_a_setting(engines, tmp_path):
+    """A vLLM server with an EAGLE drafter drops the last matched block (PEER-VLLM-8); it does
+    not publish that, so the run is judged right only with --peer-setting eagle=true."""
+    eagle = make_peer("vllm-apc", engines["transformers-auto"], settings={"eagle": True})
+    with serving(eagle) as url:
+        rc, report = run_peers(url, "vllm-apc", tmp_path, "-k", "reuse/replay", "--peer-setting", "eagle=true")
+        assert rc == 0 and report["cases"][0]["verdict"] == "PASS"
+        steps = report["cases"][0]["details"]["steps"]
+        assert steps[1]["reported"] == 16 * ((steps[1]["prompt_tokens"] - 1) // 16 - 1)
+        rc, report = run_peers(url, "vllm-apc", tmp_path, "-k", "reuse/replay")
+        assert rc == 1 and report["cases"][0]["verdict"] == "FAIL"
