@@ -212,7 +212,9 @@ def peer_cap(profile: str, settings: dict, n: int) -> int | None:
         ids = list(range(n))
         return peers.llama_cpp_cached(ids, ids)
     if profile == "vllm-apc" and isinstance(settings.get("block_size"), int):
-        return peers.vllm_cached(n, n, settings["block_size"])
+        return peers.vllm_cached(n, n, settings["block_size"], eagle=bool(settings.get("eagle")))
     if profile == "sglang-radix" and isinstance(settings.get("page_size"), int):
         return peers.sglang_cached(n, n, settings["page_size"])
+    if profile == "trtllm-kv-reuse":
+        return peers.trtllm_cached(n, n)
     return None

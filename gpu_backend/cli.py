@@ -82,7 +82,7 @@ def _parser():
     s.add_argument("--host", default="127.0.0.1", help="loopback only")
     s.add_argument("--engineDir")
     s.add_argument("--tokenizer", help="tokenizer folder of the engine built when --engineDir is not given")
-    s.add_argument("--setting", action="append", metavar="KEY=N", help="a profile setting (repeatable)")
+    s.add_argument("--setting", action="append", metavar="KEY=VALUE", help="a profile setting: N, true|false or a fraction (repeatable)")
     s.add_argument("--device", default="cpu")
     return top
 

@@ -14,11 +14,11 @@ independently of the kit's oracle:
     cache.store(req, sequence, kv, sampled)   sequence = prompt + sampled[:-1], kv of all of it
     cache.reset()
 
-Subclasses change one method (`cap`, `spans`, `reported`, `extras`, `namespace`): the seams
+Subclasses change one method (`cap`, `spans`, `reported`, `extras`, `namespace`, `release`,
+`touch`, `label`): the seams
 the kit's faulty server variants use.
 """
 import hashlib
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
@@ -31,6 +31,8 @@ class ChatRequest:
     salt: str | None = None
     extra_key: str | None = None
     extras: dict = field(default_factory=dict)
+    lora_path: str | None = None
+    skip_prefix_cache: bool = False
 
 
 def _shared(a, b) -> int:
@@ -42,40 +44,83 @@ def _shared(a, b) -> int:
 
 
 class SlotCache:
-    """llama-server with one slot (`-np 1 --cache-ram 0`): the slot's tokens and their KV."""
-    settings = {}
+    """llama-server with `slots` slots (`-np N --cache-ram 0`), each the tokens it computed and
+    their KV. A request takes the slot whose tokens share the largest fraction of its prompt,
+    above `slot_prompt_similarity`, else the least recently used one (server-context.cpp
+    get_available_slot; the last of equally old slots)."""
+    settings = {"slots": 1, "slot_prompt_similarity": 0.1}
 
-    def __init__(self, **settings):
-        self.reset()
+    def __init__(self, slots=1, slot_prompt_similarity=0.1):
+        self.n, self.threshold = slots, slot_prompt_similarity
+        self.slots = [{"tokens": [], "kv": None, "used": -1} for _ in range(slots)]
+        self.clock = 0
+        self.current = 0
 
-    def reset(self):
-        self.tokens, self.kv = [], None
+    def reset(self, slot: int | None = None):
+        """Erase one slot (or all): its tokens go, its last use stays (as the server's)."""
+        for i in ([slot] if slot is not None else range(self.n)):
+            self.slots[i]["tokens"], self.slots[i]["kv"] = [], None
+
+    @property
+    def tokens(self):
+        return self.slots[0]["tokens"]
+
+    def published(self) -> dict:
+        return {"slots": self.n}
 
     def cap(self, n: int) -> int:
         """At least one prompt token is evaluated again (server-context.cpp: n_past--)."""
         return n - 1
 
+    def pick(self, ids) -> int:
+        best, best_sim = None, 0.0
+        if self.threshold != 0:
+            for i, slot in enumerate(self.slots):
+                if slot["tokens"]:
+                    sim = _shared(slot["tokens"], ids) / len(ids)
+                    if sim > best_sim and sim > self.threshold:
+                        best, best_sim = i, sim
+        if best is None:
+            best = 0
+            for i, slot in enumerate(self.slots):
+                if slot["used"] <= self.slots[best]["used"]:
+                    best = i
+        return best
+
     def lookup(self, req):
-        c = max(0, min(_shared(self.tokens, req.ids), self.cap(len(req.ids))))
+        self.current = self.pick(req.ids)
+        slot = self.slots[self.current]
+        c = max(0, min(_shared(slot["tokens"], req.ids), self.cap(len(req.ids))))
         use = min(c, len(req.ids) - 1)
-        return c, (self.kv[:, :, :use] if use > 0 else None)
+        return c, (slot["kv"][:, :, :use] if use > 0 else None)
 
     def store(self, req, sequence, kv, sampled):
-        self.tokens, self.kv = list(sequence), kv
+        self.clock += 1
+        self.slots[self.current].update(tokens=list(sequence), kv=kv, used=self.clock)
 
 
 class BlockCache:
-    """vLLM automatic prefix caching: full blocks keyed by a hash chain with extra keys."""
-    settings = {"block_size": 16, "cache_blocks": None}
+    """vLLM automatic prefix caching: full blocks keyed by a hash chain with extra keys.
 
-    def __init__(self, block_size=16, cache_blocks=None):
+    A key may be held by several blocks (a block beyond the N - 1 cap, or dropped under EAGLE,
+    is computed and cached again); a hit uses the block that cached it first. Freed blocks go
+    back last block first: a block without a key to the head of the free queue, one with a key
+    to the tail (vllm/v1/core/block_pool.py free_blocks)."""
+    settings = {"block_size": 16, "cache_blocks": None, "enable_prefix_caching": True, "eagle": False}
+
+    def __init__(self, block_size=16, cache_blocks=None, enable_prefix_caching=True, eagle=False):
         self.B, self.capacity = block_size, cache_blocks
+        self.caching, self.eagle = enable_prefix_caching, eagle
         self.reset()
 
+    def published(self) -> dict:
+        """The settings the server publishes (vLLM's cache config in /metrics)."""
+        return {"block_size": self.B, "cache_blocks": self.capacity, "enable_prefix_caching": self.caching}
+
     def reset(self):
-        self.holder = {}                        # key -> block ids holding it
+        self.holder = {}                        # key -> block ids holding it, first cached first
         self.blocks = {}                        # block id -> [key, kv]
-        self.free = OrderedDict((b, True) for b in range(1, (self.capacity or 0) + 1))
+        self.free = list(range(1, (self.capacity or 0) + 1))
         self.fresh = 1                          # next id of an unbounded cache
 
     # seams ---------------------------------------------------------------------------------
@@ -84,13 +129,14 @@ class BlockCache:
         return [(i * self.B, (i + 1) * self.B) for i in range(n // self.B)]
 
     def extras(self, req, index: int) -> tuple:
-        out = () if req.lora is None else (("lora", req.lora),)
+        out = () if req.lora is None else (("lora", req.lora, req.lora_path),)
         if index == 0 and req.salt is not None:
             out += (("cache_salt", req.salt),)
         return out
 
     def reported(self, hit_spans: list, n: int) -> int:
-        return self.B * min(len(hit_spans), (n - 1) // self.B)
+        blocks = min(len(hit_spans), (n - 1) // self.B)
+        return self.B * (max(0, blocks - 1) if self.eagle else blocks)
 
     # --------------------------------------------------------------------------------------
     def keys(self, ids, req) -> list:
@@ -102,7 +148,9 @@ class BlockCache:
             out.append(parent)
         return out
 
-    def _hits(self, keys) -> int:
+    def _hits(self, keys, req) -> int:
+        if not self.caching or req.skip_prefix_cache:
+            return 0
         k = 0
         while k < len(keys) and self.holder.get(keys[k]):
             k += 1
@@ -110,22 +158,23 @@ class BlockCache:
 
     def lookup(self, req):
         n, spans, keys = len(req.ids), self.spans(len(req.ids)), self.keys(req.ids, req)
-        hits = self._hits(keys)
+        hits = self._hits(keys, req)
         c = self.reported(spans[:hits], n)
         use = min(c, n - 1)
         if use <= 0:
             return c, None
-        parts = [self.blocks[min(self.holder[k])][1] for k in keys[:hits]]
+        parts = [self.blocks[self.holder[k][0]][1] for k in keys[:hits]]
         return c, torch.cat(parts, dim=2)[:, :, :use]
 
     def store(self, req, sequence, kv, sampled):
         n = len(req.ids)
         keys, spans = self.keys(sequence, req), self.spans(len(sequence))
-        used = min(self._hits(keys[:len(self.spans(n))]), (n - 1) // self.B)
+        used = self.reported(spans[:self._hits(keys[:len(self.spans(n))], req)], n) // self.B
         held = []
         for key in keys[:used]:
-            block = min(self.holder[key])
-            self.free.pop(block, None)
+            block = self.holder[key][0]
+            if block in self.free:
+                self.free.remove(block)
             held.append(block)
         computed = n
         self._take(held, -(-n // self.B))
@@ -135,8 +184,12 @@ class BlockCache:
             self._take(held, -(-computed // self.B))
             self._keep(held, keys, spans, kv, used, computed)
         if self.capacity is not None:
-            for block in reversed(held):
-                self.free[block] = True
+            self.release(held)
+
+    def release(self, held: list) -> None:
+        """Free a finished request's blocks, last first: unkeyed to the head, keyed to the tail."""
+        unkeyed = [b for b in reversed(held) if b not in self.blocks]
+        self.free = unkeyed + self.free + [b for b in reversed(held) if b in self.blocks]
 
     def _take(self, held, blocks):
         while len(held) < blocks:
@@ -145,13 +198,15 @@ class BlockCache:
             elif not self.free:
                 raise RuntimeError(f"out of KV blocks ({self.capacity})")
             else:
-                block, _ = self.free.popitem(last=False)
+                block = self.free.pop(0)
                 old = self.blocks.pop(block, [None])[0]
                 if old is not None:
-                    self.holder[old].discard(block)
+                    self.holder[old].remove(block)
             held.append(block)
 
     def _keep(self, held, keys, spans, kv, used, computed):
+        if not self.caching:
+            return
         for i in range(used, len(keys)):
             a, b = spans[i]
             if b > computed:
@@ -159,70 +214,233 @@ class BlockCache:
             if self.blocks.get(held[i], [None])[0] == keys[i]:
                 continue
             self.blocks[held[i]] = [keys[i], kv[:, :, a:b].clone()]
-            self.holder.setdefault(keys[i], set()).add(held[i])
+            self.holder.setdefault(keys[i], []).append(held[i])
 
 
 class _Node:
-    __slots__ = ("key", "kv", "children")
+    __slots__ = ("key", "kv", "children", "parent", "used", "pins")
 
-    def __init__(self, key, kv):
-        self.key, self.kv, self.children = key, kv, {}
+    def __init__(self, key, kv, parent, used):
+        self.key, self.kv, self.children, self.parent, self.used, self.pins = key, kv, {}, parent, used, 0
 
 
 class RadixCache:
-    """SGLang's radix cache: one tree per namespace, matches rounded down to pages, never evicts."""
-    settings = {"page_size": 1}
+    """SGLang's radix cache (mem_cache/radix_cache.py): one tree, the namespace (extra key +
+    adapter, salt) before the first page of every edge, matched page by page; a match touches
+    its path and splits the node it ends in. With `pool_tokens` a request short of free slots
+    evicts whole unpinned leaves, the least recently used first, as many tokens as it needs
+    (mem_cache/common.py evict_from_tree_cache); `radix_cache=False` caches nothing."""
+    settings = {"page_size": 1, "pool_tokens": None, "radix_cache": True}
 
-    def __init__(self, page_size=1):
-        self.P = page_size
+    def __init__(self, page_size=1, pool_tokens=None, radix_cache=True):
+        self.P, self.pool, self.on = page_size, pool_tokens, radix_cache
         self.reset()
 
     def reset(self):
-        self.roots = {}
+        self.root = _Node([], None, None, 0)
+        self.tick, self.size = 0, 0
+        self._held, self._pinned = 0, None                  # the running request's slots and path
+
+    def published(self) -> dict:
+        return {"page_size": self.P, "pool_tokens": self.pool, "radix_cache": self.on}
 
     def namespace(self, req) -> tuple:
         return ((req.extra_key or "") + (req.lora or ""), req.salt)
 
-    def _match(self, root, ids):
-        node, matched, parts = root, 0, []
-        while matched < len(ids):
-            child = node.children.get(ids[matched])
+    def _edge(self, ns, ids, at=0):
+        return ns, tuple(ids[at:at + self.P])
+
+    def _pages_shared(self, a, b) -> int:
+        k = _shared(a, b)
+        return self.P * (k // self.P)
+
+    def _match(self, ns, ids, touch: bool):
+        """(tokens matched, KV parts, the node the match ends in)."""
+        node, at, parts = self.root, 0, []
+        while len(ids) - at >= self.P:
+            child = node.children.get(self._edge(ns, ids, at))
             if child is None:
                 break
-            k = _shared(child.key, ids[matched:])
+            k = self._pages_shared(child.key, ids[at:])
+            if touch:
+                self.touch(child)
             parts.append(child.kv[:, :, :k])
-            matched += k
+            at += k
             if k < len(child.key):
-                break
+                if touch:
+                    child = self._split(ns, child, k)
+                return at, parts, child
             node = child
-        return matched, parts
+        return at, parts, node
+
+    def touch(self, node):
+        """A match or an insertion passes through `node`: it was used now (last_access_time)."""
+        node.used = self.tick
+
+    def _split(self, ns, child, k):
+        upper = _Node(child.key[:k], child.kv[:, :, :k], child.parent, child.used)
+        upper.pins = child.pins
+        child.parent.children[self._edge(ns, child.key)] = upper
+        upper.children[self._edge(ns, child.key, k)] = child
+        child.key, child.kv, child.parent = child.key[k:], child.kv[:, :, k:], upper
+        return upper
+
+    def _pin(self, node, delta):
+        while node is not None and node is not self.root:
+            node.pins += delta
+            node = node.parent
+
+    def reported(self, matched: int, n: int) -> int:
+        """The count of a match of `matched` tokens (already below N): whole pages."""
+        return self.P * (matched // self.P)
 
     def lookup(self, req):
-        root = self.roots.get(self.namespace(req))
-        if root is None:
+        if not self.on:
             return 0, None
         n = len(req.ids)
-        matched, parts = self._match(root, req.ids[:n - 1])
-        c = self.P * (matched // self.P)
-        return c, (torch.cat(parts, dim=2)[:, :, :c] if c > 0 else None)
+        self.tick += 1
+        matched, parts, node = self._match(self.namespace(req), req.ids[:n - 1], touch=True)
+        self._pinned = node
+        self._pin(node, 1)
+        self._slots(n - matched)
+        return self.reported(matched, n), (torch.cat(parts, dim=2)[:, :, :matched] if matched > 0 else None)
+
+    def _slots(self, tokens):
+        """Make room for `tokens` more tokens (and a page more when paged): evict when short."""
+        if self.pool is None:
+            return
+        need = tokens + (self.P if self.P > 1 else 0)
+        if self.pool - self.size - self._held < need:
+            self._evict(need)
+        self._held += tokens
+
+    def _evict(self, tokens):
+        leaves = [nd for nd in self._all() if nd is not self.root and not nd.children and nd.pins == 0]
+        freed = 0
+        while freed < tokens and leaves:
+            leaf = min(leaves, key=lambda nd: nd.used)
+            leaves.remove(leaf)
+            parent = leaf.parent
+            parent.children = {k: v for k, v in parent.children.items() if v is not leaf}
+            freed += len(leaf.key)
+            self.size -= len(leaf.key)
+            if parent is not self.root and not parent.children and parent.pins == 0:
+                leaves.append(parent)
+
+    def _all(self):
+        stack = [self.root]
+        while stack:
+            nd = stack.pop()
+            yield nd
+            stack.extend(nd.children.values())
+
+    def decode_step(self):
+        """A sampled token fed back takes a slot (the bundled server calls this per step)."""
+        if self.on:
+            self._slots(1)
 
     def store(self, req, sequence, kv, sampled):
+        if not self.on:
+            return
+        for _ in range(len(sampled) - 1):
+            self.decode_step()
         length = self.P * (len(sequence) // self.P)
-        ids = list(sequence[:length])
-        node = self.roots.setdefault(self.namespace(req), _Node([], None))
-        at = 0
-        while at < len(ids):
-            child = node.children.get(ids[at])
-            if child is None:
-                node.children[ids[at]] = _Node(ids[at:], kv[:, :, at:length].clone())
-                return
-            k = _shared(child.key, ids[at:])
-            if k < len(child.key):                         # split the edge at k
-                lower = _Node(child.key[k:], child.kv[:, :, k:])
-                lower.children = child.children
-                child.key, child.kv, child.children = child.key[:k], child.kv[:, :, :k], {lower.key[0]: lower}
-            at += k
+        ids, ns = list(sequence[:length]), self.namespace(req)
+        self.tick += 1
+        at, _, node = self._match(ns, ids, touch=True)
+        if at < length:
+            node.children[self._edge(ns, ids, at)] = _Node(ids[at:], kv[:, :, at:length].clone(), node, self.tick)
+            self.size += length - at
+        self._pin(self._pinned, -1)
+        self._pinned, self._held = None, 0
+
+
+class _TrtBlock:
+    __slots__ = ("tokens", "kv", "children")
+
+    def __init__(self, tokens, kv):
+        self.tokens, self.kv, self.children = tokens, kv, {}
+
+
+class TrtBlockTree:
+    """TensorRT-LLM block reuse (kvCacheManager.cpp): blocks of T tokens in a tree whose edges
+    are (tokens, LoRA task id, salt, extra key); a request looks up its first N - 1 tokens, a
+    partial last block included; a partly matching block is copied when it has children, else
+    taken out of the tree and written into (without copy on partial reuse only such leaves are
+    candidates); a finished request stores its computed sequence. Unbounded: never evicts (the
+    kit cannot empty a TensorRT-LLM pool between cases, so eviction is not served here)."""
+    settings = {"tokens_per_block": 32, "enable_block_reuse": True, "enable_partial_reuse": True,
+                "copy_on_partial_reuse": True}
+
+    def __init__(self, tokens_per_block=32, enable_block_reuse=True, enable_partial_reuse=True,
+                 copy_on_partial_reuse=True):
+        self.T, self.on = tokens_per_block, enable_block_reuse
+        self.partial, self.copy = enable_partial_reuse, copy_on_partial_reuse
+        self.reset()
+
+    def reset(self):
+        self.root = _TrtBlock((), None)
+
+    def published(self) -> dict:
+        return {}
+
+    def label(self, req) -> tuple:
+        """What keys every block besides its tokens."""
+        return (req.lora, req.salt, req.extra_key)
+
+    def chunks(self, ids) -> list:
+        return [tuple(ids[i:i + self.T]) for i in range(0, len(ids), self.T)]
+
+    def reported(self, matched: int, n: int) -> int:
+        return matched
+
+    def _shared_with(self, node, chunk, label):
+        """(child, tokens shared) of the best child for `chunk`: an exact edge first, then the
+        longest common prefix among the children that may be reused in part."""
+        exact = node.children.get((chunk, label))
+        if exact is not None:
+            return exact, len(chunk), (chunk, label)
+        best = (None, 0, None)
+        if self.partial:
+            for (tokens, other), child in node.children.items():
+                if other != label or not (self.copy or not child.children):
+                    continue
+                n = _shared(tokens, chunk)
+                if n > best[1]:
+                    best = (child, n, (tokens, other))
+        return best
+
+    def lookup(self, req):
+        if not self.on:
+            return 0, None
+        n, label = len(req.ids), self.label(req)
+        node, matched, parts = self.root, 0, []
+        for chunk in self.chunks(req.ids[:n - 1]):
+            child, k, edge = self._shared_with(node, chunk, label)
+            if child is None or k == 0:
+                break
+            parts.append(child.kv[:, :, :k])
+            matched += k
+            if edge != (chunk, label) or len(chunk) < self.T:     # reused in part: the match ends here
+                if not child.children:
+                    node.children.pop(edge)                 # a leaf nobody holds: taken out, written into
+                break                                       # (else copied: the tree keeps it)
             node = child
+        c = self.reported(matched, n)
+        use = min(matched, n - 1)
+        return c, (torch.cat(parts, dim=2)[:, :, :use] if use > 0 else None)
+
+    def store(self, req, sequence, kv, sampled):
+        if not self.on:
+            return
+        label, node, at = self.label(req), self.root, 0
+        for chunk in self.chunks(sequence):
+            child = node.children.get((chunk, label))
+            if child is None:
+                child = _TrtBlock(chunk, kv[:, :, at:at + len(chunk)].clone())
+                node.children[(chunk, label)] = child
+            node, at = child, at + len(chunk)
 
 
-CACHES = {"llama.cpp-server": SlotCache, "vllm-apc": BlockCache, "sglang-radix": RadixCache}
+CACHES = {"llama.cpp-server": SlotCache, "vllm-apc": BlockCache, "sglang-radix": RadixCache,
+          "trtllm-kv-reuse": TrtBlockTree}

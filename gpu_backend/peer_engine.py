@@ -9,6 +9,7 @@ the computed sequence `prompt + sampled[:-1]`.
     ids, text = engine.prompt(messages)           # chat template rendered and tokenized
     result = engine.generate(ids, reused_kv, max_tokens, lora)
 """
+import json
 import os
 
 import torch
@@ -18,6 +19,8 @@ from .hf_prompt import HFText
 from .kv_pool import KVPool
 from .model import ForwardBatch, Model
 from .runtime import load_engine_config, resolve_device
+
+PROMPT_MEMO = 512
 
 
 class PeerEngine:
@@ -31,9 +34,10 @@ class PeerEngine:
         self.model = Model(self.cfg, os.path.join(engine_dir, self.cfg["weights"]), self.device)
         self.text = HFText(engine_dir, self.cfg)
         self.allowed = self.text.allowed.to(self.device)
-        self.loras = {name: self._load_lora(os.path.join(engine_dir, spec["path"]))
-                      for name, spec in self.cfg["lora_adapters"].items()}
+        self.lora_paths = {name: os.path.join(engine_dir, spec["path"]) for name, spec in self.cfg["lora_adapters"].items()}
+        self.loras = {name: self._load_lora(path) for name, path in self.lora_paths.items()}
         self.layers = len(self.cfg["layer_kinds"])
+        self._prompts: dict = {}
 
     def _load_lora(self, path: str) -> dict:
         t = load_file(path, device=str(self.device))
@@ -41,16 +45,24 @@ class PeerEngine:
                 for k in t if k.endswith(".lora_A")}
 
     def prompt(self, messages: list) -> tuple[list, str]:
-        """(ids, rendered text) of `[{"role", "content": str}]` with the generation prompt."""
-        flat = [(m["role"], [("text", m["content"])]) for m in messages]
-        ids, _, text = self.text.layout(flat, chat=True, add_generation_prompt=True)
-        return [int(t) for t in ids], text
+        """(ids, rendered text) of `[{"role", "content": str}]` with the generation prompt.
+        The last PROMPT_MEMO renderings are remembered (a client asks /tokenize, then chats)."""
+        key = json.dumps(messages, sort_keys=True)
+        if key not in self._prompts:
+            flat = [(m["role"], [("text", m["content"])]) for m in messages]
+            ids, _, text = self.text.layout(flat, chat=True, add_generation_prompt=True)
+            if len(self._prompts) >= PROMPT_MEMO:
+                self._prompts.pop(next(iter(self._prompts)))
+            self._prompts[key] = ([int(t) for t in ids], text)
+        ids, text = self._prompts[key]
+        return list(ids), text
 
     def tokenize(self, text: str) -> list:
         return list(self.text.tok.encode(text, add_special_tokens=False).ids)
 
     @torch.no_grad()
-    def generate(self, ids: list, reused_kv, max_tokens: int, lora: str | None = None) -> dict:
+    def generate(self, ids: list, reused_kv, max_tokens: int, lora: str | None = None,
+                 logit_bias: dict | None = None) -> dict:
         """Greedy decoding of at most `max_tokens` tokens (the EOS ends it). `reused_kv`: the KV
         of the first `reused` prompt positions, [layers, 2, reused, kv heads, head dim]."""
         n = len(ids)
@@ -63,9 +75,13 @@ class PeerEngine:
             pool.write_positions(torch.arange(reused, device=self.device), reused_kv.to(self.device))
         adapter = None if lora is None else self.loras[lora]
         logits = self._forward(pool, ids[reused:], reused, adapter)
+        bias = torch.zeros_like(logits)
+        for token, value in (logit_bias or {}).items():
+            if 0 <= token < bias.shape[-1]:
+                bias[token] = value
         sampled, logprobs = [], []
         while True:
-            lp = torch.log_softmax(logits.masked_fill(~self.allowed, float("-inf")), dim=-1)
+            lp = torch.log_softmax((logits + bias).masked_fill(~self.allowed, float("-inf")), dim=-1)
             token = int(lp.argmax())
             sampled.append(token)
             logprobs.append(float(lp[token]))

@@ -1,6 +1,6 @@
 """`python -m gpu_backend serve`: an OpenAI-compatible server that caches prompts like a peer runtime.
 
-    python -m gpu_backend serve --profile llama.cpp-server|vllm-apc|sglang-radix --port N
+    python -m gpu_backend serve --profile llama.cpp-server|vllm-apc|sglang-radix|trtllm-kv-reuse --port N
         [--engineDir D | --tokenizer DIR] [--setting KEY=VALUE ...] [--device cpu|cuda|auto]
 
 Loopback only (127.0.0.1). Requests are served one at a time. The reported
@@ -9,10 +9,12 @@ the cache (peer_cache.py; the runtime's own rule), and those tokens really are n
 again (peer_engine.py). Endpoints follow the real servers:
 
     all       GET /health, GET /v1/models, POST /v1/chat/completions
-    llama.cpp POST /tokenize {content}, POST /apply-template {messages}, POST /slots/0?action=erase,
+    llama.cpp POST /tokenize {content}, POST /apply-template {messages}, POST /slots/{id}?action=erase,
               `timings` {cache_n, prompt_n, predicted_n} in every completion
     vLLM      POST /tokenize {messages}, POST /reset_prefix_cache; the `model` may name a LoRA adapter
     SGLang    POST /flush_cache; `lora_path` names a LoRA adapter, `extra_key` and `cache_salt` namespace
+    TRT-LLM   no cache reset (as trtllm-serve); `lora_request.lora_name` names a LoRA adapter, every
+              block is keyed by it and by `cache_salt`
 
 Every completion returns the sampled ids in `logprobs.content[k].id` (as llama-server does) and,
 with `return_tokens_as_token_ids`, as `"token": "token_id:ID"` (as vLLM does).
@@ -47,7 +49,8 @@ class RequestError(ValueError):
         self.status = status
 
 
-LOADERS = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto"}
+LOADERS = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto",
+           "trtllm-kv-reuse": "transformers-auto"}
 """How each runtime reads a tokenizer folder: llama.cpp as written, vLLM and SGLang through transformers."""
 
 
@@ -79,43 +82,79 @@ class PeerServer:
             if route == ("GET", "/health"):
                 return 200, {"status": "ok"}
             if route == ("GET", "/v1/models"):
-                return 200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]}
+                return 200, self.models()
             if route == ("POST", "/v1/chat/completions"):
                 return 200, self.chat(_object(body))
+            published = self.published(route)
+            if published is not None:
+                return 200, published
             if self.profile == "llama.cpp-server":
                 if route == ("POST", "/tokenize"):
                     return 200, {"tokens": self.engine.tokenize(_string(_object(body), "content"))}
                 if route == ("POST", "/apply-template"):
                     return 200, {"prompt": self.engine.prompt(_messages(_object(body)))[1]}
-                if route == ("POST", "/slots/0") and parse_qs(url.query).get("action") == ["erase"]:
-                    erased = len(self.cache.tokens)
-                    self.cache.reset()
-                    return 200, {"id_slot": 0, "n_erased": erased}
+                slot = _slot_id(url.path, getattr(self.cache, "n", 1))
+                if method == "POST" and slot is not None and parse_qs(url.query).get("action") == ["erase"]:
+                    erased = len(self.cache.slots[slot]["tokens"])
+                    self.cache.reset(slot)
+                    return 200, {"id_slot": slot, "n_erased": erased}
             if self.profile == "vllm-apc":
                 if route == ("POST", "/tokenize"):
                     ids = self.engine.prompt(_messages(_object(body)))[0]
                     return 200, {"tokens": ids, "count": len(ids), "max_model_len": self.engine.cfg["max_input_len"]}
                 if route == ("POST", "/reset_prefix_cache"):
                     self.cache.reset()
-                    return 200, {}
+                    return 200, {"success": True}
             if self.profile == "sglang-radix" and route in (("POST", "/flush_cache"), ("GET", "/flush_cache")):
                 self.cache.reset()
                 return 200, {"message": "Cache flushed."}
         raise RequestError(404, f"no route {method} {url.path} on a {self.profile} server")
+
+    def models(self) -> dict:
+        """GET /v1/models: the model, and on a vLLM server each adapter with its parent and path."""
+        context = self.engine.cfg["max_input_len"]
+        data = [{"id": MODEL_NAME, "object": "model", "root": MODEL_NAME, "parent": None, "max_model_len": context}]
+        if self.profile == "vllm-apc":
+            data += [{"id": name, "object": "model", "root": path, "parent": MODEL_NAME, "max_model_len": None}
+                     for name, path in sorted(self.engine.lora_paths.items())]
+        return {"object": "list", "data": data}
+
+    def published(self, route):
+        """What the real servers publish about their cache: vLLM's `/metrics` cache config,
+        SGLang's `/get_server_info`, llama.cpp's `/props` and `/slots`; None for other routes."""
+        s = self.cache.published()
+        context = self.engine.cfg["max_input_len"]
+        if self.profile == "vllm-apc" and route == ("GET", "/metrics"):
+            labels = {"block_size": s["block_size"], "enable_prefix_caching": s["enable_prefix_caching"],
+                      "num_gpu_blocks": "None" if s["cache_blocks"] is None else s["cache_blocks"] + 1}
+            text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+            return ("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+                    "# TYPE vllm:cache_config_info gauge\n" f"vllm:cache_config_info{{{text}}} 1.0\n")
+        if self.profile == "sglang-radix" and route == ("GET", "/get_server_info"):
+            return {"page_size": s["page_size"], "disable_radix_cache": not s["radix_cache"],
+                    "max_total_num_tokens": s["pool_tokens"], "context_length": context, "version": "kvconform-bundled"}
+        if self.profile == "llama.cpp-server" and route == ("GET", "/props"):
+            return {"total_slots": s.get("slots", 1), "default_generation_settings": {"n_ctx": context}}
+        if self.profile == "llama.cpp-server" and route == ("GET", "/slots"):
+            return [{"id": i, "n_ctx": context, "is_processing": False} for i in range(s.get("slots", 1))]
+        return None
 
     def chat(self, body: dict) -> dict:
         messages = _messages(body)
         max_tokens = body.get("max_tokens", 16)
         if type(max_tokens) is not int or max_tokens < 1:
             raise RequestError(400, "max_tokens must be an integer >= 1")
-        req = ChatRequest(self.engine.prompt(messages)[0], lora=self._adapter(body),
-                          salt=_optional_string(body, "cache_salt"), extra_key=_optional_string(body, "extra_key"))
+        lora = self._adapter(body)
+        req = ChatRequest(self.engine.prompt(messages)[0], lora=lora,
+                          salt=_optional_string(body, "cache_salt"), extra_key=_optional_string(body, "extra_key"),
+                          lora_path=None if lora is None else self.engine.lora_paths[lora],
+                          skip_prefix_cache=self.profile == "vllm-apc" and _skips_reading(body))
         n = len(req.ids)
         if n + max_tokens > self.engine.cfg["max_input_len"]:
             raise RequestError(400, f"{n} prompt tokens + max_tokens {max_tokens} exceed the context "
                                     f"({self.engine.cfg['max_input_len']})")
         cached, kv = self.cache.lookup(req)
-        out = self.engine.generate(req.ids, kv, max_tokens, req.lora)
+        out = self.engine.generate(req.ids, kv, max_tokens, req.lora, _logit_bias(body))
         sequence = req.ids + out["sampled"][:-1]
         self.cache.store(req, sequence, out["kv"], out["sampled"])
         return self._response(body, n, cached, out)
@@ -125,6 +164,11 @@ class PeerServer:
             name = body.get("model", MODEL_NAME)
         elif self.profile == "sglang-radix":
             name = body.get("lora_path") or MODEL_NAME
+        elif self.profile == "trtllm-kv-reuse":
+            lora = body.get("lora_request")
+            if lora is not None and not (isinstance(lora, dict) and isinstance(lora.get("lora_name"), str)):
+                raise RequestError(400, "lora_request must be an object with a string lora_name")
+            name = MODEL_NAME if lora is None else lora["lora_name"]
         else:
             return None
         if name in (MODEL_NAME, None):
@@ -153,6 +197,47 @@ class PeerServer:
         if self.profile == "llama.cpp-server":
             response["timings"] = {"cache_n": cached, "prompt_n": n - out["reused"], "predicted_n": g}
         return response
+
+
+def _setting(item: str, sep: str, value: str):
+    """A --setting value: N >= 1, true/false, or a number in [0, 1] (slot_prompt_similarity)."""
+    from .errors import BackendInputError
+    if sep and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if sep and value.isdigit() and int(value) >= 1:
+        return int(value)
+    try:
+        number = float(value) if sep else None
+    except ValueError:
+        number = None
+    if number is None or not 0 <= number <= 1:
+        raise BackendInputError("--setting", f"{item!r}: expected KEY=N with N >= 1, KEY=true|false or KEY=X in [0, 1]")
+    return number
+
+
+def _slot_id(path: str, slots: int) -> int | None:
+    """The N of /slots/N when it names a slot of the server."""
+    head, _, tail = path.rpartition("/")
+    return int(tail) if head == "/slots" and tail.isdigit() and int(tail) < slots else None
+
+
+def _logit_bias(body: dict) -> dict:
+    """OpenAI `logit_bias`: {token id as a string: bias in [-100, 100]}."""
+    bias = body.get("logit_bias")
+    if bias is None:
+        return {}
+    if not isinstance(bias, dict) or not all(isinstance(k, str) and k.isdigit() and type(v) in (int, float)
+                                             and -100 <= v <= 100 for k, v in bias.items()):
+        raise RequestError(400, "logit_bias must map token ids to numbers in [-100, 100]")
+    return {int(k): float(v) for k, v in bias.items()}
+
+
+def _skips_reading(body: dict) -> bool:
+    """vLLM's per-request read bypass: prompt log-probabilities asked for, or
+    skip_reading_prefix_cache (vllm sampling_params.py)."""
+    if body.get("skip_reading_prefix_cache") is not None:
+        return body["skip_reading_prefix_cache"] is True
+    return body.get("prompt_logprobs") is not None
 
 
 def _object(body) -> dict:
@@ -206,9 +291,10 @@ class _Handler(BaseHTTPRequestHandler):
             status, doc = e.status, {"error": {"message": str(e), "code": e.status}}
         except Exception as e:                       # a bug: say so, keep serving
             status, doc = 500, {"error": {"message": f"{type(e).__name__}: {e}", "code": 500}}
-        data = json.dumps(doc).encode()
+        text = isinstance(doc, str)
+        data = doc.encode() if text else json.dumps(doc).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/plain; version=0.0.4" if text else "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -253,9 +339,7 @@ def main(args) -> int:
     settings = {}
     for item in args.setting or []:
         key, sep, value = item.partition("=")
-        if not sep or not value.isdigit() or int(value) < 1:
-            raise BackendInputError("--setting", f"{item!r}: expected KEY=N with N >= 1")
-        settings[key] = int(value)
+        settings[key] = _setting(item, sep, value.strip())
     if args.host not in LOOPBACK:
         raise BackendInputError("--host", f"the bundled server listens on loopback only, not {args.host!r}")
     if not 0 <= args.port < 65536:

@@ -96,7 +96,7 @@ class OpenAIClient:
             raise ServerFailure("connection", f"{method} {path}: cannot reach {self.root}: "
                                               f"{type(e).__name__}: {e}") from None
         if response.status_code in (404, 405, 501):
-            raise NotOffered(f"{method} {path}: HTTP {response.status_code}")
+            raise NotOffered(f"{method} {path}: HTTP {response.status_code}{_reason(response)}")
         if response.status_code != 200:
             raise ServerFailure("http", f"{method} {path}: HTTP {response.status_code}: {_error_text(response)}",
                                 response.status_code, response.text[:2000])
@@ -124,7 +124,7 @@ class OpenAIClient:
         try:
             doc = self._request("POST", "/v1/chat/completions", body)
         except NotOffered as e:
-            raise ServerFailure("http", f"{e}: the server offers no chat completions") from None
+            raise ServerFailure("http", not_offered_chat(str(e))) from None
         if not isinstance(doc, dict):
             raise ServerFailure("malformed", f"the completion is not a JSON object: {_clip(doc)}")
         choices = doc.get("choices")
@@ -156,6 +156,43 @@ class OpenAIClient:
         if self.model is not None:
             body["model"] = self.model
         return _token_list(self.post("/tokenize", body), "/tokenize")
+
+    # ------------------------------------------------------------------ plain text (peer settings)
+
+    def get_text(self, path: str, limit: int = 1 << 20) -> str:
+        """GET a plain-text endpoint (vLLM's Prometheus `/metrics`), at most `limit` bytes read.
+        NotOffered or ServerFailure like any request."""
+        try:
+            with self.http.stream("GET", self.root + path) as response:
+                if response.status_code in (404, 405, 501):
+                    raise NotOffered(f"GET {path}: HTTP {response.status_code}")
+                if response.status_code != 200:
+                    raise ServerFailure("http", f"GET {path}: HTTP {response.status_code}", response.status_code)
+                data = b""
+                for chunk in response.iter_bytes():
+                    data += chunk
+                    if len(data) >= limit:
+                        break
+        except httpx.TimeoutException as e:
+            raise ServerFailure("timeout", f"GET {path}: no answer within {self.timeout.read:g} s "
+                                           f"({type(e).__name__})") from None
+        except httpx.HTTPError as e:
+            raise ServerFailure("connection", f"GET {path}: cannot reach {self.root}: {type(e).__name__}: {e}") from None
+        return data[:limit].decode("utf-8", errors="replace")
+
+
+def not_offered_chat(message: str) -> str:
+    """A 404/405/501 on the chat endpoint: the server's own reason where it gave one (vLLM's 404
+    names an unknown model), else that the server offers no chat completions there."""
+    if ": " in message.split("HTTP", 1)[-1]:
+        return message
+    return f"{message}: the server offers no chat completions"
+
+
+def _reason(response: httpx.Response) -> str:
+    """': <the server's message>' of an error response, or '' when it gave none."""
+    text = _error_text(response)
+    return "" if text == "(empty body)" else f": {text}"
 
 
 def sampled_ids(logprobs) -> tuple[list | None, str | None]:

@@ -64,7 +64,7 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--profile", metavar="NAME",
                    help="semantics profile to judge against (spec/profiles.md): kvconform-1 or edge-llm-0.10; "
                         "default: the first the backend's capability manifest declares. With --backend openai: "
-                        "a peer profile (spec/peer-profiles.md): llama.cpp-server, vllm-apc or sglang-radix")
+                        "a peer profile (spec/peer-profiles.md): llama.cpp-server, vllm-apc, sglang-radix or trtllm-kv-reuse")
     g.add_argument("--backend-arg", action="append", default=[], metavar="ARG",
                    help="command adapter: an extra argument for every invocation (repeatable)")
     o = parser.add_argument_group("openai backend (an OpenAI-compatible server, spec/peer-profiles.md)")
@@ -73,8 +73,9 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--model", metavar="NAME", help="openai: the model name sent with every request")
     o.add_argument("--tokenizer", metavar="DIR",
                    help="openai: the model's tokenizer folder, to tokenize prompts and check the server's ids")
-    o.add_argument("--peer-setting", action="append", default=[], metavar="KEY=N",
-                   help="openai: a setting of the peer profile, e.g. block_size=16 or cache_blocks=64 (repeatable)")
+    o.add_argument("--peer-setting", action="append", default=[], metavar="KEY=VALUE",
+                   help="openai: a setting of the peer profile, e.g. block_size=16, cache_blocks=64, eagle=true "
+                        "(repeatable; settings the server publishes are read from it, docs/peers.md)")
 
 
 def _add_case_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpu_backend.peer_cache import BlockCache, RadixCache, SlotCache
+from gpu_backend.peer_cache import BlockCache, RadixCache, SlotCache, TrtBlockTree
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,12 @@ class ServerVariant:
     settings: tuple = ()
     """`--peer-setting` pairs the variant's server runs with (both sides use them)."""
 
-    def peer(self, engine_dir: str | None = None, tokenizer: str | None = None):
-        """The server state (gpu_backend.serve.PeerServer) with the faulty cache."""
+    def peer(self, engine_dir: str | None = None, tokenizer: str | None = None, settings: dict | None = None):
+        """The server state (gpu_backend.serve.PeerServer) with the faulty cache; `settings`
+        override the variant's own (another block size, say)."""
         from gpu_backend.serve import make_peer
-        return make_peer(self.profile, engine_dir, tokenizer, dict(self.settings), cache_class=self.cache_class)
+        return make_peer(self.profile, engine_dir, tokenizer, {**dict(self.settings), **(settings or {})},
+                         cache_class=self.cache_class)
 
 
 SERVER_VARIANTS: dict[str, ServerVariant] = {}
@@ -100,3 +102,166 @@ class SaltIgnoredRadix(RadixCache):
 
     def namespace(self, req) -> tuple:
         return ((req.extra_key or "") + (req.lora or ""), None)   # DEFECT: the salt is dropped
+
+
+@server_variant("vllm-free-append", "vllm-apc", (("cache_blocks", 24),))
+class FreedBlocksAppended(BlockCache):
+    """Returns every freed block to the tail of the free queue, partial blocks included.
+    Bug class: eviction order (a block without a key kept as long as a cached one).
+    Violates: PEER-VLLM-5.
+    Mirrors: vLLM before BlockPool.free_blocks split freed blocks by hash (block_pool.py:
+    "LIFO reuse of non-cached blocks"), and the kit's own reading until a real vLLM
+    contradicted it."""
+
+    def release(self, held: list) -> None:
+        self.free += list(reversed(held))                  # DEFECT: blocks without a key go to the tail too
+
+
+@server_variant("vllm-reports-zero", "vllm-apc")
+class ReportsZeroBlocks(BlockCache):
+    """Reuses blocks but reports no cached tokens.
+    Bug class: a count that is always 0 (the observable broken, the cache working).
+    Violates: PEER-VLLM-3.
+    Mirrors: servers started without --enable-prompt-tokens-details that fill the field with 0
+    instead of leaving it out."""
+
+    def reported(self, hit_spans: list, n: int) -> int:
+        return 0                                           # DEFECT: the hit is never reported
+
+
+@server_variant("sglang-reports-zero", "sglang-radix")
+class ReportsZeroRadix(RadixCache):
+    """Matches prefixes but reports no cached tokens.
+    Bug class: a count that is always 0 (the observable broken, the cache working).
+    Violates: PEER-SGL-1.
+    Mirrors: SGLang's cached_tokens when --enable-cache-report is off and a proxy fills 0."""
+
+    def reported(self, matched: int, n: int) -> int:
+        return 0                                           # DEFECT: the match is never reported
+
+
+@server_variant("trtllm-salt-ignored", "trtllm-kv-reuse")
+class SaltIgnoredTrt(TrtBlockTree):
+    """Keys blocks by tokens and LoRA task id only.
+    Bug class: salt ignored (cache isolation between tenants broken).
+    Violates: PEER-TRT-2.
+    Mirrors: TensorRT-LLM before cacheSaltID joined BlockKey (kvCacheManager.h), where only the
+    hash of the first block carried the salt."""
+
+    def label(self, req) -> tuple:
+        return (req.lora, None, req.extra_key)                # DEFECT: the salt keys nothing
+
+
+@server_variant("trtllm-whole-blocks", "trtllm-kv-reuse")
+class WholeBlocksReported(TrtBlockTree):
+    """Reuses blocks in part but reports whole blocks only.
+    Bug class: a count rounded to the block size (partial reuse not reported).
+    Violates: PEER-TRT-3.
+    Mirrors: reporting matched blocks times tokens_per_block instead of
+    LlmRequest::getPrepopulatedPromptLen."""
+
+    def reported(self, matched: int, n: int) -> int:
+        return self.T * (matched // self.T)                  # DEFECT: the partial block is not counted
+
+
+@server_variant("trtllm-leaf-kept", "trtllm-kv-reuse")
+class PartlyReusedLeafKept(TrtBlockTree):
+    """Copies every partly reused block, leaves included, so the old leaf stays in the tree.
+    Bug class: what a partial reuse leaves behind.
+    Violates: PEER-TRT-4.
+    Mirrors: loadOrAllocateBlocks' "Leaf block that nobody is using. Make block private and reuse"
+    (freeLeafBlock) replaced by a copy."""
+
+    def lookup(self, req):
+        saved = {id(n): dict(n.children) for n in self._nodes()}
+        out = super().lookup(req)
+        for node in self._nodes():                           # DEFECT: the leaf taken out is put back
+            node.children.update({k: v for k, v in saved.get(id(node), {}).items() if k not in node.children})
+        return out
+
+    def _nodes(self):
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+
+
+@server_variant("vllm-salt-dropped-on-adapters", "vllm-apc")
+class SaltDroppedOnAdapters(BlockCache):
+    """Keys block 0 by the adapter alone when the request names one, dropping its salt.
+    Bug class: combined keys (one extra key replaces another).
+    Violates: PEER-VLLM-2.
+    Mirrors: generate_block_hash_extra_keys built as `lora_keys or salt_keys` instead of their
+    concatenation (kv_cache_utils.py)."""
+
+    def extras(self, req, index: int) -> tuple:
+        if req.lora is not None:
+            return (("lora", req.lora, req.lora_path),)              # DEFECT: the salt is dropped
+        return super().extras(req, index)
+
+
+@server_variant("sglang-adapter-hides-extra-key", "sglang-radix")
+class AdapterHidesExtraKey(RadixCache):
+    """Namespaces a request on an adapter by the adapter alone, dropping its extra_key.
+    Bug class: combined keys (one extra key replaces another).
+    Violates: PEER-SGL-2.
+    Mirrors: schedule_batch.py setting extra_key to the lora_id instead of concatenating them."""
+
+    def namespace(self, req) -> tuple:
+        if req.lora is not None:
+            return (req.lora, req.salt)                              # DEFECT: extra_key ignored
+        return super().namespace(req)
+
+
+@server_variant("sglang-prompt-only", "sglang-radix")
+class PromptOnlyRadix(RadixCache):
+    """Inserts a finished request's prompt into the tree but not the tokens it generated.
+    Bug class: generated tokens not cached.
+    Violates: PEER-SGL-3.
+    Mirrors: cache_finished_req keyed on origin_input_ids instead of origin_input_ids +
+    output_ids (radix_cache.py)."""
+
+    def store(self, req, sequence, kv, sampled):
+        super().store(req, sequence[:len(req.ids)], kv, sampled)    # DEFECT: the sampled tokens are dropped
+
+
+@server_variant("vllm-bypass-ignored", "vllm-apc")
+class ReadBypassIgnored(BlockCache):
+    """Reads the cache for requests that ask for prompt log-probabilities.
+    Bug class: a per-request cache bypass ignored.
+    Violates: PEER-VLLM-7.
+    Mirrors: vLLM's skip_reading_prefix_cache (sampling_params.py), which defaults to
+    `prompt_logprobs is not None` so that every prompt position gets its log-probability."""
+
+    def _hits(self, keys, req) -> int:
+        req.skip_prefix_cache = False                                # DEFECT: the bypass is ignored
+        return super()._hits(keys, req)
+
+
+@server_variant("sglang-evicts-oldest-inserted", "sglang-radix", (("pool_tokens", 600),))
+class EvictsOldestInserted(RadixCache):
+    """Evicts the leaf inserted first, whatever touched it since.
+    Bug class: eviction order (FIFO instead of least recently used).
+    Violates: PEER-SGL-5.
+    Mirrors: an eviction heap keyed on creation_time (radix_cache.py FIFOStrategy) while the
+    server runs with the default LRU policy."""
+
+    def touch(self, node):
+        pass                                                         # DEFECT: a node keeps its creation time
+
+
+@server_variant("lcpp-similarity-ignored", "llama.cpp-server", (("slots", 2),))
+class SimilarityIgnored(SlotCache):
+    """Gives every request the least recently used slot, whatever its prompt shares.
+    Bug class: slot choice (a similar prompt sent to another slot).
+    Violates: PEER-LCPP-5.
+    Mirrors: get_available_slot with --slot-prompt-similarity 0 while the server reports the
+    default 0.1 (server-context.cpp)."""
+
+    def pick(self, ids) -> int:
+        best = 0
+        for i, slot in enumerate(self.slots):                     # DEFECT: no similarity pass
+            if slot["used"] <= self.slots[best]["used"]:
+                best = i
+        return best

@@ -5,7 +5,8 @@ conformance/adapters/openai.py, case by case (scenarios.py), predicts every repo
 the oracle (reference/peers.py) and judges it (judge.py); runner.py writes the same report
 folder as any other run.
 
-PEER_PROFILES is data: per profile, how its server is reset between cases (PEER-API-4), which
+PEER_PROFILES is data: per profile, how its server is reset between cases (PEER-API-4; where a
+server offers no reset, `case_salt` runs every case under a cache salt of its own), which
 of its endpoints cross-check the kit's tokenization (PEER-TOK-1), how a request names a LoRA
 adapter, and which cache keys it supports.
 """
@@ -15,7 +16,7 @@ from reference.peers import PROFILES, SETTINGS
 
 PEER_PROFILES = {
     "llama.cpp-server": {
-        "reset": "/slots/0?action=erase",
+        "reset": "/slots/{slot}?action=erase",  # every slot, 0 .. slots - 1
         "crosscheck": "apply-template",      # POST /apply-template, then POST /tokenize
         "lora_field": None,                  # per-request adapters are not part of the profile
         "features": frozenset({"timings"}),
@@ -37,6 +38,14 @@ PEER_PROFILES = {
         "features": frozenset({"salt", "lora", "extra_key"}),
         "count_rule": "PEER-SGL-1",
         "after_rule": "PEER-SGL-3",
+    },
+    "trtllm-kv-reuse": {
+        "reset": None,                       # trtllm-serve offers none: each case runs under its own salt
+        "crosscheck": None,
+        "lora_field": "lora_request",        # {"lora_name": NAME, "lora_int_id": K}
+        "features": frozenset({"salt", "lora", "case_salt"}),
+        "count_rule": "PEER-TRT-3",
+        "after_rule": "PEER-TRT-4",
     },
 }
 assert tuple(PEER_PROFILES) == PROFILES

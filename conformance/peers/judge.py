@@ -16,7 +16,8 @@ from ..verdicts import Failure, Verdict
 
 USAGE = "usage.prompt_tokens_details.cached_tokens"
 HINTS = {"vllm-apc": " (vLLM reports it with --enable-prompt-tokens-details)",
-         "sglang-radix": " (SGLang reports it with --enable-cache-report)"}
+         "sglang-radix": " (SGLang reports it with --enable-cache-report)",
+         "trtllm-kv-reuse": " (trtllm-serve reports it with kv_cache_config.enable_block_reuse)"}
 
 
 def read_count(completion, n: int, request: int, profile: str) -> tuple[int | None, list]:
@@ -76,15 +77,24 @@ def explain(profile: str, sim, req: oracle.PeerRequest) -> str:
                                                    ("extra_key", req.extra_key)) if v is not None)
     keyed = f" (keyed with {keyed})" if keyed else ""
     if profile == "llama.cpp-server":
-        lcp = oracle.common_prefix(sim.tokens, req.ids)
-        return (f"the slot held {len(sim.tokens)} ids, {lcp} shared with the prompt of N = {n}: "
+        i = sim.slot_for(req)
+        tokens = sim.slots[i]
+        lcp = oracle.common_prefix(tokens, req.ids)
+        which = f"slot {i} of {sim.n} (PEER-LCPP-5) " if sim.n > 1 else "the slot "
+        return (f"{which}held {len(tokens)} ids, {lcp} shared with the prompt of N = {n}: "
                 f"min(LCP {lcp}, N - 1 = {n - 1}) (PEER-LCPP-1, PEER-LCPP-2)")
     if profile == "vllm-apc":
+        if not sim.caching:
+            return "prefix caching is off: nothing is cached (PEER-VLLM-6)"
+        if req.skip_prefix_cache:
+            return "the request asks for prompt log-probabilities: it reads no cache (PEER-VLLM-7)"
         keys = oracle.vllm_block_keys(req.ids, sim.B, req)
         k = oracle.leading_hits(keys, sim.cached_keys())
+        eagle = "; EAGLE drops the last matched block (PEER-VLLM-8)" if sim.eagle else ""
         return (f"{k} of the prompt's {len(keys)} full blocks of {sim.B}{keyed} are cached; cap floor((N - 1) / B) = "
-                f"{(n - 1) // sim.B} blocks (PEER-VLLM-1, PEER-VLLM-3)")
-    cached = sim.sequences.get(oracle.sglang_namespace(req), [])
-    lcp = max((oracle.common_prefix(s, req.ids) for s in cached), default=0)
-    return (f"longest common prefix with a cached sequence of the namespace{keyed}: {lcp} of N = {n}; capped at "
-            f"N - 1 and rounded down to pages of {sim.P} (PEER-SGL-1, PEER-SGL-2)")
+                f"{(n - 1) // sim.B} blocks{eagle} (PEER-VLLM-1, PEER-VLLM-3)")
+    if profile == "trtllm-kv-reuse":
+        return (f"{sim.predict(req)} of the {n - 1} looked-up tokens match stored blocks of {sim.T}{keyed}, the "
+                f"last of them in part where partial reuse allows (PEER-TRT-1, PEER-TRT-2, PEER-TRT-3)")
+    return (f"longest cached prefix in the namespace{keyed}, capped at N - 1 = {n - 1} and rounded down to pages "
+            f"of {sim.P}: {sim.predict(req)} (PEER-SGL-1, PEER-SGL-2)")

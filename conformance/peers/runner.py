@@ -24,8 +24,9 @@ from ..errors import KvconformError
 from ..report import claim_report_folder, problems_table, verdict_table, write_json_atomic
 from ..verdicts import PASSING_HEADLINES, Verdict
 from .run_case import PeerContext, run_case
+from .server_info import merge_settings, read_facts
 from .scenarios import cases as build_cases
-from .summary import PeerReport
+from .summary import PeerReport, peer_note
 from .tokens import TokenSource
 
 # Options of the Edge-LLM suite that mean nothing to the peer suite: refused, never ignored.
@@ -35,17 +36,42 @@ ADAPTER_OPTIONS = ("base_url", "api_key_env", "model", "peer_setting", "tokenize
 
 
 def parse_settings(profile: str, items: list) -> dict:
-    """`--peer-setting KEY=N` pairs, checked against the profile (reference/peers.py SETTINGS)."""
+    """`--peer-setting KEY=VALUE` pairs, each checked against the profile (reference/peers.py
+    SETTINGS and KINDS); a key given twice is bad input."""
     given = {}
     for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not value.strip().isdigit():
-            raise KvconformError(f"--peer-setting {item!r}: expected KEY=N with an integer N")
-        given[key.strip()] = int(value)
-    try:
-        return oracle.check_settings(profile, given)
-    except oracle.PeerProfileError as e:
-        raise KvconformError(f"--peer-setting: {e}") from None
+        key, sep, text = item.partition("=")
+        key, text = key.strip(), text.strip()
+        if not sep or not key or not text:
+            raise KvconformError(f"--peer-setting {item!r}: expected KEY=N (or KEY=true, KEY=false)")
+        if key in given:
+            raise KvconformError(f"--peer-setting {key} is given twice: give each setting once")
+        given[key] = _setting_value(profile, key, text, item)
+        try:
+            oracle.check_settings(profile, {key: given[key]})
+        except oracle.PeerProfileError as e:
+            raise KvconformError(f"--peer-setting: {e}") from None
+    return given
+
+
+def _setting_value(profile: str, key: str, text: str, item: str):
+    kind = oracle.KINDS.get(key)
+    if kind == "bool":
+        value = {"true": True, "false": False}.get(text.lower())
+        if value is None:
+            raise KvconformError(f"--peer-setting {item!r}: expected {key}=true or {key}=false")
+        return value
+    if kind == "count" and text.lower() in ("none", "unbounded"):
+        return None
+    if kind == "fraction":
+        try:
+            return float(text)
+        except ValueError:
+            raise KvconformError(f"--peer-setting {item!r}: expected {key}=X with a number X in [0, 1]") from None
+    if not text.isdigit() or len(text) > 12:
+        raise KvconformError(f"--peer-setting {item!r}: expected KEY=N with an integer N"
+                             + ("" if kind else f" ({profile} settings: {', '.join(oracle.SETTINGS[profile])})"))
+    return int(text)
 
 
 def check_options(args) -> str:
@@ -108,27 +134,32 @@ def _select(all_cases: list, keywords: list | None) -> list:
 
 def main(args) -> int:
     profile = check_options(args)
-    settings = parse_settings(profile, args.peer_setting)
+    given = parse_settings(profile, args.peer_setting)
     client = OpenAIClient(args.base_url, model=args.model, api_key=api_key(args), timeout=args.timeout)
     try:
-        return _run(args, profile, settings, client)
+        return _run(args, profile, given, client)
     finally:
         client.close()
 
 
-def _run(args, profile: str, settings: dict, client: OpenAIClient) -> int:
+def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
     try:
         client.get("/v1/models")
     except NotOffered:
         pass
     except ServerFailure as e:
         raise KvconformError(f"cannot start the openai adapter: {e.message}") from None
+    facts = read_facts(client, profile, args.model)
+    if facts.runtime not in (None, profile):
+        print(f"kvconform run: warning: the server's API looks like {facts.runtime}, not {profile}: the --profile "
+              "may be wrong", file=sys.stderr)
+    settings, origin = merge_settings(profile, given, facts)
     tokens = TokenSource(client, profile, args.tokenizer)
     problem = tokens.usable()
     if problem:
         raise KvconformError(problem)
     try:
-        plan = _select(build_cases(profile, settings, tokens.layout_ids), args.keyword)
+        plan = _select(build_cases(profile, settings, tokens.layout_ids, facts), args.keyword)
     except ServerFailure as e:
         raise KvconformError(f"cannot lay the peer cases out on the server's tokens: {e.message}") from None
     if args.list:
@@ -139,9 +170,10 @@ def _run(args, profile: str, settings: dict, client: OpenAIClient) -> int:
     options = {k: v for k, v in vars(args).items() if k != "func" and not callable(v)}
     report = PeerReport(Path(args.report), "openai", None, {**client.describe(), **tokens.describe()}, options,
                     profile=profile)
-    report.doc["peer"] = {"profile": profile, "settings": settings, "version": oracle.PEER_PROFILES_VERSION,
+    report.doc["peer"] = {"profile": profile, "settings": settings, "settings_origin": origin,
+                          "server": facts.describe(), "version": oracle.PEER_PROFILES_VERSION,
                           "spec": "spec/peer-profiles.md", "token_source": tokens.describe()}
-    ctx = PeerContext(client, tokens, profile, settings)
+    ctx = PeerContext(client, tokens, profile, settings, facts)
     start = time.monotonic()
     print(f"kvconform run: backend openai at {args.base_url}, peer profile {profile} {settings}, "
           f"{len(plan)} case(s)", file=sys.stderr)
@@ -170,7 +202,7 @@ def _run(args, profile: str, settings: dict, client: OpenAIClient) -> int:
         print()
         print(problems)
     summary = doc["summary"]
-    note = " (every case NOT_SUPPORTED: nothing was judged)" if summary["headline"] == "NOTHING JUDGED" else ""
+    note = peer_note(summary)
     print(f"\n{summary['headline']} ({profile}){note}: {summary['judged']} of {len(report.results)} case(s) judged "
           f"in {time.monotonic() - start:.0f} s; report in {report.folder}/ (report.json, junit.xml, summary.md)")
     return 0 if summary["headline"] in PASSING_HEADLINES else 1

@@ -2,13 +2,16 @@
 
 A case is a list of steps, each one chat request; a step's messages may feed back the answer
 of an earlier step (`Answer(k)`), so a conversation continues with whatever the server said.
-Cases that depend on where prompts diverge or how long they are (block boundaries) are laid
-out for the run's tokenizer and block size: the builder searches the number of filler words
-that puts the divergence or the length exactly there, and records what it achieved. Whether the
-layout came out as intended never decides a verdict: every count is predicted by the oracle on
-the ids actually sent.
+Every case is laid out for the run's tokenizer and unit (the block or page size), as engine
+cases are materialized for an engine: prompts that should reuse are at least `2U + 1` tokens
+long, boundaries sit at `k*U - 1`, `k*U`, `k*U + 1` with `k >= 2`, and the builder searches the
+number of filler words that puts a length or a divergence exactly there, recording what it
+achieved. Steps marked `reuse` are those the case exists to judge reuse on: when the oracle
+predicts 0 for all of them, the case judged nothing (run_case.py makes it NOT_SUPPORTED).
+Whether the layout came out as intended never decides a verdict: every count is predicted by
+the oracle on the ids actually sent.
 
-    cases(profile, settings, ids)   ids(messages) -> prompt ids (the run's token source)
+    cases(profile, settings, ids, facts)   ids(messages) -> prompt ids (the run's token source)
       -> [PeerCase | Unsupported]
 """
 from __future__ import annotations
@@ -25,7 +28,9 @@ SYSTEM = "You are a careful assistant. Answer briefly and precisely."
 QUESTIONS = ("Which is larger, seven or nine?", "Name a prime number below ten.", "What colour is the sky?",
              "How many legs does a spider have?")
 MAX_EVICTION_TOKENS = 3000
-"""An eviction case fills the cache with prompts of about 0.6 of its size: no longer than this."""
+"""An eviction case fills the cache with prompts of about half its size: no longer than this."""
+ADAPTER_NAMES = ("alpha", "beta")
+"""The LoRA adapters a case uses when the server does not list its own."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,13 @@ class Step:
     salt: str | None = None
     lora: str | None = None
     extra_key: str | None = None
+    reuse: bool = False
+    """A request the case exists to judge reuse on (see the module docstring)."""
+    skip_read: bool = False
+    """vLLM's per-request read bypass: the request asks for prompt log-probabilities (PEER-VLLM-7)."""
+    logit_bias: dict | None = None
+    """OpenAI `logit_bias` (token id -> bias): steers a conversation's answer to tokens that can
+    be fed back as themselves."""
 
 
 @dataclass
@@ -52,6 +64,12 @@ class PeerCase:
     steps: list
     layout: dict = field(default_factory=dict)
     """What the builder aimed for and achieved (divergence position, prompt length)."""
+    generated: bool = False
+    """The case exists to judge caching of generated tokens: it judged nothing when no count
+    depends on it (run_case.py compares with a prompt-only prediction)."""
+    variants: list = field(default_factory=list)
+    """Other step lists to try, in order, when the answer to the first step cannot be fed back
+    as the ids the server sampled (a greedy model's first token decides it: run_case.py)."""
 
 
 @dataclass
@@ -83,37 +101,74 @@ def fit(measure, target: int, guess: int, span: int) -> int | None:
     return None
 
 
+def at_least(make, ids, target: int, limit: int = 1 << 14) -> int:
+    """The smallest filler count m with len(ids(make(m))) >= target (lengths grow with m):
+    doubling, then bisection, so a server tokenizer is asked O(log target) times."""
+    if len(ids(make(0))) >= target:
+        return 0
+    high = 1
+    while len(ids(make(high))) < target:
+        high *= 2
+        if high > limit:
+            return limit
+    low = high // 2
+    while low + 1 < high:
+        mid = (low + high) // 2
+        if len(ids(make(mid))) >= target:
+            high = mid
+        else:
+            low = mid
+    return high
+
+
 def unit(profile: str, settings: dict) -> int:
-    """The boundary the layout cases aim at: the block (vLLM) or page size (SGLang, when above
-    1); 16 otherwise, where nothing is aligned and the cases check that nothing is."""
+    """The boundary the layout cases aim at: the block (vLLM, TensorRT-LLM) or page size
+    (SGLang, when above 1); 16 otherwise, where nothing is aligned and the cases check that
+    nothing is."""
     if profile == "vllm-apc":
         return settings["block_size"]
+    if profile == "trtllm-kv-reuse":
+        return settings["tokens_per_block"]
     if profile == "sglang-radix" and settings["page_size"] > 1:
         return settings["page_size"]
     return 16
 
 
-def cases(profile: str, settings: dict, ids) -> list:
+def cases(profile: str, settings: dict, ids, facts=None) -> list:
     """Every case of the profile, in run order."""
     p = PEER_PROFILES[profile]
     count, after = p["count_rule"], p["after_rule"]
-    out = [_replay(count), _shared_system(profile, count), _feedback(count, after)]
     U = unit(profile, settings)
+    out = [_replay(count, ids, U), _shared_system(profile, count, ids, U), _feedback(count, after, ids, U)]
     for off in (-1, 0, 1):
-        out.append(_near_miss(count, ids, U, off))
+        out.append(_near_miss(count, after, ids, U, off))
     for off, name in ((-1, "kB-1"), (0, "kB"), (1, "kB+1"), (U // 2, "kB+half")):
         out.append(_replay_length(count, ids, U, off, name))
     features = p["features"]
     if "salt" in features:
-        out.append(_salted(profile, count))
+        out.append(_salted(profile, count, ids, U))
     if "lora" in features:
-        out.append(_adapters(profile, count))
+        out.append(_adapters(profile, count, ids, U, getattr(facts, "adapters", None)))
+    if "salt" in features and "lora" in features:
+        out.append(_combined_keys(profile, count, ids, U, getattr(facts, "adapters", None)))
     if "extra_key" in features:
-        out.append(_extra_keys(count))
+        out.append(_extra_keys(count, ids, U))
     if profile == "llama.cpp-server":
-        out.append(_one_slot(count))
+        out.append(_one_slot(count) if settings["slots"] == 1 else _slots_lru(count, settings["slots"]))
     if profile == "vllm-apc":
+        out.append(_read_bypass(count, ids, U))
         out.append(_lru_blocks(count, ids, settings))
+    if profile == "sglang-radix":
+        out.append(_radix_lru(count, ids, settings))
+    if profile == "llama.cpp-server" and settings["slots"] > 1:
+        for case in out:                             # the slot choice decides every count
+            if "PEER-LCPP-5" not in case.rules:
+                case.rules.append("PEER-LCPP-5")
+    if profile == "trtllm-kv-reuse":
+        out.append(Unsupported("eviction/trt-blocks", "eviction", _rules(count, "PEER-TRT-6"),
+                               "trtllm-serve offers no cache reset, so a case cannot start from an empty block "
+                               "pool and which blocks an eviction takes is unknown (PEER-TRT-6 is checked by the "
+                               "oracle's unit tests only)"))
     return out
 
 
@@ -121,32 +176,74 @@ def _rules(count: str, *more: str) -> list:
     return ["PEER-API-1", "PEER-API-2", count] + list(more)
 
 
-def _replay(count):
-    prompt = chat(SYSTEM, QUESTIONS[0])
-    return PeerCase("reuse/replay", "reuse", "the same prompt twice: the second reuses all but what the cap "
-                    "and the block size leave out", _rules(count), [Step(prompt), Step(prompt)])
+def long_prompt(head: str, question: str, seed: int, ids, U: int) -> list:
+    """A chat prompt of at least 2U + 1 tokens: a replay of it can reuse two whole units."""
+    def make(m):
+        return chat(head + " " + filler(m, seed), question)
+    return make(at_least(make, ids, 2 * U + 1))
 
 
-def _shared_system(profile, count):
-    system = SYSTEM + " " + filler(40)
-    a, b = chat(system, QUESTIONS[0]), chat(system, QUESTIONS[1])
+def _replay(count, ids, U):
+    prompt = long_prompt(SYSTEM, QUESTIONS[0], 5, ids, U)
+    return PeerCase("reuse/replay", "reuse", "the same prompt (at least 2B + 1 tokens) twice: the second reuses "
+                    "all but what the cap and the block size leave out", _rules(count),
+                    [Step(prompt), Step(prompt, reuse=True)])
+
+
+def _shared_system(profile, count, ids, U):
+    def pair(m):
+        system = SYSTEM + " " + filler(40 + m)
+        return chat(system, QUESTIONS[0]), chat(system, QUESTIONS[1])
+
+    def shared(m):
+        return [0] * common_prefix(*(ids(x) for x in pair(m)))
+    a, b = pair(at_least(shared, lambda x: x, 2 * U + 1))
     extra = ["PEER-LCPP-4"] if profile == "llama.cpp-server" else []
     return PeerCase("reuse/shared-system-prompt", "reuse",
-                    "two questions under one long system prompt, the second repeated, then the first again",
-                    _rules(count, *extra), [Step(a), Step(b), Step(b), Step(a)])
+                    "two questions under one long system prompt (at least 2B + 1 tokens shared), the second "
+                    "repeated, then the first again", _rules(count, *extra),
+                    [Step(a), Step(b, reuse=True), Step(b, reuse=True), Step(a, reuse=True)])
 
 
-def _feedback(count, after):
-    first = chat(SYSTEM, QUESTIONS[2])
+FEEDBACK_DIGIT = "1"
+"""The answer a conversation case steers to when the server's own first answer cannot be fed back
+as its ids: digits are split one by one by the common tokenizers, so "11111111" tokenizes back
+as the eight tokens sampled."""
+
+
+def _feedback(count, after, ids, U):
+    """The first prompt ends one token before a block boundary (3B - 1 tokens or the next such
+    length), so that one sampled token fed back completes a block: then whether the server
+    caches generated tokens decides the next count, whatever the block size. Each answer is fed
+    back as the text that gives the sampled ids back (feedback.py). When no text does for the
+    first answer (a tokenizer that marks word starts cannot give back a word-start token right
+    after the assistant tag), the case runs again with a logit bias that steers the answers to
+    the digit token that follows the tag, which feeds back as itself."""
+    def prompt(m):
+        return chat(SYSTEM + " " + filler(m, 9), QUESTIONS[2])
+
+    def length(m):
+        return len(ids(prompt(m)))
+    base = length(0)
+    target = _boundary_at_least(max(base, 2 * U + 1), U, -1)
+    m = fit(length, target, target - base, 3 * U)
+    first = prompt(m if m is not None else at_least(prompt, ids, target))
     second = first + [Answer(0), {"role": "user", "content": QUESTIONS[3]}]
     third = second + [Answer(1), {"role": "user", "content": "Thank you. " + QUESTIONS[0]}]
+    n = len(ids(first))
+    digit = ids(first + [{"role": "assistant", "content": FEEDBACK_DIGIT * 4}, {"role": "user", "content": "x"}])[n]
+    bias = {str(digit): 100}
+    plain = [Step(first, 8), Step(second, 8, reuse=True), Step(third, 1, reuse=True)]
+    steered = [Step(first, 8, logit_bias=bias), Step(second, 8, reuse=True, logit_bias=bias),
+               Step(third, 1, reuse=True)]
     return PeerCase("turns/feedback", "turns",
                     "a conversation of three turns that feeds each answer back: the sampled tokens the "
                     "server computed are part of what it caches", _rules(count, after, "PEER-TOK-2"),
-                    [Step(first, 6), Step(second, 6), Step(third, 1)])
+                    plain, {"unit": U, "first_prompt_tokens_intended": target, "first_prompt_tokens": n,
+                            "steered_to_token": digit}, generated=True, variants=[steered])
 
 
-def _near_miss(count, ids, U, off):
+def _near_miss(count, after, ids, U, off):
     name = {-1: "kB-1", 0: "kB", 1: "kB+1"}[off]
     case_id = f"boundaries/near-miss-at-{name}"
 
@@ -163,14 +260,15 @@ def _near_miss(count, ids, U, off):
     achieved = lcp(m if m is not None else target - base)
     a, b = pair(m if m is not None else target - base)
     return PeerCase(case_id, "boundaries",
-                    f"two prompts that share exactly k*B{off:+d} tokens (B = {U}), then the first again",
-                    _rules(count), [Step(a), Step(b), Step(a)],
+                    f"two prompts that share exactly k*B{off:+d} tokens (B = {U}, k >= 2), then the first again",
+                    _rules(count, after), [Step(a), Step(b, reuse=True), Step(a, reuse=True)],
                     {"unit": U, "shared_tokens_intended": target, "shared_tokens": achieved})
 
 
 def _boundary_at_least(base: int, U: int, off: int) -> int:
-    """The smallest k*U + off (k >= 1) that is at least `base`: a length the filler can reach."""
-    target = U * max(1, -(-(base - off) // U)) + off
+    """The smallest k*U + off (k >= 2) that is at least `base`: a length the filler can reach,
+    and one block beyond the first, so that a count of 0 is never the whole story."""
+    target = U * max(2, -(-(base - off) // U)) + off
     while target < base:
         target += U
     return target
@@ -187,34 +285,118 @@ def _replay_length(count, ids, U, off, name):
     m = fit(length, target, target - base, 3 * U)
     chosen = prompt(m if m is not None else target - base)
     return PeerCase(f"boundaries/replay-at-{name}", "boundaries",
-                    f"a prompt of k*B{'+' if off >= 0 else ''}{off} tokens (B = {U}) sent twice",
-                    _rules(count), [Step(chosen), Step(chosen)],
+                    f"a prompt of k*B{'+' if off >= 0 else ''}{off} tokens (B = {U}, k >= 2) sent twice",
+                    _rules(count), [Step(chosen), Step(chosen, reuse=True)],
                     {"unit": U, "prompt_tokens_intended": target, "prompt_tokens": len(ids(chosen))})
 
 
-def _salted(profile, count):
-    rule = "PEER-VLLM-2" if profile == "vllm-apc" else "PEER-SGL-2"
-    prompt = chat(SYSTEM + " " + filler(30, 11), QUESTIONS[2])
+def _key_rule(profile: str) -> str:
+    return {"vllm-apc": "PEER-VLLM-2", "sglang-radix": "PEER-SGL-2", "trtllm-kv-reuse": "PEER-TRT-2"}[profile]
+
+
+def _salted(profile, count, ids, U):
+    prompt = long_prompt(SYSTEM, QUESTIONS[2], 11, ids, U)
     return PeerCase("isolation/cache-salt", "isolation",
-                    "one prompt under salt s1, salt s2, no salt, then s1 again: only the last may reuse",
-                    _rules(count, rule), [Step(prompt, salt="s1"), Step(prompt, salt="s2"), Step(prompt),
-                                          Step(prompt, salt="s1")])
+                    "one prompt (at least 2B + 1 tokens) under salt s1, salt s2, no salt, then s1 again: only "
+                    "the last may reuse", _rules(count, _key_rule(profile)),
+                    [Step(prompt, salt="s1"), Step(prompt, salt="s2"), Step(prompt),
+                     Step(prompt, salt="s1", reuse=True)])
 
 
-def _adapters(profile, count):
-    rule = "PEER-VLLM-2" if profile == "vllm-apc" else "PEER-SGL-2"
-    prompt = chat(SYSTEM + " " + filler(30, 13), QUESTIONS[3])
-    return PeerCase("isolation/lora", "isolation",
-                    "one prompt on the base model, adapter alpha, adapter beta, then alpha again",
-                    _rules(count, rule), [Step(prompt), Step(prompt, lora="alpha"), Step(prompt, lora="beta"),
-                                          Step(prompt, lora="alpha")])
+def _adapters(profile, count, ids, U, listed):
+    case_id, rules = "isolation/lora", _rules(count, _key_rule(profile))
+    names = adapter_names(listed)
+    if isinstance(names, str):
+        return Unsupported(case_id, "isolation", rules, names)
+    alpha, beta = names
+    prompt = long_prompt(SYSTEM, QUESTIONS[3], 13, ids, U)
+    return PeerCase(case_id, "isolation",
+                    f"one prompt (at least 2B + 1 tokens) on the base model, adapter {alpha}, adapter {beta}, "
+                    f"then {alpha} again", rules,
+                    [Step(prompt), Step(prompt, lora=alpha), Step(prompt, lora=beta),
+                     Step(prompt, lora=alpha, reuse=True)], {"adapters": [alpha, beta]})
 
 
-def _extra_keys(count):
-    prompt = chat(SYSTEM + " " + filler(30, 17), QUESTIONS[0])
-    return PeerCase("isolation/extra-key", "isolation", "one prompt under extra_key k1, k2, then k1 again",
-                    _rules(count, "PEER-SGL-2"), [Step(prompt, extra_key="k1"), Step(prompt, extra_key="k2"),
-                                                  Step(prompt, extra_key="k1")])
+def adapter_names(listed: dict | None):
+    """The two adapters a LoRA case uses: `alpha` and `beta` where the server lists them (or
+    lists none), else the first two it lists; a string saying why when it lists fewer."""
+    if listed is None or all(n in listed for n in ADAPTER_NAMES):
+        return ADAPTER_NAMES
+    if len(listed) >= 2:
+        return tuple(sorted(listed)[:2])
+    have = ", ".join(sorted(listed)) or "none"
+    return (f"the case needs two LoRA adapters and the server lists {len(listed)} in /v1/models ({have}): "
+            "start it with --enable-lora --lora-modules alpha=DIR beta=DIR")
+
+
+def _combined_keys(profile, count, ids, U, listed):
+    """Salted requests on an adapter against salted base-model requests, another salt, no salt
+    (and on SGLang another extra key): every key of a block counts, together (vLLM's block 0
+    carries the salt and the adapter, SGLang's namespace is extra key + adapter and salt)."""
+    case_id, rules = "isolation/salt-and-lora", _rules(count, _key_rule(profile))
+    names = adapter_names(listed)
+    if isinstance(names, str):
+        return Unsupported(case_id, "isolation", rules, names)
+    alpha = names[0]
+    prompt = long_prompt(SYSTEM, QUESTIONS[1], 41, ids, U)
+    if profile == "sglang-radix":
+        steps = [Step(prompt, salt="s1", extra_key="k1"), Step(prompt, salt="s1", extra_key="k1", lora=alpha),
+                 Step(prompt, salt="s1", extra_key="k2", lora=alpha), Step(prompt, salt="s2", extra_key="k1", lora=alpha),
+                 Step(prompt, salt="s1", extra_key="k1", lora=alpha, reuse=True),
+                 Step(prompt, salt="s1", extra_key="k1", reuse=True)]
+        what = f"salt s1 + extra key k1 on the base model, then on {alpha}, then k2 and s2 on {alpha}"
+    else:
+        steps = [Step(prompt, salt="s1"), Step(prompt, salt="s1", lora=alpha), Step(prompt, salt="s2", lora=alpha),
+                 Step(prompt, lora=alpha), Step(prompt, salt="s1", lora=alpha, reuse=True),
+                 Step(prompt, salt="s1", reuse=True)]
+        what = f"salt s1 on the base model, then on {alpha}, then s2 and no salt on {alpha}"
+    return PeerCase(case_id, "isolation", f"one prompt (at least 2B + 1 tokens): {what}; only the repeats of "
+                    "an exact combination may reuse", rules, steps, {"adapter": alpha})
+
+
+def _read_bypass(count, ids, U):
+    prompt = long_prompt(SYSTEM, QUESTIONS[0], 43, ids, U)
+    return PeerCase("reuse/read-bypass", "reuse", "a prompt, the same prompt asking for prompt log-probabilities "
+                    "(vLLM reads no cache for it), then the prompt again", _rules(count, "PEER-VLLM-7"),
+                    [Step(prompt), Step(prompt, skip_read=True), Step(prompt, reuse=True)])
+
+
+def _radix_lru(count, ids, settings):
+    """A, B, A again, then C: with the pool about 1.2 prompts short, C evicts the least recently
+    touched leaf, B's (B is two pages longer, so its leaf alone covers what C needs), not A's,
+    which a server evicting by insertion order would take (PEER-SGL-5)."""
+    case_id, rules = "eviction/radix-lru", _rules(count, "PEER-SGL-5")
+    pool, P = settings["pool_tokens"], settings["page_size"]
+    if pool is None:
+        return Unsupported(case_id, "eviction", rules, "the server's KV pool size is not known: pass "
+                           "--peer-setting pool_tokens=N (its --max-total-tokens) to judge eviction")
+    size = int(0.4 * pool)
+    if pool < 16 * P:
+        return Unsupported(case_id, "eviction", rules, f"a pool of {pool} tokens is too small for pages of {P}: "
+                           "the layout needs at least 16 pages so that two prompts fit and a third evicts one")
+    if size > MAX_EVICTION_TOKENS:
+        return Unsupported(case_id, "eviction", rules, f"a pool of {pool} tokens needs prompts of about {size} "
+                           f"tokens to evict; this case writes at most {MAX_EVICTION_TOKENS}")
+    heads = ((SYSTEM, 53, size), ("Reply in one word.", 59, size + 2 * P), ("Think step by step.", 61, size))
+    steps = []
+    for k, (head, seed, target) in enumerate(heads):
+        def make(n, head=head, seed=seed, k=k):
+            return [{"role": "system", "content": head + " " + filler(n, seed)},
+                    {"role": "user", "content": QUESTIONS[k]}]
+        steps.append(Step(make(at_least(make, ids, target))))
+    a, b, c = steps
+    return PeerCase(case_id, "eviction", f"prompts A, B, A again, then C, each about 0.4 of a pool of {pool} tokens, "
+                    "then A and B again: the least recently touched leaf is evicted first", rules,
+                    [a, b, Step(a.messages), c, Step(a.messages, reuse=True), Step(b.messages, reuse=True)],
+                    {"pool_tokens": pool, "prompt_tokens": [len(ids(x.messages)) for x in steps]})
+
+
+def _extra_keys(count, ids, U):
+    prompt = long_prompt(SYSTEM, QUESTIONS[0], 17, ids, U)
+    return PeerCase("isolation/extra-key", "isolation", "one prompt (at least 2B + 1 tokens) under extra_key k1, "
+                    "k2, then k1 again", _rules(count, "PEER-SGL-2"),
+                    [Step(prompt, extra_key="k1"), Step(prompt, extra_key="k2"),
+                     Step(prompt, extra_key="k1", reuse=True)])
 
 
 def _one_slot(count):
@@ -222,31 +404,51 @@ def _one_slot(count):
     b = chat("Reply in one word. " + filler(20, 23), QUESTIONS[1])
     return PeerCase("eviction/one-slot", "eviction",
                     "prompt A, an unrelated prompt B, then A again: one slot keeps only B",
-                    _rules(count, "PEER-LCPP-4"), [Step(a), Step(b), Step(a)])
+                    _rules(count, "PEER-LCPP-4"), [Step(a), Step(b), Step(a, reuse=True)])
+
+
+def _slots_lru(count, slots: int):
+    """One more unrelated prompt than there are slots, then the second and the first again:
+    each unrelated prompt takes the least recently used slot, so the first prompt's slot was
+    taken by the last one, the second's survived (PEER-LCPP-5)."""
+    heads = ["Reply in one word.", "Think step by step.", "You are terse.", "Answer in French.", "Be polite."]
+    prompts = [chat(heads[k % len(heads)] + " " + str(k) + " " + filler(20, 71 + 7 * k), QUESTIONS[k % 4])
+               for k in range(slots + 1)]
+    steps = [Step(p) for p in prompts] + [Step(prompts[1], reuse=True), Step(prompts[0], reuse=True)]
+    return PeerCase("eviction/slots-lru", "eviction", f"{slots + 1} unrelated prompts on {slots} slots, then the "
+                    "second and the first again: the least recently used slot is taken", _rules(count, "PEER-LCPP-5"),
+                    steps, {"slots": slots})
 
 
 def _lru_blocks(count, ids, settings):
+    """Three unrelated prompts of m full blocks and a partial one, 2(m + 1) <= K, then the
+    first and the last again. Which blocks of A survive B and C depends on where each request's
+    partial block goes when it is freed (PEER-VLLM-5): the head of the free queue, not the tail."""
     case_id, rules = "eviction/lru-blocks", _rules(count, "PEER-VLLM-5")
     K, B = settings["cache_blocks"], settings["block_size"]
     if K is None:
         return Unsupported(case_id, "eviction", rules, "the server's cache size is not known: pass "
                            "--peer-setting cache_blocks=K (its usable KV blocks) to judge eviction")
-    size = int(0.6 * K * B)
+    m = K // 2 - 1
+    size = m * B + B // 2
+    if m < 1 or B < 2:
+        return Unsupported(case_id, "eviction", rules, f"cache_blocks={K} of {B} tokens is too small to lay three "
+                           "prompts of a full block and a partial one out")
     if size > MAX_EVICTION_TOKENS:
         return Unsupported(case_id, "eviction", rules, f"cache_blocks={K} of {B} tokens needs prompts of about "
                            f"{size} tokens to evict; this case writes at most {MAX_EVICTION_TOKENS}")
-    prompts = [chat(head + " " + filler(0, seed), QUESTIONS[seed % 4])
-               for head, seed in ((SYSTEM, 29), ("Reply in one word.", 31), ("Think step by step.", 37))]
-
-    def sized(k, m):
-        head = prompts[k][0]["content"]
-        return [{"role": "system", "content": head + " " + filler(m, 29 + 2 * k)}, prompts[k][1]]
+    heads = ((SYSTEM, 29), ("Reply in one word.", 31), ("Think step by step.", 37))
     steps = []
-    for k in range(3):
-        m = max(0, size - len(ids(sized(k, 0))))
-        steps.append(Step(sized(k, m)))
+    for k, (head, seed) in enumerate(heads):
+        def make(n, head=head, seed=seed, k=k):
+            return [{"role": "system", "content": head + " " + filler(n, seed)},
+                    {"role": "user", "content": QUESTIONS[k]}]
+        messages = make(at_least(make, ids, size))
+        steps.append(Step(messages))
     a, b, c = steps
+    lengths = [len(ids(x.messages)) for x in steps]
     return PeerCase(case_id, "eviction",
-                    f"prompts A, B, C of about 0.6 of the cache ({K} blocks of {B}), then A and B again: the "
-                    "least recently freed blocks go first", rules, [a, b, Step(a.messages), c, Step(b.messages)],
-                    {"cache_blocks": K, "block_size": B, "prompt_tokens_intended": size})
+                    f"prompts A, B, C of {m} full blocks and a partial one ({K} blocks of {B}), then A and C again: "
+                    "the partial blocks freed to the head of the free queue are taken first", rules,
+                    [a, b, c, Step(a.messages, reuse=True), Step(c.messages, reuse=True)],
+                    {"cache_blocks": K, "block_size": B, "prompt_tokens_intended": size, "prompt_tokens": lengths})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..html_report import write_html
 from ..report import Report, junit, problems_table, verdict_table, write_json_atomic, write_text_atomic
-from ..verdicts import Verdict, headline_note
+from ..verdicts import Verdict
 
 NOT_FOR_PEERS = ("outputs_judged_against", "reference_checked")
 
@@ -20,8 +20,16 @@ class PeerReport(Report):
 
     def json(self, complete: bool) -> dict:
         doc = super().json(complete)
+        summary = doc["summary"]
         for key in NOT_FOR_PEERS:
-            doc["summary"].pop(key, None)
+            summary.pop(key, None)
+        judged = [r for r in self.results if r.verdict != Verdict.NOT_SUPPORTED]
+        summary["counts_above_zero"] = sum(int((r.details or {}).get("judged_above_zero", 0)) for r in judged)
+        if summary["headline"] == "CONFORMANT" and summary["counts_above_zero"] == 0:
+            # a server that reports 0 for every request would have passed: no evidence of reuse
+            summary["headline"], summary["conformant"] = "NOTHING JUDGED", False
+        token = (doc.get("peer") or {}).get("token_source") or {}
+        summary["prompt_ids_from"] = "kit tokenizer" if token.get("kit_tokenizer") else "server tokenization"
         return doc
 
     def _outputs(self, doc: dict) -> None:
@@ -41,15 +49,36 @@ class PeerReport(Report):
         return doc
 
 
+def peer_clauses(summary: dict) -> list:
+    """What a peer run's headline does not say by itself."""
+    out = []
+    if summary.get("headline") == "NOTHING JUDGED":
+        out.append("every case NOT_SUPPORTED or no judged count predicted above 0: a server that caches "
+                   "nothing would have passed" if summary.get("judged") else "every case NOT_SUPPORTED: "
+                   "nothing was judged")
+    if summary.get("prompt_ids_from") == "server tokenization" and summary.get("judged"):
+        out.append("prompt ids from the server's own tokenization: PEER-TOK-1 checked nothing (pass --tokenizer)")
+    return out
+
+
+def peer_note(summary: dict) -> str:
+    clauses = peer_clauses(summary)
+    return f" ({'; '.join(clauses)})" if clauses else ""
+
+
 def peer_summary_markdown(doc: dict, results: list) -> str:
     s, peer, backend = doc["summary"], doc.get("peer") or {}, doc["backend"].get("settings") or {}
     token = peer.get("token_source") or {}
     kit_tok = token.get("kit_tokenizer")
-    lines = [f"# kvconform report: {s['headline']} (peer profile {peer.get('profile')}){headline_note(s)}", "",
+    origin = peer.get("settings_origin") or {}
+    read = {k: v for k, v in origin.items() if v not in ("given", "default")}
+    lines = [f"# kvconform report: {s['headline']} (peer profile {peer.get('profile')}){peer_note(s)}", "",
              f"- {s['judged']} of {len(results)} case(s) judged (the rest NOT_SUPPORTED)",
              f"- server: `{backend.get('base_url')}`" + (f", model `{backend['model']}`" if backend.get("model") else ""),
              f"- peer profile `{peer.get('profile')}` {peer.get('version')} ({peer.get('spec')}), settings "
-             f"`{peer.get('settings')}`",
+             f"`{peer.get('settings')}`" + (f"; read from the server: {', '.join(f'{k} ({v})' for k, v in read.items())}"
+                                           if read else ""),
+             f"- {s.get('counts_above_zero', 0)} judged count(s) predicted above 0",
              "- prompt ids: " + (f"the kit's tokenizer `{kit_tok}` ({token.get('loader')})" if kit_tok
                                  else "the server's own tokenization (no kit tokenizer given)")
              + (f", cross-checked with the server's `{token['server_crosscheck']}` endpoint(s) (PEER-TOK-1)"

@@ -16,7 +16,8 @@ from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
 from ..errors import KvconformError
 from . import PEER_PROFILES
 
-LOADERS = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto"}
+LOADERS = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto",
+           "trtllm-kv-reuse": "transformers-auto"}
 
 
 class TokenMismatch(Exception):
@@ -91,9 +92,8 @@ class TokenSource:
         return mine
 
     def layout_ids(self, messages: list) -> list:
-        """Ids for laying cases out: like `ids`, but a mismatch falls back to the kit's (the
-        mismatch is reported when the case runs)."""
-        try:
-            return self.ids(messages)
-        except TokenMismatch:
+        """Ids for laying cases out: the kit's own where it has a tokenizer (the server's are
+        compared with them when the case runs, PEER-TOK-1), else the server's."""
+        if self.kit is not None:
             return self.kit_ids(messages)
+        return self.ids(messages)

