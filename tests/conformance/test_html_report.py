@@ -160,7 +160,7 @@ def peer_failing(tmp_path_factory):
     variant = SERVER_VARIANTS["vllm-partial-block"]
     peer = variant.peer(build_engine(folder, "transformers-auto"))
     with serving(peer) as url:
-        code, _ = run_peers(url, variant.profile, folder, "-k", "reuse/replay", "-k", "turns/feedback")
+        code, _ = run_peers(url, variant.profile, folder, "-k", "reuse/shared-system-prompt", "-k", "turns/feedback")
     assert code == 1
     return folder / "report"
 
