@@ -117,8 +117,8 @@ class Sequence:
     publications: list = field(default_factory=list)
     pressure_skips: int = 0
     draft_pages: list | None = None     # a paired EAGLE sequence's draft page table (CR-SPEC-6)
-    draft_done: int = 0                 # positions whose draft KV is stored (one behind the base, CR-SPEC-4)
-    last_hidden: object = None          # base hidden state at position draft_done (what the draft reads next)
+    draft_done: int = 0                 # positions whose draft KV is stored (what a pair publication covers, CR-SPEC-4)
+    last_hidden: object = None          # base hidden state at the last committed position (where proposals start)
 
     @property
     def n(self) -> int:
@@ -500,8 +500,8 @@ class Runtime:
             states = {s.req.idx: hidden[b, :lens[b]].to("cpu", torch.float32).clone() for b, s in enumerate(seqs)}
         self._take(seqs, logits)
         for b, s in enumerate(seqs):
-            if s.draft_pages is not None:                 # the draft KV of [reused, n - 1) (CR-SPEC-4)
-                self._commit_draft(s, hidden[b, :lens[b]])
+            if s.draft_pages is not None:                 # the draft KV of [reused, n) (CR-SPEC-4)
+                self._commit_draft(s, hidden[b, :lens[b]], s.n)
         if not warmup:
             st = self.prefill_stats
             st["runs"] += 1
@@ -569,20 +569,23 @@ class Runtime:
     def _draft_slots(self, s):
         return lambda positions: self._slots(s.draft_pages, np.asarray(positions, np.int64))
 
-    def _commit_draft(self, s, hidden) -> None:
-        """Store the draft KV of positions draft_done .. c - 2, where c is the number of tokens of
-        base KV the sequence holds: the draft of position t reads the base hidden state at t and
-        the token at t + 1, which must itself be committed. `hidden` [T, d] holds the base
-        hidden states of the last T committed positions, c - T .. c - 1."""
+    def _commit_draft(self, s, hidden, covered: int) -> None:
+        """Store the draft KV of positions draft_done .. covered - 1. The draft of position t reads
+        the base hidden state at t and the token at t + 1, so it can cover every committed
+        position once the token after it is sampled: the draft prefill runs after the first token,
+        over all n prompt positions (CR-SPEC-4). `hidden` [T, d] holds the base hidden states of
+        the last T committed positions c - T .. c - 1 (c = base tokens held, covered <= c)."""
         c = s.n + len(s.generated) - 1
         first = c - hidden.shape[0]
-        rows = torch.cat([s.last_hidden[None], hidden]) if s.draft_done < first else hidden
-        start = first - 1 if s.draft_done < first else first
-        assert start == s.draft_done, "draft KV out of step with the base"
-        tokens = self._history(s)[start + 1:c]
-        self.draft.commit(self.draft_kv, self._draft_slots(s), start, rows[:c - 1 - start],
-                          torch.as_tensor(tokens, device=self.device))
-        s.draft_done, s.last_hidden = c - 1, rows[c - 1 - start]
+        if covered > s.draft_done:
+            rows = torch.cat([s.last_hidden[None], hidden]) if s.draft_done < first else hidden
+            start = first - 1 if s.draft_done < first else first
+            assert start <= s.draft_done, "draft KV out of step with the base"
+            tokens = self._history(s)[s.draft_done + 1:covered + 1]
+            self.draft.commit(self.draft_kv, self._draft_slots(s), s.draft_done,
+                              rows[s.draft_done - start:covered - start], torch.as_tensor(tokens, device=self.device))
+            s.draft_done = covered
+        s.last_hidden = hidden[-1]
 
     def _history(self, s) -> np.ndarray:
         return np.concatenate([np.asarray(s.req.ids, np.int64), np.asarray(s.generated, np.int64)])
@@ -601,7 +604,7 @@ class Runtime:
             if s.draft_pages is not None:
                 room = len(s.pages) * self.P - c - 1
                 k = max(0, min(PROPOSALS, room, s.req.max_generate_length - len(s.generated) - 1))
-            p = self.draft.propose(self.draft_kv, self._draft_slots(s), s.draft_done, s.last_hidden,
+            p = self.draft.propose(self.draft_kv, self._draft_slots(s), c - 1, s.last_hidden,
                                    s.generated[-1], k) if k else []
             props.append(p)
             reqs.append(_Window(np.concatenate([self._history(s), np.asarray(p, np.int64)])))
@@ -615,8 +618,8 @@ class Runtime:
                 self._take([s], logits[b, i][None])
                 if s.finish or i == len(p) or s.generated[-1] != p[i]:
                     break
-            if s.draft_pages is not None:
-                self._commit_draft(s, hidden[b, :i + 1])
+            if s.draft_pages is not None:             # one position behind the base at decode end
+                self._commit_draft(s, hidden[b, :i + 1], s.n + len(s.generated) - 2)
 
     def _take(self, seqs, logits):
         """Append the chosen token of each sequence and apply CR-BATCH-7."""

@@ -12,7 +12,7 @@ Public API:
     Simulator, simulate, transcript_tokens, PROFILE_NAMES, load_profile (spec/profiles.md)
 """
 
-SPEC_VERSION = "1.1.0"
+SPEC_VERSION = "2.0.0"
 
 from .errors import DeploymentRejected, InputError, NeedsTranscript, OutOfScope  # noqa: E402
 from .engine import (EngineConfig, RuntimeFlags, engine_from_build_args,  # noqa: E402

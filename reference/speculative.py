@@ -78,14 +78,20 @@ def plan_paired(history, n: int, page_size: int, cache) -> Plan:
 
 
 def paired_pages(tokens: int, page_size: int) -> int:
-    """CR-SPEC-4: a paired sequence holding the base KV of `tokens` tokens holds the draft KV of
-    `tokens - 1` (the draft of the last one needs the next token); a publication is capped at
-    the boundary materialized in both: floor((tokens - 1) / P) pages."""
-    return max(tokens - 1, 0) // page_size
+    """CR-SPEC-4: a publication of a paired sequence whose base and draft KV both cover the first
+    `tokens` positions holds floor(tokens / P) pairs."""
+    return max(tokens, 0) // page_size
 
 
 def prefill_end_pairs(seq, page_size: int) -> int:
-    """CR-SPEC-4 with CR-PUB-1: the prefill-end publication of a paired sequence; 0: none."""
+    """CR-SPEC-4 with CR-PUB-1: the prefill-end publication of a paired sequence; 0: none.
+
+    The draft prefill runs after the first token is sampled, over the prompt shifted by one with
+    that token appended, so the draft KV covers all n prompt positions and the boundary frozen at
+    prefill end is n (Edge-LLM 0.10 `EagleDecoder::initializeForGeneration` sets the common
+    length to the input length; `ContextCacheCoordinator::finalizePrefillPublication` freezes
+    it and `publishFrozenSpecPrefill` publishes floor(n / P) pairs at the first verification
+    or at finish)."""
     return paired_pages(seq.n, page_size)
 
 
@@ -94,7 +100,7 @@ def decode_end_pairs(seq, page_size: int, including_generated: bool) -> int:
     n + g - 1 tokens of base KV, if it is more than it has published; 0: none."""
     if not including_generated:
         return 0
-    count = paired_pages(seq.n + seq.length - 1, page_size)
+    count = paired_pages(seq.n + seq.length - 2, page_size)
     return count if count > seq.published_pages else 0
 
 

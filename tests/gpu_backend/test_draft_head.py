@@ -92,3 +92,17 @@ def test_a_non_greedy_file_decodes_as_vanilla(engine):
     assert c["speculative"] == {"full_page_replays": 0, "pair_publications": 0}
     assert c["reused_tokens"] == 8
     assert c["resource_pools"]["draft_kv_pages"]["free"] == c["resource_pools"]["draft_kv_pages"]["capacity"]
+
+
+def test_the_draft_prefill_covers_every_prompt_position(engine):
+    """CR-SPEC-4 as Edge-LLM 0.10 runs it: the draft prefill runs after the first token is sampled,
+    so 'abcdefgh' (n = 8) generating one token publishes floor(8/4) = 2 pairs, and 'abcdefghi'
+    then pairs k = 2 and reuses 4 (the second pair replayed). One position behind the base it
+    would have published 1 pair and reused 0."""
+    d = engine(**dict(EAGLE, maxBatchSize=1))
+    rt = runtime(d)
+    result = run(rt, texts("abcdefgh", "abcdefghi"))
+    assert facts(result, 0)["publications"] == [{"point": "prefill_end", "tokens": 8, "pages": 2,
+                                                 "status": "committed"}]
+    assert (facts(result, 1)["plan"], facts(result, 1)["matched_tokens"], facts(result, 1)["reused_tokens"]) == \
+        ("standard", 8, 4)

@@ -94,10 +94,18 @@ def test_pairing_stops_at_the_base_match():
     assert (plan.matched, plan.reused) == (4, 0)
 
 
-@pytest.mark.parametrize("tokens, pages", [(9, 2), (8, 1), (5, 1), (4, 0), (1, 0), (0, 0)])
-def test_publication_is_capped_one_position_behind_the_base(tokens, pages):
-    # CR-SPEC-4: floor((c - 1) / P)
+@pytest.mark.parametrize("tokens, pages", [(9, 2), (8, 2), (7, 1), (4, 1), (3, 0), (0, 0)])
+def test_pairs_are_the_positions_both_kv_caches_cover(tokens, pages):
+    # CR-SPEC-4: floor(c / P) over the c positions whose base and draft KV are both materialized
     assert paired_pages(tokens, P) == pages
+
+
+def test_prefill_end_publishes_every_complete_page_of_the_prompt():
+    # CR-SPEC-4 with CR-PUB-1: the draft prefill runs after the first token is sampled, so its KV
+    # covers all n prompt positions: n = 8 publishes floor(8/4) = 2 pairs (Edge-LLM 0.10
+    # FirstVerificationPublishesPairAndNextRequestUsesFullPageReplay: n = 256 at P = 128 -> 2 + 2 pages)
+    assert prefill_end_pairs(Seq(["k0", "k1"], 8, [0, 1], [100, 101]), P) == 2
+    assert prefill_end_pairs(Seq(["k0"], 4, [0], [100]), P) == 1   # n = P: 1 record (PrefillOnlyCompletion...)
 
 
 def test_publication_points():
@@ -136,3 +144,27 @@ def test_publish_new_upgrade_existing():
 def test_greedy_files(top, greedy):
     # CR-SPEC-7; Edge-LLM's defaults are temperature 1, top_k 50
     assert greedy_file(top) is greedy
+
+
+@pytest.mark.parametrize("commit", ["including_generated_tokens", "prefill_state_only"])
+def test_a_prompt_of_whole_pages_is_reusable_after_one_generated_token(commit):
+    """Edge-LLM 0.10's draft prefill runs after the first token is sampled, so an EAGLE request of
+    256 tokens at P = 128 that generates one token leaves 2 pairs, and a 257-token continuation
+    pairs k = 2 and reuses 128 (one page replayed, CR-SPEC-2). Reading the draft as one position
+    behind the base published floor(255/128) = 1 pair and reused 0. Source: Edge-LLM 0.10
+    contextCacheSpecCoordinatorTests.cpp FirstVerificationPublishesPairAndNextRequestUsesFullPageReplay
+    (2 base + 2 draft pages after n = 256; the continuation's prefill starts at 128)."""
+    import reference
+    engine = reference.engine_from_build_args(dict(maxInputLen=300, maxKVCacheCapacity=512, maxKVPoolPages=0,
+                                                   tokensPerPage=128, specDecode="eagle"))
+    flags = reference.RuntimeFlags.from_case_runtime({"enableContextReuse": True})
+    prompt = "".join(chr(97 + i % 26) for i in range(256))
+    doc = {"apply_chat_template": False, "top_k": 1, "max_generate_length": 1,
+           "context_cache_commit_policy": commit,
+           "requests": [{"messages": [{"role": "user", "content": c}]} for c in (prompt, prompt + "!")]}
+    sim = reference.Simulator(engine, flags)
+    first, second = sim.run(doc, ".")
+    assert first["context_cache"]["publications"] == [
+        {"point": "prefill_end", "tokens": 256, "pages": 2, "status": "committed"}]
+    assert (second["context_cache"]["plan"], second["context_cache"]["matched_tokens"],
+            second["context_cache"]["reused_tokens"]) == (STANDARD, 256, 128)
