@@ -725,7 +725,7 @@ class Runtime:
                 continue
             self._capture(s, L, slots, state, rows[id(s)])
             staged.append((s, L, slots))
-        if staged:
+        if staged and point == "decode_end":       # prefill-end captures ride the prefill's own sync (CR-MET-11)
             self.cache.m.capture_syncs += 1
         for s, L, slots in staged:                                                  # publish pass
             status = self.cache.publish_checkpoint(s.ident, s.pages, L, slots)

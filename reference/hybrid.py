@@ -6,7 +6,7 @@ captured: checkpoint records at sequence endpoints, keyed by the exact identity 
 
 from .capacity import PARTIAL_KV, RECURRENT, Record
 from .planning import NO_REUSABLE_PREFIX, STANDARD, Plan, ceil_div
-from .publication import COMMITTED, EXISTING
+from .publication import COMMITTED, DECODE_END, EXISTING
 
 STATE_BYTES = {"fp32": 4, "fp16": 2}
 
@@ -77,8 +77,10 @@ def capture_checkpoints(cache, wanted: list, point: str, page_size: int, pure: b
     CR-HYB-3: a capture at a length the sequence already published is skipped.
     CR-HYB-4: first pass, in slot order: reserve one recurrent slot and, in a hybrid deployment
     when L % P != 0, one partial-KV slot, evicting with the planner; an infeasible reservation is
-    a snapshot-pressure skip (not an attempt). A step with a staged capture counts one capture
-    synchronization. Second pass, in slot order: publish each staged capture: an existing
+    a snapshot-pressure skip (not an attempt). A decode step with a staged capture counts one
+    capture synchronization; prefill-end captures ride the prefill's own synchronization and
+    count none (CR-MET-11; Edge-LLM 0.10 increments hybridCaptureSynchronizations only in
+    ContextCacheCoordinator::completeDecodeStep). Second pass, in slot order: publish each staged capture: an existing
     (digest, L) record is touched and the reserved slots are freed again; otherwise a new
     record holds the canonical pages of floor(L/P) complete pages and the reserved slots.
     """
@@ -95,7 +97,7 @@ def capture_checkpoints(cache, wanted: list, point: str, page_size: int, pure: b
         if partial:
             slots.append((PARTIAL_KV, cache.pools[PARTIAL_KV].allocate()))
         staged.append((seq, length, slots))
-    if staged:
+    if staged and point == DECODE_END:
         metrics.capture_synchronizations += 1
     for seq, length, slots in staged:
         key = (seq.history.exact_digest(length), length)
