@@ -5,7 +5,7 @@ A `Runtime` stays alive across `infer` calls, so successive request files share 
 input), then runs its batches strictly in file order. Each batch follows CR-BATCH-6:
 
   (1) plan and acquire every slot in order      (2) one batched prefill over the suffixes,
-  then release hybrid restore pins              (3) prefill-end publications / checkpoints
+  reserving its checkpoints, then release hybrid restore pins   (3) prefill-end publications / checkpoints
   (4) release slots that finished at prefill    and per decode step: (5) growth, (6) the step,
   (7) decode-end publications / checkpoints     (8) release of the slots that finished.
 
@@ -380,11 +380,12 @@ class Runtime:
             for slot, r in enumerate(batch):                                        # (1)
                 seqs.append(self._admit(r, bypass, warmup))
             hidden, state = self._prefill(seqs, warmup)                             # (2)
+            rows = {id(s): b for b, s in enumerate(seqs)}
+            staged = self._reserve_captures(seqs, "prefill_end", bypass, state, rows)  # restores still pinned
             for s in seqs:
                 self.cache.release([], s.slot_pins)                                 # restore pins end here
                 s.slot_pins = []
-            rows = {id(s): b for b, s in enumerate(seqs)}
-            self._publish(seqs, "prefill_end", bypass, state, rows)                 # (3)
+            self._publish(seqs, "prefill_end", bypass, state, rows, staged)         # (3)
             self._release([s for s in seqs if s.finish])                            # (4)
             self._decode([s for s in seqs if not s.finish], rf, bypass, state, rows)  # (5)-(8)
         except BatchFailure as e:
@@ -692,13 +693,19 @@ class Runtime:
 
     # ------------------------------------------------------------------ publication
 
-    def _publish(self, seqs, point, bypass, state, rows):
-        """Prefill-end (CR-PUB-1, CR-HYB-3) or decode-end (CR-PUB-2) publications, slot order."""
+    def _publishing(self, seqs, point, bypass) -> list:
+        """The sequences that publish at this point (CR-PUB-7, CR-CAP-7, CR-PUB-2)."""
         if not self.reuse or bypass:                                                # CR-PUB-7
-            return
+            return []
         seqs = [s for s in seqs if not s.plan.forced_cold]                         # CR-CAP-7: a bypass now
         if point == "decode_end":
             seqs = [s for s in seqs if s.finish in PUBLISHABLE]
+        return seqs
+
+    def _publish(self, seqs, point, bypass, state, rows, staged=None):
+        """Prefill-end (CR-PUB-1, CR-HYB-3) or decode-end (CR-PUB-2) publications, slot order.
+        `staged`: prefill-end captures already reserved during the prefill (CR-HYB-4)."""
+        seqs = self._publishing(seqs, point, bypass)
         if self.kind == "vanilla":
             for s in seqs:
                 k = (s.n + len(s.generated) - 1) // self.P if point == "decode_end" else s.n // self.P
@@ -714,8 +721,24 @@ class Runtime:
                     s.published_pages = k
                     s.publications.append({"point": point, "tokens": k * self.P, "pages": k, "status": status})
             return
-        staged = []                                                                 # CR-HYB-4: reserve pass
-        for s in seqs:
+        if staged is None:
+            staged = self._reserve_captures(seqs, point, bypass, state, rows)
+        for s, L, slots in staged:                                                  # publish pass
+            status = self.cache.publish_checkpoint(s.ident, s.pages, L, slots)
+            s.published_len = L
+            pages = L // self.P if self.kind == "hybrid" else 0
+            s.publications.append({"point": point, "tokens": L, "pages": pages, "status": status})
+
+    def _reserve_captures(self, seqs, point, bypass, state, rows) -> list:
+        """CR-HYB-4, the reserve pass in slot order: one recurrent slot and, in a hybrid deployment
+        when L % P != 0, one partial-KV slot per capture, evicting records when needed; a capture
+        that cannot reserve is a snapshot-pressure skip. At prefill end this runs during the
+        prefill, while the snapshot slots of restored checkpoints are still pinned (CR-HYB-6).
+        Only a decode step counts a capture synchronization (CR-MET-11)."""
+        if self.kind == "vanilla":
+            return []
+        staged = []
+        for s in self._publishing(seqs, point, bypass):
             L = s.n + len(s.generated) - 1 if point == "decode_end" else s.n
             if L <= s.published_len:
                 continue
@@ -725,13 +748,9 @@ class Runtime:
                 continue
             self._capture(s, L, slots, state, rows[id(s)])
             staged.append((s, L, slots))
-        if staged and point == "decode_end":       # prefill-end captures ride the prefill's own sync (CR-MET-11)
+        if staged and point == "decode_end":       # prefill-end captures ride the prefill's own sync
             self.cache.m.capture_syncs += 1
-        for s, L, slots in staged:                                                  # publish pass
-            status = self.cache.publish_checkpoint(s.ident, s.pages, L, slots)
-            s.published_len = L
-            pages = L // self.P if self.kind == "hybrid" else 0
-            s.publications.append({"point": point, "tokens": L, "pages": pages, "status": status})
+        return staged
 
     def _capture(self, s, L, slots, state, row):
         self.snapshots.recurrent[slots[0]] = [(h[row].clone(), conv[row].clone()) for h, conv in state]

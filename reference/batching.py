@@ -12,7 +12,7 @@ sequence generates `length` = g tokens, the end-of-sequence token included; what
 from array import array
 
 from .errors import NeedsTranscript
-from .hybrid import capture_checkpoints, plan_checkpoint, restore_pins
+from .hybrid import capture_checkpoints, plan_checkpoint, publish_captures, reserve_captures, restore_pins
 from .identity import TokenHistory, adapter_root
 from .media import trim_checkpoint_hit, trim_media_boundary
 from .planning import Plan, ceil_div, cold_plan, plan_vanilla
@@ -83,9 +83,10 @@ class BatchRunner:
                                               "the page pool cannot hold its private pages")
         if not warmup:                                                   # (2)
             self.prefill.ran((s.n, s.plan.reused) for s in seqs)
+        staged = self._reserve_prefill_captures(seqs)
         for seq in seqs:
             self._unpin_snapshots(seq)
-        self._prefill_end(seqs)                                          # (3)
+        self._prefill_end(seqs, staged)                                  # (3)
         active = []
         for seq in seqs:                                                 # (4)
             if seq.length == 1:
@@ -229,12 +230,19 @@ class BatchRunner:
 
     # -- publication (CR-PUB, CR-HYB-3/4) -------------------------------------------------------
 
-    def _prefill_end(self, seqs) -> None:
-        """CR-BATCH-6 (3): prefill-end publications (CR-PUB-1) or checkpoints at L = n
+    def _reserve_prefill_captures(self, seqs) -> list:
+        """CR-BATCH-6 (2): the checkpoints at L = n (CR-HYB-3) are reserved during the prefill, in
+        slot order, while restored snapshot slots are still pinned (CR-HYB-4, CR-HYB-6)."""
+        if not self.checkpoints:
+            return []
+        wanted = [(s, s.n) for s in seqs if not s.lookup_bypass]
+        return reserve_captures(self.cache, wanted, PREFILL_END, self.P, self.pure, self.metrics)
+
+    def _prefill_end(self, seqs, staged) -> None:
+        """CR-BATCH-6 (3): prefill-end publications (CR-PUB-1) or the staged checkpoints at L = n
         (CR-HYB-3), in slot order."""
         if self.checkpoints:
-            wanted = [(s, s.n) for s in seqs if not s.lookup_bypass]
-            capture_checkpoints(self.cache, wanted, PREFILL_END, self.P, self.pure, self.metrics)
+            publish_captures(self.cache, staged, PREFILL_END, self.P, self.pure, self.metrics)
             return
         for seq in seqs:
             if seq.paired:                                                   # CR-SPEC-4

@@ -114,13 +114,16 @@ def test_restore_pins_and_private_demand(engine):
         assert calls[-1] == want, kind
 
 
-def test_restore_pins_end_before_the_checkpoint(engine):
+def test_prefill_end_captures_are_reserved_while_restore_pins_are_held(engine):
     rt = runtime(engine(model="hybrid"), recurrent_snapshot_bytes=S_R_HYBRID)    # one recurrent slot
     run(rt, texts("abcdefgh", "abcdefghij"))
-    # the hit pinned the only slot during prefill; released before the capture, the old record
-    # can be evicted to make room, so the capture is not skipped
+    # the hit pins the only slot during prefill, and its checkpoint at 10 is reserved then: the
+    # old record cannot free it, so the capture is a pressure skip and the record survives
+    # (CR-HYB-4, CR-HYB-6; Edge-LLM 0.10 SnapshotPressureSkipsCaptureAndPreservesReusableRecord)
     c = counters(rt)
-    assert (c["hybrid"]["restores"], c["hybrid"]["snapshot_pressure_skips"], c["records"]["evicted"]) == (1, 0, 1)
+    assert (c["hybrid"]["restores"], c["hybrid"]["snapshot_pressure_skips"], c["records"]["evicted"]) == (1, 1, 0)
+    assert c["publications"]["attempts"] == 1 and c["records"]["current"] == 1
+    assert reused(rt, "abcdefghiz") == [8]
 
 
 def test_media_is_never_trimmed_in_checkpoints(engine):

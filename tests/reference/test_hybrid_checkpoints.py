@@ -44,3 +44,19 @@ def test_prefill_end_captures_count_no_capture_synchronization():
     _, cc = simulate([PROMPT, PROMPT + "z"])
     assert cc["hybrid"]["capture_synchronizations"] == 0
     assert cc["hybrid"]["restores"] == 1
+
+
+def test_snapshot_pressure_skips_the_capture_and_keeps_the_restored_record():
+    # SnapshotPressureSkipsCaptureAndPreservesReusableRecord: one slot in each snapshot pool; the
+    # consumer (129 + 1 tokens) restores the producer's checkpoint at 129, and its own capture is
+    # reserved while that record's slots are still pinned: a pressure skip, nothing evicted.
+    responses, cc = simulate([PROMPT, PROMPT + "z"], slots=1)
+    assert responses[1]["context_cache"]["reused_tokens"] == 129
+    assert cc["hybrid"]["snapshot_pressure_skips"] == 1
+    assert cc["publications"]["attempts"] == 1
+    assert cc["records"]["current"] == 1
+    assert cc["resource_pools"]["recurrent_snapshots"] == {"free": 0, "capacity": 1}
+    assert cc["resource_pools"]["partial_kv_snapshots"] == {"free": 0, "capacity": 1}
+    # the producer's checkpoint survived: a later 129 + 1 restores at 129 again
+    responses, _ = simulate([PROMPT, PROMPT + "z", PROMPT + "y"], slots=1)
+    assert responses[2]["context_cache"]["reused_tokens"] == 129
