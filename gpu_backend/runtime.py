@@ -119,6 +119,8 @@ class Sequence:
     draft_pages: list | None = None     # a paired EAGLE sequence's draft page table (CR-SPEC-6)
     draft_done: int = 0                 # positions whose draft KV is stored (what a pair publication covers, CR-SPEC-4)
     last_hidden: object = None          # base hidden state at the last committed position (where proposals start)
+    pending_hidden: object = None       # base hidden states of the last round's accepted positions (draft not yet run)
+    last_accepted: int | None = None    # tokens the last verification round accepted (CR-SPEC-4)
 
     @property
     def n(self) -> int:
@@ -597,11 +599,19 @@ class Runtime:
         the base model's own choices while they equal the proposals (the first that differs is
         taken as the correction), so it generates what vanilla greedy decoding would. The
         window never leaves the pages the sequence holds (CR-CAP-9 counts committed tokens), and
-        unpaired sequences of the batch take one token as usual."""
+        unpaired sequences of the batch take one token as usual.
+
+        The draft runs over a round's accepted tokens at the start of the next round, as
+        Edge-LLM 0.10's EagleDecoder does (runDraftModelAcceptToken, then the common length grows
+        by the previous round's acceptance): so when a sequence finishes, its draft KV covers
+        n + g - 1 - a positions, a being what its last verification accepted (CR-SPEC-4)."""
         reqs, starts, ends, props = [], [], [], []
         for s in active:
             c = s.n + len(s.generated) - 1
             k = 0
+            if s.draft_pages is not None and s.pending_hidden is not None:
+                self._commit_draft(s, s.pending_hidden, c)          # the previous round's positions
+                s.pending_hidden = None
             if s.draft_pages is not None:
                 room = len(s.pages) * self.P - c - 1
                 k = max(0, min(PROPOSALS, room, s.req.max_generate_length - len(s.generated) - 1))
@@ -619,8 +629,8 @@ class Runtime:
                 self._take([s], logits[b, i][None])
                 if s.finish or i == len(p) or s.generated[-1] != p[i]:
                     break
-            if s.draft_pages is not None:             # one position behind the base at decode end
-                self._commit_draft(s, hidden[b, :i + 1], s.n + len(s.generated) - 2)
+            if s.draft_pages is not None:             # the draft runs over them next round
+                s.pending_hidden, s.last_hidden, s.last_accepted = hidden[b, :i + 1], hidden[b, i], i + 1
 
     def _take(self, seqs, logits):
         """Append the chosen token of each sequence and apply CR-BATCH-7."""
@@ -779,6 +789,8 @@ class Runtime:
                "output_ids": list(s.generated)}
         if r.num_logprobs:
             out["logprobs"] = s.logprobs
+        if s.last_accepted is not None:
+            out["last_verification_accepted"] = s.last_accepted
         out["context_cache"] = self._facts(s)
         return out
 

@@ -66,15 +66,18 @@ class BatchRunner:
         self.pure = engine.kind == "recurrent"
         self.checkpoints = engine.kind != "vanilla"
 
-    def run(self, requests, parsed, generated, max_generate_length: int, warmup: bool = False):
+    def run(self, requests, parsed, generated, max_generate_length: int, warmup: bool = False, accepted=None):
         """Run one batch in the order of CR-BATCH-6; return its sequences, or raise BatchFailed /
         NeedsTranscript. Every sequence is planned and admitted before any prefill, so none
         reuses what its own batch publishes (CR-BATCH-2). `generated[i]` is the known token
-        list of slot i, or None (then g = max_generate_length)."""
+        list of slot i, or None (then g = max_generate_length); `accepted[i]` the tokens its last
+        EAGLE verification accepted, as reported, or None (CR-SPEC-4)."""
         check_before_admission(requests, self.engine, self.flags, max_generate_length)
         self.paired_batch = self.speculative and not any(r.disable_spec_decode for r in requests)  # CR-SPEC-7
         seqs = [self._sequence(slot, r, generated[slot], parsed, max_generate_length, warmup)
                 for slot, r in enumerate(requests)]
+        for seq, a in zip(seqs, accepted or ()):
+            seq.last_accepted = a
         for i, seq in enumerate(seqs):                                   # (1)
             if not self._admit(seq):
                 for earlier in seqs[:i]:
