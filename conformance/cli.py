@@ -19,6 +19,7 @@ COMMANDS = {
     "merge": ("conformance.commands.merge", "merge sharded report folders into one"),
     "selftest": ("conformance.commands.selftest", "check that the suite catches every seeded faulty backend"),
     "campaign": ("conformance.commands.campaign", "draw generated request sets seed after seed for hours, locally or on Ray"),
+    "parity": ("conformance.commands.parity", "run the runtimes' own unit-test assertions through the oracle (tests/parity/)"),
 }
 
 
