@@ -10,6 +10,7 @@ becomes the k-th letter. Two sequences then agree on a prefix exactly when the u
 from __future__ import annotations
 
 import copy
+import json
 import string
 
 import reference
@@ -40,6 +41,8 @@ class Run:
     """One scenario run: the responses of every file and the profile after each."""
 
     def __init__(self, scenario: dict, semantics_profile: str):
+        if "case" in scenario:                  # a case file of the kit (tests/test_cases/...), run as it is
+            scenario = _case_scenario(scenario["case"])
         try:
             self.engine = reference.engine_from_build_args(scenario["engine"])
         except reference.InputError as e:
@@ -56,11 +59,15 @@ class Run:
         if self.sim.rejection is not None:
             return
         files = scenario["files"]
-        labels = _relabel(files)
-        for k, f in enumerate(files):
-            doc, generated, accepted = _request_file(f, labels[k])
+        if "documents" in scenario:
+            requests = [(doc, scenario["base_dir"], None, None) for doc in scenario["documents"]]
+        else:
+            labels = _relabel(files)
+            requests = [(*_request_file(f, labels[k]),) for k, f in enumerate(files)]
+            requests = [(doc, ".", generated, accepted) for doc, generated, accepted in requests]
+        for k, (doc, base_dir, generated, accepted) in enumerate(requests):
             try:
-                self.responses.append(self.sim.run(doc, ".", generated, last_accepted=accepted))
+                self.responses.append(self.sim.run(doc, base_dir, generated, last_accepted=accepted))
             except REASONS as e:
                 raise NotExpressible(f"the oracle cannot run request file {k}: {type(e).__name__}: {e}") from None
             self.profiles.append(copy.deepcopy(self.sim.profile()))
@@ -87,6 +94,16 @@ class Run:
             return dotted(self.profiles[after], what["delta"]) - before
         pool = dotted(self.profiles[after], f"context_cache.resource_pools.{what['held']}")
         return pool["capacity"] - pool["free"]
+
+
+def _case_scenario(relative: str) -> dict:
+    """A kit case file as a one-file scenario: its engine, runtime flags and request file."""
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / relative
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    meta = doc.pop("_conformance")
+    return {"engine": meta["engine"], "runtime": meta.get("runtime"), "files": [None], "documents": [doc],
+            "base_dir": str(path.parent)}
 
 
 def dotted(doc, path: str):
