@@ -313,11 +313,15 @@ class Runner:
             for p in problems:
                 self.result.add(p)
             raise Settled
+        accepted = (oracle.accepted_counts(main.responses)
+                    if observable(self.manifest, "last_verification_accepted") else None)
         try:
             prediction = oracle.predict(engine, flags, doc, self.case.base_dir,
-                                        merged_transcripts(main, replay, engine))
+                                        merged_transcripts(main, replay, engine), accepted)
         except reference.NeedsTranscript as e:
             self.settle(Verdict.ERROR, f"the counts depend on generated tokens the backend does not expose: {e}")
+        except reference.Unreported as e:
+            self.settle(Verdict.UNSPECIFIED, f"the counts depend on a fact the backend does not report: {e}")
         except reference.OutOfScope as e:
             self.settle(Verdict.UNSPECIFIED, f"the {flags.semantics_profile} profile leaves these counts undefined: {e}")
         except oracle.InputError as e:
@@ -342,7 +346,8 @@ class Runner:
         given = self.case.meta.get("generated")
         if given is not None:
             tokens = [reference.parse_generated(g) for g in given]
-            prediction = oracle.predict(engine, flags, doc, self.case.base_dir, tokens)
+            prediction = oracle.predict(engine, flags, doc, self.case.base_dir, tokens,
+                                        self.case.meta.get("last_accepted"))
         for section in ("context_cache", "prefill"):
             for key, value in leaves(expect.get(section) or {}):
                 got = dotted_get(prediction.profile.get(section) or {}, key)
@@ -389,6 +394,11 @@ def prediction_refused(e) -> Failure:
         return Failure("CR-BATCH-7", f"responses[{i}].output_ids", "a transcript that ends at <|eos|> or "
                        "max_generate_length", e.message, "generation ends at the first of <|eos|>, a stop string "
                        "or max_generate_length tokens", i)
+    if e.path.startswith("$.last_accepted["):
+        i = int(e.path.split("[")[1].split("]")[0])
+        return Failure("CR-SPEC-4", f"responses[{i}].last_verification_accepted", "1 .. g - 1 tokens",
+                       e.message, "a verification round after the prefill's first token accepts at least one "
+                       "generated token", i)
     return Failure(None, "input", f"refused (exit 2): {e.path}: {e.message}", "ran",
                    "the spec refuses this request file, so the backend must refuse it before running anything")
 

@@ -18,7 +18,8 @@ def capabilities(device: str = "auto") -> dict:
         "semantics_profile": list(SEMANTICS),       # the first is the default; --semanticsProfile selects
         "tokenizer": ["bytes-v1", "hf"],          # spec/tokenizer.md; spec/hf-tokenizer.md (build --tokenizer)
         "observables": {"per_request_metrics": True, "output_ids": True, "logprobs": True,
-                        "prefill_profile": True, "rejection_messages": True, "record_internals": True},
+                        "prefill_profile": True, "rejection_messages": True, "record_internals": True,
+                        "last_verification_accepted": True},
         "model_kinds": ["attention", "recurrent", "hybrid"],
         "media": ["image", "audio"],
         "features": FEATURES + (["cuda"] if cuda else []),

@@ -4,9 +4,10 @@ Engines with an `hf` tokenizer decode images by the same rules; only the token c
 `decode_image(..., count=f)` counts an image with `f(H, W)` (the engine's media counter,
 spec/media-tokens.md) instead of one placeholder per 16x16 patch, before any pixel is decoded.
 
-Only encodings whose decoded samples every decoder agrees on are accepted, because media
-identity is defined on decoded samples (CR-ID-4): non-interlaced PNG (8-bit grey, RGB,
-grey+alpha, RGBA; palette at 1/2/4/8 bits), binary PPM `P6` with maxval 255, and WAV PCM
+Media identity is defined on decoded samples (CR-ID-4). Accepted: non-interlaced PNG (8-bit
+grey, RGB, grey+alpha, RGBA; palette at 1/2/4/8 bits), binary PPM `P6` with maxval 255, JPEG
+as Edge-LLM 0.10's stb_image decodes it (baseline, extended sequential or progressive Huffman
+frames of 8-bit samples, 1 or 3 components; identity on the pixels Pillow decodes), and WAV PCM
 16-bit mono at 16 kHz. Geometry is read from the header and checked before anything is
 decompressed, so a decompression bomb is refused without being decoded.
 """
@@ -207,6 +208,65 @@ def _decode_ppm(data: bytes, max_placeholders: int, count=None) -> np.ndarray:
     return np.frombuffer(body, dtype=np.uint8).reshape(H, W, 3).copy()
 
 
+_JPEG_FRAMES = {0xC0, 0xC1, 0xC2}                        # baseline, extended sequential, progressive
+_JPEG_OTHER_FRAMES = {0xC3: "lossless", 0xC5: "hierarchical", 0xC6: "hierarchical", 0xC7: "hierarchical",
+                      0xC9: "arithmetic-coded", 0xCA: "arithmetic-coded", 0xCB: "arithmetic-coded",
+                      0xCD: "arithmetic-coded", 0xCE: "arithmetic-coded", 0xCF: "arithmetic-coded"}
+
+
+def _jpeg_geometry(data: bytes) -> tuple[int, int]:
+    """(H, W) from the frame header; the frame kinds, precision and component counts stb_image
+    accepts, refused before any pixel is decoded otherwise."""
+    i = 2
+    while i + 4 <= len(data):
+        if data[i] != 0xFF:
+            raise MediaError(f"JPEG is malformed: no marker at byte {i}")
+        m = data[i + 1]
+        if m == 0xFF:
+            i += 1
+        elif m == 0x01 or 0xD0 <= m <= 0xD8:
+            i += 2
+        elif m in (0xD9, 0xDA):
+            break
+        else:
+            seg = int.from_bytes(data[i + 2:i + 4], "big")
+            if seg < 2 or i + 2 + seg > len(data):
+                raise MediaError("JPEG segment is truncated")
+            if m in _JPEG_OTHER_FRAMES:
+                raise MediaError(f"{_JPEG_OTHER_FRAMES[m]} JPEG is not supported (baseline or progressive 8-bit only)")
+            if m in _JPEG_FRAMES:
+                if seg < 8:
+                    raise MediaError("JPEG frame header is truncated")
+                bits, H, W, comps = data[i + 4], int.from_bytes(data[i + 5:i + 7], "big"), \
+                    int.from_bytes(data[i + 7:i + 9], "big"), data[i + 9]
+                if bits != 8:
+                    raise MediaError(f"{bits}-bit JPEG is not supported (8-bit only)")
+                if comps not in (1, 3):
+                    raise MediaError(f"JPEG with {comps} components is not supported (grey or colour, not CMYK)")
+                if H == 0:
+                    raise MediaError("JPEG whose height is given by a DNL marker is not supported")
+                return H, W
+            i += 2 + seg
+    raise MediaError("JPEG has no frame header before its image data")
+
+
+def _decode_jpeg(data: bytes, max_placeholders: int, count=None) -> np.ndarray:
+    H, W = _jpeg_geometry(data)
+    _check_geometry(H, W, max_placeholders, count)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            im = Image.open(io.BytesIO(data), formats=["JPEG"])
+            im.load()
+            if im.size != (W, H):
+                raise MediaError("JPEG header and image data disagree")
+            return np.array(im.convert("RGB"), dtype=np.uint8)
+    except MediaError:
+        raise
+    except (OSError, ValueError, SyntaxError, EOFError, MemoryError) as e:
+        raise MediaError(f"cannot decode JPEG: {e}") from None
+
+
 def decode_image(path, max_placeholders: int, count=None) -> MediaItem:
     """`count(H, W)`: the engine's token count for an image (ValueError: refused); None: bytes-v1."""
     data = _read(path)
@@ -214,10 +274,12 @@ def decode_image(path, max_placeholders: int, count=None) -> MediaItem:
         rgb = _decode_png(data, max_placeholders, count)
     elif data[:2] == b"P6":
         rgb = _decode_ppm(data, max_placeholders, count)
+    elif data[:2] == b"\xff\xd8":
+        rgb = _decode_jpeg(data, max_placeholders, count)
     elif not data:
         raise MediaError("image file is empty")
     else:
-        raise MediaError("unsupported image encoding (accepted: PNG, binary PPM P6)")
+        raise MediaError("unsupported image encoding (accepted: PNG, binary PPM P6, JPEG)")
     H, W, _ = rgb.shape
     return MediaItem("image", (H, W, 3), rgb, None if count is None else count(H, W))
 

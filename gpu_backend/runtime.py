@@ -5,7 +5,7 @@ A `Runtime` stays alive across `infer` calls, so successive request files share 
 input), then runs its batches strictly in file order. Each batch follows CR-BATCH-6:
 
   (1) plan and acquire every slot in order      (2) one batched prefill over the suffixes,
-  then release hybrid restore pins              (3) prefill-end publications / checkpoints
+  reserving its checkpoints, then release hybrid restore pins   (3) prefill-end publications / checkpoints
   (4) release slots that finished at prefill    and per decode step: (5) growth, (6) the step,
   (7) decode-end publications / checkpoints     (8) release of the slots that finished.
 
@@ -117,8 +117,10 @@ class Sequence:
     publications: list = field(default_factory=list)
     pressure_skips: int = 0
     draft_pages: list | None = None     # a paired EAGLE sequence's draft page table (CR-SPEC-6)
-    draft_done: int = 0                 # positions whose draft KV is stored (one behind the base, CR-SPEC-4)
-    last_hidden: object = None          # base hidden state at position draft_done (what the draft reads next)
+    draft_done: int = 0                 # positions whose draft KV is stored (what a pair publication covers, CR-SPEC-4)
+    last_hidden: object = None          # base hidden state at the last committed position (where proposals start)
+    pending_hidden: object = None       # base hidden states of the last round's accepted positions (draft not yet run)
+    last_accepted: int | None = None    # tokens the last verification round accepted (CR-SPEC-4)
 
     @property
     def n(self) -> int:
@@ -380,11 +382,12 @@ class Runtime:
             for slot, r in enumerate(batch):                                        # (1)
                 seqs.append(self._admit(r, bypass, warmup))
             hidden, state = self._prefill(seqs, warmup)                             # (2)
+            rows = {id(s): b for b, s in enumerate(seqs)}
+            staged = self._reserve_captures(seqs, "prefill_end", bypass, state, rows)  # restores still pinned
             for s in seqs:
                 self.cache.release([], s.slot_pins)                                 # restore pins end here
                 s.slot_pins = []
-            rows = {id(s): b for b, s in enumerate(seqs)}
-            self._publish(seqs, "prefill_end", bypass, state, rows)                 # (3)
+            self._publish(seqs, "prefill_end", bypass, state, rows, staged)         # (3)
             self._release([s for s in seqs if s.finish])                            # (4)
             self._decode([s for s in seqs if not s.finish], rf, bypass, state, rows)  # (5)-(8)
         except BatchFailure as e:
@@ -500,8 +503,8 @@ class Runtime:
             states = {s.req.idx: hidden[b, :lens[b]].to("cpu", torch.float32).clone() for b, s in enumerate(seqs)}
         self._take(seqs, logits)
         for b, s in enumerate(seqs):
-            if s.draft_pages is not None:                 # the draft KV of [reused, n - 1) (CR-SPEC-4)
-                self._commit_draft(s, hidden[b, :lens[b]])
+            if s.draft_pages is not None:                 # the draft KV of [reused, n) (CR-SPEC-4)
+                self._commit_draft(s, hidden[b, :lens[b]], s.n)
         if not warmup:
             st = self.prefill_stats
             st["runs"] += 1
@@ -569,20 +572,23 @@ class Runtime:
     def _draft_slots(self, s):
         return lambda positions: self._slots(s.draft_pages, np.asarray(positions, np.int64))
 
-    def _commit_draft(self, s, hidden) -> None:
-        """Store the draft KV of positions draft_done .. c - 2, where c is the number of tokens of
-        base KV the sequence holds: the draft of position t reads the base hidden state at t and
-        the token at t + 1, which must itself be committed. `hidden` [T, d] holds the base
-        hidden states of the last T committed positions, c - T .. c - 1."""
+    def _commit_draft(self, s, hidden, covered: int) -> None:
+        """Store the draft KV of positions draft_done .. covered - 1. The draft of position t reads
+        the base hidden state at t and the token at t + 1, so it can cover every committed
+        position once the token after it is sampled: the draft prefill runs after the first token,
+        over all n prompt positions (CR-SPEC-4). `hidden` [T, d] holds the base hidden states of
+        the last T committed positions c - T .. c - 1 (c = base tokens held, covered <= c)."""
         c = s.n + len(s.generated) - 1
         first = c - hidden.shape[0]
-        rows = torch.cat([s.last_hidden[None], hidden]) if s.draft_done < first else hidden
-        start = first - 1 if s.draft_done < first else first
-        assert start == s.draft_done, "draft KV out of step with the base"
-        tokens = self._history(s)[start + 1:c]
-        self.draft.commit(self.draft_kv, self._draft_slots(s), start, rows[:c - 1 - start],
-                          torch.as_tensor(tokens, device=self.device))
-        s.draft_done, s.last_hidden = c - 1, rows[c - 1 - start]
+        if covered > s.draft_done:
+            rows = torch.cat([s.last_hidden[None], hidden]) if s.draft_done < first else hidden
+            start = first - 1 if s.draft_done < first else first
+            assert start <= s.draft_done, "draft KV out of step with the base"
+            tokens = self._history(s)[s.draft_done + 1:covered + 1]
+            self.draft.commit(self.draft_kv, self._draft_slots(s), s.draft_done,
+                              rows[s.draft_done - start:covered - start], torch.as_tensor(tokens, device=self.device))
+            s.draft_done = covered
+        s.last_hidden = hidden[-1]
 
     def _history(self, s) -> np.ndarray:
         return np.concatenate([np.asarray(s.req.ids, np.int64), np.asarray(s.generated, np.int64)])
@@ -593,15 +599,23 @@ class Runtime:
         the base model's own choices while they equal the proposals (the first that differs is
         taken as the correction), so it generates what vanilla greedy decoding would. The
         window never leaves the pages the sequence holds (CR-CAP-9 counts committed tokens), and
-        unpaired sequences of the batch take one token as usual."""
+        unpaired sequences of the batch take one token as usual.
+
+        The draft runs over a round's accepted tokens at the start of the next round, as
+        Edge-LLM 0.10's EagleDecoder does (runDraftModelAcceptToken, then the common length grows
+        by the previous round's acceptance): so when a sequence finishes, its draft KV covers
+        n + g - 1 - a positions, a being what its last verification accepted (CR-SPEC-4)."""
         reqs, starts, ends, props = [], [], [], []
         for s in active:
             c = s.n + len(s.generated) - 1
             k = 0
+            if s.draft_pages is not None and s.pending_hidden is not None:
+                self._commit_draft(s, s.pending_hidden, c)          # the previous round's positions
+                s.pending_hidden = None
             if s.draft_pages is not None:
                 room = len(s.pages) * self.P - c - 1
                 k = max(0, min(PROPOSALS, room, s.req.max_generate_length - len(s.generated) - 1))
-            p = self.draft.propose(self.draft_kv, self._draft_slots(s), s.draft_done, s.last_hidden,
+            p = self.draft.propose(self.draft_kv, self._draft_slots(s), c - 1, s.last_hidden,
                                    s.generated[-1], k) if k else []
             props.append(p)
             reqs.append(_Window(np.concatenate([self._history(s), np.asarray(p, np.int64)])))
@@ -615,8 +629,8 @@ class Runtime:
                 self._take([s], logits[b, i][None])
                 if s.finish or i == len(p) or s.generated[-1] != p[i]:
                     break
-            if s.draft_pages is not None:
-                self._commit_draft(s, hidden[b, :i + 1])
+            if s.draft_pages is not None:             # the draft runs over them next round
+                s.pending_hidden, s.last_hidden, s.last_accepted = hidden[b, :i + 1], hidden[b, i], i + 1
 
     def _take(self, seqs, logits):
         """Append the chosen token of each sequence and apply CR-BATCH-7."""
@@ -689,13 +703,19 @@ class Runtime:
 
     # ------------------------------------------------------------------ publication
 
-    def _publish(self, seqs, point, bypass, state, rows):
-        """Prefill-end (CR-PUB-1, CR-HYB-3) or decode-end (CR-PUB-2) publications, slot order."""
+    def _publishing(self, seqs, point, bypass) -> list:
+        """The sequences that publish at this point (CR-PUB-7, CR-CAP-7, CR-PUB-2)."""
         if not self.reuse or bypass:                                                # CR-PUB-7
-            return
+            return []
         seqs = [s for s in seqs if not s.plan.forced_cold]                         # CR-CAP-7: a bypass now
         if point == "decode_end":
             seqs = [s for s in seqs if s.finish in PUBLISHABLE]
+        return seqs
+
+    def _publish(self, seqs, point, bypass, state, rows, staged=None):
+        """Prefill-end (CR-PUB-1, CR-HYB-3) or decode-end (CR-PUB-2) publications, slot order.
+        `staged`: prefill-end captures already reserved during the prefill (CR-HYB-4)."""
+        seqs = self._publishing(seqs, point, bypass)
         if self.kind == "vanilla":
             for s in seqs:
                 k = (s.n + len(s.generated) - 1) // self.P if point == "decode_end" else s.n // self.P
@@ -711,8 +731,24 @@ class Runtime:
                     s.published_pages = k
                     s.publications.append({"point": point, "tokens": k * self.P, "pages": k, "status": status})
             return
-        staged = []                                                                 # CR-HYB-4: reserve pass
-        for s in seqs:
+        if staged is None:
+            staged = self._reserve_captures(seqs, point, bypass, state, rows)
+        for s, L, slots in staged:                                                  # publish pass
+            status = self.cache.publish_checkpoint(s.ident, s.pages, L, slots)
+            s.published_len = L
+            pages = L // self.P if self.kind == "hybrid" else 0
+            s.publications.append({"point": point, "tokens": L, "pages": pages, "status": status})
+
+    def _reserve_captures(self, seqs, point, bypass, state, rows) -> list:
+        """CR-HYB-4, the reserve pass in slot order: one recurrent slot and, in a hybrid deployment
+        when L % P != 0, one partial-KV slot per capture, evicting records when needed; a capture
+        that cannot reserve is a snapshot-pressure skip. At prefill end this runs during the
+        prefill, while the snapshot slots of restored checkpoints are still pinned (CR-HYB-6).
+        Only a decode step counts a capture synchronization (CR-MET-11)."""
+        if self.kind == "vanilla":
+            return []
+        staged = []
+        for s in self._publishing(seqs, point, bypass):
             L = s.n + len(s.generated) - 1 if point == "decode_end" else s.n
             if L <= s.published_len:
                 continue
@@ -722,13 +758,9 @@ class Runtime:
                 continue
             self._capture(s, L, slots, state, rows[id(s)])
             staged.append((s, L, slots))
-        if staged:
+        if staged and point == "decode_end":       # prefill-end captures ride the prefill's own sync
             self.cache.m.capture_syncs += 1
-        for s, L, slots in staged:                                                  # publish pass
-            status = self.cache.publish_checkpoint(s.ident, s.pages, L, slots)
-            s.published_len = L
-            pages = L // self.P if self.kind == "hybrid" else 0
-            s.publications.append({"point": point, "tokens": L, "pages": pages, "status": status})
+        return staged
 
     def _capture(self, s, L, slots, state, row):
         self.snapshots.recurrent[slots[0]] = [(h[row].clone(), conv[row].clone()) for h, conv in state]
@@ -757,6 +789,8 @@ class Runtime:
                "output_ids": list(s.generated)}
         if r.num_logprobs:
             out["logprobs"] = s.logprobs
+        if s.last_accepted is not None:
+            out["last_verification_accepted"] = s.last_accepted
         out["context_cache"] = self._facts(s)
         return out
 

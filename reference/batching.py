@@ -12,7 +12,7 @@ sequence generates `length` = g tokens, the end-of-sequence token included; what
 from array import array
 
 from .errors import NeedsTranscript
-from .hybrid import capture_checkpoints, plan_checkpoint, restore_pins
+from .hybrid import capture_checkpoints, plan_checkpoint, publish_captures, reserve_captures, restore_pins
 from .identity import TokenHistory, adapter_root
 from .media import trim_checkpoint_hit, trim_media_boundary
 from .planning import Plan, ceil_div, cold_plan, plan_vanilla
@@ -66,15 +66,18 @@ class BatchRunner:
         self.pure = engine.kind == "recurrent"
         self.checkpoints = engine.kind != "vanilla"
 
-    def run(self, requests, parsed, generated, max_generate_length: int, warmup: bool = False):
+    def run(self, requests, parsed, generated, max_generate_length: int, warmup: bool = False, accepted=None):
         """Run one batch in the order of CR-BATCH-6; return its sequences, or raise BatchFailed /
         NeedsTranscript. Every sequence is planned and admitted before any prefill, so none
         reuses what its own batch publishes (CR-BATCH-2). `generated[i]` is the known token
-        list of slot i, or None (then g = max_generate_length)."""
+        list of slot i, or None (then g = max_generate_length); `accepted[i]` the tokens its last
+        EAGLE verification accepted, as reported, or None (CR-SPEC-4)."""
         check_before_admission(requests, self.engine, self.flags, max_generate_length)
         self.paired_batch = self.speculative and not any(r.disable_spec_decode for r in requests)  # CR-SPEC-7
         seqs = [self._sequence(slot, r, generated[slot], parsed, max_generate_length, warmup)
                 for slot, r in enumerate(requests)]
+        for seq, a in zip(seqs, accepted or ()):
+            seq.last_accepted = a
         for i, seq in enumerate(seqs):                                   # (1)
             if not self._admit(seq):
                 for earlier in seqs[:i]:
@@ -83,9 +86,10 @@ class BatchRunner:
                                               "the page pool cannot hold its private pages")
         if not warmup:                                                   # (2)
             self.prefill.ran((s.n, s.plan.reused) for s in seqs)
+        staged = self._reserve_prefill_captures(seqs)
         for seq in seqs:
             self._unpin_snapshots(seq)
-        self._prefill_end(seqs)                                          # (3)
+        self._prefill_end(seqs, staged)                                  # (3)
         active = []
         for seq in seqs:                                                 # (4)
             if seq.length == 1:
@@ -229,12 +233,19 @@ class BatchRunner:
 
     # -- publication (CR-PUB, CR-HYB-3/4) -------------------------------------------------------
 
-    def _prefill_end(self, seqs) -> None:
-        """CR-BATCH-6 (3): prefill-end publications (CR-PUB-1) or checkpoints at L = n
+    def _reserve_prefill_captures(self, seqs) -> list:
+        """CR-BATCH-6 (2): the checkpoints at L = n (CR-HYB-3) are reserved during the prefill, in
+        slot order, while restored snapshot slots are still pinned (CR-HYB-4, CR-HYB-6)."""
+        if not self.checkpoints:
+            return []
+        wanted = [(s, s.n) for s in seqs if not s.lookup_bypass]
+        return reserve_captures(self.cache, wanted, PREFILL_END, self.P, self.pure, self.metrics)
+
+    def _prefill_end(self, seqs, staged) -> None:
+        """CR-BATCH-6 (3): prefill-end publications (CR-PUB-1) or the staged checkpoints at L = n
         (CR-HYB-3), in slot order."""
         if self.checkpoints:
-            wanted = [(s, s.n) for s in seqs if not s.lookup_bypass]
-            capture_checkpoints(self.cache, wanted, PREFILL_END, self.P, self.pure, self.metrics)
+            publish_captures(self.cache, staged, PREFILL_END, self.P, self.pure, self.metrics)
             return
         for seq in seqs:
             if seq.paired:                                                   # CR-SPEC-4

@@ -1,7 +1,8 @@
 """Media decoding (spec/tokenizer.md section 3) with zlib, struct and wave only.
 
-Images: non-interlaced PNG (grey/RGB/grey+alpha/RGBA at bit depth 8, palette at 1/2/4/8) and
-binary PPM (P6, maxval 255), decoded to H x W RGB bytes. Audio: 16-bit mono 16 kHz PCM WAV,
+Images: non-interlaced PNG (grey/RGB/grey+alpha/RGBA at bit depth 8, palette at 1/2/4/8),
+binary PPM (P6, maxval 255) and baseline or progressive 8-bit JPEG (reference/jpeg.py, the one
+format decoded by a library: Pillow), decoded to H x W RGB bytes. Audio: 16-bit mono 16 kHz PCM WAV,
 decoded to float32 samples x / 32768. Each item yields its placeholder count and its identity
 digest over (modality, geometry, decoded bytes) (CR-ID-4). Decoded items are cached by file
 identity, so a benchmark that repeats an image decodes it once.
@@ -16,6 +17,7 @@ import zlib
 from array import array
 from typing import NamedTuple
 
+from . import jpeg
 from .identity import media_content_digest, media_item_digest
 
 MAX_SIDE = 16384
@@ -49,8 +51,10 @@ def load_image(path: str, max_placeholders: int | None = None) -> MediaItem:
         height, width, decode = _png(data)
     elif data.startswith(b"P6"):
         height, width, decode = _ppm(data)
+    elif data.startswith(jpeg.SOI):
+        height, width, decode = _jpeg(data)
     else:
-        raise DecodeError("not a PNG or binary PPM (P6) image")
+        raise DecodeError("not a PNG, binary PPM (P6) or JPEG image")
     if not (1 <= height <= MAX_SIDE and 1 <= width <= MAX_SIDE):
         raise DecodeError(f"image size {height}x{width} outside 1..{MAX_SIDE}")
     count = image_placeholders(height, width)
@@ -252,6 +256,24 @@ def _expand_palette(rows: bytes, width: int, depth: int, palette: bytes) -> byte
                 raise DecodeError(f"PNG palette index {index} outside a {entries}-entry palette")
             out += palette[index * 3:index * 3 + 3]
     return bytes(out)
+
+
+# -- JPEG --------------------------------------------------------------------------------------
+
+def _jpeg(data: bytes):
+    """(H, W, a thunk that decodes to RGB bytes): the frame header checked first (reference/jpeg.py)."""
+    try:
+        height, width = jpeg.frame_header(data)
+    except jpeg.JpegError as e:
+        raise DecodeError(str(e)) from None
+
+    def decode() -> bytes:
+        try:
+            return jpeg.decode_rgb(data, height, width)
+        except jpeg.JpegError as e:
+            raise DecodeError(str(e)) from None
+
+    return height, width, decode
 
 
 # -- PPM ---------------------------------------------------------------------------------------

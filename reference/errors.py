@@ -27,6 +27,12 @@ class OutOfScope(Exception):
     length, spec/profiles.md `hybrid_media_trim`), so the oracle cannot predict them."""
 
 
+class Unreported(Exception):
+    """The counts depend on a fact the backend did not report, so the oracle does not guess them:
+    the decode-end publication of a paired EAGLE sequence needs the number of tokens its last
+    verification accepted (CR-SPEC-4, output field `last_verification_accepted`)."""
+
+
 class DeploymentRejected(RuntimeError):
     """Raised when a simulator whose deployment was refused (CR-SUP) is asked to run."""
 

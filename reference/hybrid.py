@@ -6,7 +6,7 @@ captured: checkpoint records at sequence endpoints, keyed by the exact identity 
 
 from .capacity import PARTIAL_KV, RECURRENT, Record
 from .planning import NO_REUSABLE_PREFIX, STANDARD, Plan, ceil_div
-from .publication import COMMITTED, EXISTING
+from .publication import COMMITTED, DECODE_END, EXISTING
 
 STATE_BYTES = {"fp32": 4, "fp16": 2}
 
@@ -64,7 +64,8 @@ def plan_checkpoint(cache, history, n: int, page_size: int, pure: bool) -> Plan:
 
 
 def restore_pins(record) -> list:
-    """CR-HYB-6: the snapshot slots a hybrid hit pins until the end of prefill."""
+    """CR-HYB-6: the snapshot slots a hybrid hit pins until the end of prefill, after its batch's
+    prefill-end captures are reserved."""
     pins = [(RECURRENT, record.recurrent_slot)]
     if record.partial_kv_slot is not None:
         pins.append((PARTIAL_KV, record.partial_kv_slot))
@@ -72,15 +73,25 @@ def restore_pins(record) -> list:
 
 
 def capture_checkpoints(cache, wanted: list, point: str, page_size: int, pure: bool, metrics) -> None:
-    """Capture the checkpoints of one step, `wanted` = [(sequence, L)] in slot order.
+    """Capture the checkpoints of one step, `wanted` = [(sequence, L)] in slot order: reserve
+    every capture, then publish every staged one (CR-HYB-4)."""
+    publish_captures(cache, reserve_captures(cache, wanted, point, page_size, pure, metrics), point, page_size,
+                     pure, metrics)
+
+
+def reserve_captures(cache, wanted: list, point: str, page_size: int, pure: bool, metrics) -> list:
+    """The first pass of CR-HYB-4, `wanted` = [(sequence, L)] in slot order; returns the staged
+    captures [(sequence, L, slots)].
 
     CR-HYB-3: a capture at a length the sequence already published is skipped.
-    CR-HYB-4: first pass, in slot order: reserve one recurrent slot and, in a hybrid deployment
-    when L % P != 0, one partial-KV slot, evicting with the planner; an infeasible reservation is
-    a snapshot-pressure skip (not an attempt). A step with a staged capture counts one capture
-    synchronization. Second pass, in slot order: publish each staged capture: an existing
-    (digest, L) record is touched and the reserved slots are freed again; otherwise a new
-    record holds the canonical pages of floor(L/P) complete pages and the reserved slots.
+    CR-HYB-4: in slot order, reserve one recurrent slot and, in a hybrid deployment when
+    L % P != 0, one partial-KV slot, evicting with the planner; an infeasible reservation is a
+    snapshot-pressure skip (not an attempt). Prefill-end captures are reserved during the
+    prefill, while the snapshot slots of restored records are still pinned (CR-HYB-6; Edge-LLM
+    0.10 `enqueuePrefillCaptures` runs before `finalizePrefillPublication` releases them).
+    A decode step with a staged capture counts one capture synchronization; prefill-end captures
+    ride the prefill's own synchronization and count none (CR-MET-11; Edge-LLM 0.10 increments
+    hybridCaptureSynchronizations only in ContextCacheCoordinator::completeDecodeStep).
     """
     staged = []
     for seq, length in wanted:
@@ -95,8 +106,15 @@ def capture_checkpoints(cache, wanted: list, point: str, page_size: int, pure: b
         if partial:
             slots.append((PARTIAL_KV, cache.pools[PARTIAL_KV].allocate()))
         staged.append((seq, length, slots))
-    if staged:
+    if staged and point == DECODE_END:
         metrics.capture_synchronizations += 1
+    return staged
+
+
+def publish_captures(cache, staged: list, point: str, page_size: int, pure: bool, metrics) -> None:
+    """The second pass of CR-HYB-4, in slot order: publish each staged capture. An existing
+    (digest, L) record is touched and the reserved slots are freed again; otherwise a new record
+    holds the canonical pages of floor(L/P) complete pages and the reserved slots."""
     for seq, length, slots in staged:
         key = (seq.history.exact_digest(length), length)
         full = 0 if pure else length // page_size

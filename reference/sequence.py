@@ -24,6 +24,9 @@ class Sequence:
     paired: bool = False
     """An EAGLE sequence that holds managed draft pages and publishes pairs (CR-SPEC-6)."""
     draft_pages: list | None = None
+    last_accepted: int | None = None
+    """The tokens its last EAGLE verification accepted, as the backend reported it (CR-SPEC-4);
+    None: not reported."""
     slot_pins: list = field(default_factory=list)
     published_pages: int = 0
     published_tokens: int = 0

@@ -39,23 +39,28 @@ class Simulator:
         self.batches: list[dict] = []     # batch records of every run, in order
         self._files = 0
 
-    def run(self, request_dict, base_dir: str, generated=None, *, lora_files: bool = False) -> list[dict]:
+    def run(self, request_dict, base_dir: str, generated=None, *, lora_files: bool = False,
+            last_accepted=None) -> list[dict]:
         """Run one request file's batches; return one prediction per request (the `responses`
         items of spec/schemas/predictions.schema.json). `generated[i]` is request i's generated
-        token ids (<|eos|> included when it ended so), or None when unknown. Raises InputError,
+        token ids (<|eos|> included when it ended so), or None when unknown; `last_accepted[i]`
+        the tokens request i's last EAGLE verification accepted (output field
+        last_verification_accepted), or None when not reported. Raises InputError, Unreported,
         NeedsTranscript, DeploymentRejected or OutOfScope (the profile leaves the counts undefined,
         spec/profiles.md); after NeedsTranscript the instance is
         in an unspecified state and should be discarded. `lora_files`: see parse_request_file."""
         with _cyclic_gc_paused():
-            return self._run(request_dict, base_dir, generated, lora_files)
+            return self._run(request_dict, base_dir, generated, lora_files, last_accepted)
 
-    def _run(self, request_dict, base_dir: str, generated=None, lora_files: bool = False) -> list[dict]:
+    def _run(self, request_dict, base_dir: str, generated=None, lora_files: bool = False,
+             last_accepted=None) -> list[dict]:
         if self.rejection is not None:
             raise DeploymentRejected(self.rejection)
         parsed = parse_request_file(request_dict, base_dir, self.engine, self.flags.batch_size,
                                     lora_files=lora_files)
         mgl = self.flags.max_generate_length or parsed.max_generate_length
         gens = _check_generated(generated, len(parsed.requests), mgl, self.engine)
+        accepted = _check_accepted(last_accepted, gens)
         speculative = self.eagle and greedy_file(request_dict)              # CR-SPEC-7
         runner = BatchRunner(self.engine, self.flags, self.cache, self.metrics, self.prefill, speculative)
         if self._files == 0 and self.flags.warmup:
@@ -70,7 +75,8 @@ class Simulator:
         for b, batch in enumerate(parsed.batches):
             requests = [parsed.requests[i] for i in batch]
             try:
-                seqs = runner.run(requests, parsed, [gens[i] for i in batch], mgl)
+                seqs = runner.run(requests, parsed, [gens[i] for i in batch], mgl,
+                                  accepted=[accepted[i] for i in batch])
             except BatchFailed as failure:
                 self.batches.append({"batch_idx": b, "status": "failed", "error": failure.message,
                                      "rule": failure.rule})
@@ -154,6 +160,25 @@ def _check_generated(generated, count: int, max_generate_length: int, engine=Non
         if eos in tokens[:-1]:
             raise InputError(where, f"the end-of-sequence token ({eos}) can only be the last generated token")
     return list(generated)
+
+
+def _check_accepted(last_accepted, gens: list) -> list:
+    """Per request, the tokens its last EAGLE verification accepted: None, or 1 .. g - 1 for a
+    request that generated g tokens (its rounds after the prefill's first token added g - 1)."""
+    if last_accepted is None:
+        return [None] * len(gens)
+    if not isinstance(last_accepted, list) or len(last_accepted) != len(gens):
+        raise InputError("$.last_accepted", f"needs one entry per request ({len(gens)})")
+    for i, (a, tokens) in enumerate(zip(last_accepted, gens)):
+        if a is None:
+            continue
+        where = f"$.last_accepted[{i}]"
+        if type(a) is not int or a < 1:
+            raise InputError(where, f"must be a positive integer or null, got {a!r}")
+        if tokens is not None and a > len(tokens) - 1:
+            raise InputError(where, f"{a} tokens accepted by the last verification, but only {len(tokens) - 1} "
+                                    "were generated after the prefill's first token")
+    return list(last_accepted)
 
 
 def simulate(engine, flags, request_dict, base_dir: str, generated=None, *,

@@ -13,6 +13,7 @@ other sequence of an EAGLE deployment plans and publishes as a vanilla one.
 """
 
 from .capacity import Record
+from .errors import Unreported
 from .planning import FULL_INPUT_REWIND, NO_REUSABLE_PREFIX, STANDARD, Plan, ceil_div
 from .publication import COMMITTED, EXISTING
 
@@ -78,23 +79,48 @@ def plan_paired(history, n: int, page_size: int, cache) -> Plan:
 
 
 def paired_pages(tokens: int, page_size: int) -> int:
-    """CR-SPEC-4: a paired sequence holding the base KV of `tokens` tokens holds the draft KV of
-    `tokens - 1` (the draft of the last one needs the next token); a publication is capped at
-    the boundary materialized in both: floor((tokens - 1) / P) pages."""
-    return max(tokens - 1, 0) // page_size
+    """CR-SPEC-4: a publication of a paired sequence whose base and draft KV both cover the first
+    `tokens` positions holds floor(tokens / P) pairs."""
+    return max(tokens, 0) // page_size
 
 
 def prefill_end_pairs(seq, page_size: int) -> int:
-    """CR-SPEC-4 with CR-PUB-1: the prefill-end publication of a paired sequence; 0: none."""
+    """CR-SPEC-4 with CR-PUB-1: the prefill-end publication of a paired sequence; 0: none.
+
+    The draft prefill runs after the first token is sampled, over the prompt shifted by one with
+    that token appended, so the draft KV covers all n prompt positions and the boundary frozen at
+    prefill end is n (Edge-LLM 0.10 `EagleDecoder::initializeForGeneration` sets the common
+    length to the input length; `ContextCacheCoordinator::finalizePrefillPublication` freezes
+    it and `publishFrozenSpecPrefill` publishes floor(n / P) pairs at the first verification
+    or at finish)."""
     return paired_pages(seq.n, page_size)
 
 
 def decode_end_pairs(seq, page_size: int, including_generated: bool) -> int:
     """CR-SPEC-4 with CR-PUB-2/3: the decode-end publication of a paired sequence holding
-    n + g - 1 tokens of base KV, if it is more than it has published; 0: none."""
+    n + g - 1 tokens of base KV, if it is more than it has published; 0: none.
+
+    Each verification round adds its accepted tokens to the boundary both caches cover at the
+    start of the next round, so at completion the draft covers n + g - 1 - a positions, a >= 1
+    being what the last verification accepted (Edge-LLM 0.10 `EagleDecoder::decodeStep` adds
+    `mPendingDraftAcceptLengths` to `mCommonMaterializedStateLengths`; `completeDecodeStep`
+    publishes at that common length). Where the backend does not report a, the count is
+    predicted only when every a in 1 .. g - 1 gives the same answer (none: nothing beyond what
+    prefill published); otherwise it raises Unreported, never guessing."""
     if not including_generated:
         return 0
-    count = paired_pages(seq.n + seq.length - 1, page_size)
+    most = paired_pages(seq.n + seq.length - 2, page_size)          # a = 1
+    if most <= seq.published_pages:
+        return 0
+    if seq.generated is None:
+        return most                     # the caller asks for the transcript first (NeedsTranscript)
+    if seq.last_accepted is None:
+        raise Unreported(
+            f"request {seq.request.index}: its decode-end paired publication covers "
+            f"floor((n + g - 1 - a) / P) pages (n = {seq.n}, g = {seq.length}, P = {page_size}), a being the "
+            f"tokens its last EAGLE verification accepted: between {paired_pages(seq.n, page_size)} and {most} "
+            "pages, and the backend does not report a (output field last_verification_accepted)")
+    count = paired_pages(seq.n + seq.length - 1 - seq.last_accepted, page_size)
     return count if count > seq.published_pages else 0
 
 

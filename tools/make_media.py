@@ -21,7 +21,11 @@ are fixed by the seeds below). What each asset is for:
 - `img_g_16x16_gray.png` / `img_g_16x16_rgb.png`: a grey image as colour type 0 and as RGB.
 - Refused images: `bad_corrupt.png`, `bad_truncated.png`, `bad_empty.png`,
   `bad_not_an_image.png`, `bad_bomb.png` (a header declaring 100000x100000),
-  `bad_interlaced.png`, `bad_16bit.png`, `bad_lossy.jpg`.
+  `bad_interlaced.png`, `bad_16bit.png`.
+- `img_j_a_32x48.jpg` / `img_j_b_48x32.jpg`: baseline JPEG (6 placeholders each), the two images
+  of the port of Edge-LLM's vlm_context_reuse.json; `img_j_a_32x48_progressive.jpg` the first one
+  re-encoded progressive. Refused JPEG (spec/tokenizer.md section 3): `bad_arith.jpg`,
+  `bad_12bit.jpg`, `bad_lossless.jpg` (frame headers only), `bad_cmyk.jpg`, `bad_truncated.jpg`.
 - `audio_{a,b}_16k.wav` (3200 samples: 10 placeholders), `audio_c_16k.wav` (961 samples: 4);
   refused: `bad_audio_8k.wav`, `bad_audio_stereo.wav`, `bad_audio_corrupt.wav`,
   `bad_audio_empty.wav`.
@@ -76,6 +80,30 @@ def png_header_only(width: int, height: int, interlace: int, body: bytes = b"") 
             + png_chunk(b"IDAT", zlib.compress(body)) + png_chunk(b"IEND", b""))
 
 
+def jpeg_bytes(image: Image.Image, **options) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format="JPEG", quality=90, **options)
+    return buf.getvalue()
+
+
+def jpeg_header_only(marker: int, precision: int, height: int, width: int, components: int = 3) -> bytes:
+    """A JPEG of one frame header and nothing else, for frames a decoder must refuse from the header."""
+    body = bytes([precision]) + struct.pack(">HH", height, width) + bytes([components])
+    body += b"".join(bytes([c + 1, 0x11, 0]) for c in range(components))
+    return b"\xff\xd8\xff" + bytes([marker]) + struct.pack(">H", len(body) + 2) + body + b"\xff\xd9"
+
+
+def gradient(seed: int, height: int, width: int) -> Image.Image:
+    """A smooth RGB picture (JPEG's kind of content), different for each seed."""
+    rng = random.Random(seed)
+    r0, g0, b0 = (rng.randrange(256) for _ in range(3))
+    data = bytearray()
+    for y in range(height):
+        for x in range(width):
+            data += bytes(((r0 + 4 * x) % 256, (g0 + 5 * y) % 256, (b0 + 3 * (x + y)) % 256))
+    return rgb_image(bytes(data), height, width)
+
+
 def wav_bytes(samples: list[int], rate: int = 16000, channels: int = 1) -> bytes:
     buf = io.BytesIO()
     with wave.open(buf, "wb") as w:
@@ -127,9 +155,15 @@ def assets() -> dict[str, bytes]:
     out["bad_bomb.png"] = png_header_only(100_000, 100_000, interlace=0, body=b"\0" * 64)
     out["bad_interlaced.png"] = png_header_only(16, 16, interlace=1, body=b"\0" * (16 * 49 + 16))
     out["bad_16bit.png"] = png_bytes(Image.frombytes("I;16", (16, 16), bytes(512)))
-    jpeg = io.BytesIO()
-    a.save(jpeg, format="JPEG", quality=90)
-    out["bad_lossy.jpg"] = jpeg.getvalue()
+    photo_a, photo_b = gradient(16, 32, 48), gradient(17, 48, 32)
+    out["img_j_a_32x48.jpg"] = jpeg_bytes(photo_a)
+    out["img_j_b_48x32.jpg"] = jpeg_bytes(photo_b)
+    out["img_j_a_32x48_progressive.jpg"] = jpeg_bytes(photo_a, progressive=True)
+    out["bad_arith.jpg"] = jpeg_header_only(0xC9, 8, 16, 16)
+    out["bad_12bit.jpg"] = jpeg_header_only(0xC1, 12, 16, 16)
+    out["bad_lossless.jpg"] = jpeg_header_only(0xC3, 8, 16, 16)
+    out["bad_cmyk.jpg"] = jpeg_bytes(photo_a.convert("CMYK"))
+    out["bad_truncated.jpg"] = out["img_j_a_32x48.jpg"][:300]
 
     out["audio_a_16k.wav"] = wav_bytes(tone(11, 3200))
     out["audio_b_16k.wav"] = wav_bytes(tone(12, 3200))

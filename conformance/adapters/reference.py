@@ -74,6 +74,16 @@ def stand_in(request, max_length: int, stop: list[str], vocab: Vocabulary = BYTE
             return ids, "max-length", text
 
 
+def last_accepted(request, generated: int) -> int | None:
+    """The stand-in's last EAGLE verification: 1 to min(g - 1, 4) tokens accepted, a function of
+    the input like the generated tokens; None when nothing was generated after the prefill's
+    first token (no verification round ran)."""
+    if generated < 2:
+        return None
+    seed = hashlib.sha256(b"accepted|" + request.tokens.tobytes()).digest()
+    return 1 + seed[0] % min(generated - 1, 4)
+
+
 def logprobs(ids: list[int], k: int, vocab: Vocabulary = BYTES) -> list[list[dict]]:
     """Top-k candidates per step: the chosen token first (a clear winner), then runners-up."""
     out = []
@@ -104,15 +114,19 @@ class ReferenceSession(Session):
         made = [stand_in(r, max_length, r.stop, self.vocab) for r in parsed.requests]
         if self.sim is None:
             self.sim = oracle.OracleSession(self.config, self.flags)
-        predicted = self.sim.run(request, base_dir, [m[0] for m in made])
+        eagle = self.config.deployment.get("spec_decode") == "eagle"
+        accepted = [last_accepted(r, len(m[0])) if eagle else None for r, m in zip(parsed.requests, made)]
+        predicted = self.sim.run(request, base_dir, [m[0] for m in made], accepted)
         responses = []
-        for p, (ids, finish, text), raw in zip(predicted.responses, made, request["requests"]):
+        for p, (ids, finish, text), raw, a in zip(predicted.responses, made, request["requests"], accepted):
             r = {"request_idx": p["request_idx"], "batch_idx": p["batch_idx"],
                  "input_tokens": p["input_tokens"], "context_cache": p.get("context_cache")}
             if p["status"] != "ok":
                 r.update(output_text=p.get("error") or "batch failed", finish_reason="error", output_ids=[])
             else:
                 r.update(output_text=text, finish_reason=finish, output_ids=ids)
+                if a is not None:
+                    r["last_verification_accepted"] = a
                 k = raw.get("num_logprobs", request.get("num_logprobs", 0))
                 if k:
                     r["logprobs"] = logprobs(ids, k, self.vocab)
@@ -131,7 +145,8 @@ class ReferenceAdapter(Adapter):
             "version": oracle.reference.SPEC_VERSION, "semantics_profile": PROFILES,
             "tokenizer": ["bytes-v1", "hf"],
             "observables": {"per_request_metrics": True, "output_ids": True, "logprobs": True,
-                            "prefill_profile": True, "rejection_messages": True},
+                            "prefill_profile": True, "rejection_messages": True,
+                            "last_verification_accepted": True},
             "model_kinds": ["attention", "recurrent", "hybrid"], "media": ["image", "audio"],
             "features": ["lora", "warmup", "hidden_state_output", "stop_strings", "batching",
                          "poison_fresh_pages", "kv_dtype_fp8", "tp", "sampling",

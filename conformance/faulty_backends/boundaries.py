@@ -69,7 +69,8 @@ class StopStringEndNotPublished(Runtime):
     publishes at decode end for end-of-sequence, max-length and stop strings alike (CR-PUB-2).
     """
 
-    def _publish(self, seqs, point, bypass, state, rows):
+    def _publishing(self, seqs, point, bypass):
+        seqs = super()._publishing(seqs, point, bypass)
         if point == "decode_end":
             seqs = [s for s in seqs if s.finish != "stop-words"]    # DEFECT
-        super()._publish(seqs, point, bypass, state, rows)
+        return seqs

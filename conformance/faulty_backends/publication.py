@@ -41,8 +41,8 @@ class BypassPublishes(Runtime):
     "never publishes" (edge-llm-0.10-semantics.md section 5).
     """
 
-    def _publish(self, seqs, point, bypass, state, rows):
-        return super()._publish(seqs, point, False, state, rows)                 # DEFECT
+    def _publishing(self, seqs, point, bypass):
+        return super()._publishing(seqs, point, False)                          # DEFECT
 
 
 @variant("bypass-looks-up", "publication")
@@ -78,9 +78,9 @@ class DecodeEndOffByOne(Runtime):
     PR #17305 (a cached-token count computed once and reused after the KV changed).
     """
 
-    def _publish(self, seqs, point, bypass, state, rows):
+    def _publish(self, seqs, point, bypass, state, rows, staged=None):
         if point != "decode_end" or self.kind != "vanilla" or not self.reuse or bypass:
-            return super()._publish(seqs, point, bypass, state, rows)
+            return super()._publish(seqs, point, bypass, state, rows, staged)
         for s in seqs:
             if s.finish not in PUBLISHABLE:
                 continue

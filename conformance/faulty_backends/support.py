@@ -42,5 +42,5 @@ class HiddenStatesNotBypassed(Runtime):
     def _admit(self, r, bypass, warmup):
         return super()._admit(r, self._file_bypass, warmup)
 
-    def _publish(self, seqs, point, bypass, state, rows):
-        return super()._publish(seqs, point, self._file_bypass, state, rows)
+    def _publishing(self, seqs, point, bypass):
+        return super()._publishing(seqs, point, self._file_bypass)

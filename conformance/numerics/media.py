@@ -53,7 +53,9 @@ def _image(path: str, digest: bytes) -> np.ndarray:
         data = f.read()
     rgb = _pillow_rgb(data)
     if rgb is None or media_item_digest("image", rgb.shape, rgb.tobytes()) != digest:
-        height, width, thunk = (spec_decode._png if data.startswith(b"\x89PNG") else spec_decode._ppm)(data)
+        parse = (spec_decode._png if data.startswith(b"\x89PNG") else spec_decode._jpeg if data.startswith(b"\xff\xd8")
+                 else spec_decode._ppm)
+        height, width, thunk = parse(data)
         rgb = np.frombuffer(thunk(), dtype=np.uint8).reshape(height, width, 3)
         if media_item_digest("image", rgb.shape, rgb.tobytes()) != digest:
             raise MediaMismatch(f"{path}: the decoded pixels are not the item the request was tokenized with")

@@ -81,6 +81,23 @@ def test_a_variant_is_one_component_with_its_own_code(name):
     assert "# DEFECT" in inspect.getsource(inspect.getmodule(v.cls)), "defect lines are marked"
 
 
+@pytest.mark.parametrize("name", list(CATALOGUE))
+def test_a_variants_overrides_keep_the_production_signatures(name):
+    """Every method a variant overrides takes the parameters of the production method it
+    replaces, so a change of a seam's signature cannot leave a variant crashing instead of
+    carrying its defect (a crash counts as a broken variant, never as a kill)."""
+    v = CATALOGUE[name]
+    for k, val in vars(v.cls).items():
+        base = next((getattr(b, k) for b in v.cls.__mro__[1:] if k in vars(b)), None)
+        if not inspect.isfunction(val) or not inspect.isfunction(base) or k.startswith("__"):
+            continue
+        theirs = [p.name for p in inspect.signature(base).parameters.values()]
+        ours = inspect.signature(val).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ours.values())
+        missing = [p for p in theirs if p not in ours and not takes_any]
+        assert not missing, f"{v.cls.__name__}.{k} lacks {missing} of {base.__qualname__}"
+
+
 def test_the_runtime_seams_default_to_the_production_components():
     assert Runtime.identity_class is SequenceIdentity
     assert Runtime.cache_class is ContextCache

@@ -179,3 +179,16 @@ def test_audio_leaves_open_only_what_it_can_touch(reference_manifest, tmp_path):
         path.unlink()
     assert result.verdict == Verdict.FAIL
     assert {f.request for f in result.failures if f.verdict == Verdict.FAIL} == {4}     # plan, matched, reused
+
+
+def test_an_unreported_eagle_acceptance_leaves_decode_end_pairs_unspecified(reference_adapter, reference_manifest):
+    """CR-SPEC-4: a paired sequence's decode-end publication depends on what its last verification
+    accepted. A backend that does not report last_verification_accepted gets UNSPECIFIED, with
+    the request and the pages at stake, where the count depends on it: never a guess, never PASS."""
+    c = case("sections/spec/decode-end-feedback")
+    assert run_case(c, reference_adapter, reference_manifest).verdict is Verdict.PASS
+    manifest = dict(reference_manifest, observables=dict(reference_manifest["observables"],
+                                                         last_verification_accepted=False))
+    result = run_case(c, reference_adapter, manifest)
+    assert result.verdict is Verdict.UNSPECIFIED, result.reason
+    assert "last_verification_accepted" in result.reason and "request 0" in result.reason

@@ -92,3 +92,39 @@ def test_a_non_greedy_file_decodes_as_vanilla(engine):
     assert c["speculative"] == {"full_page_replays": 0, "pair_publications": 0}
     assert c["reused_tokens"] == 8
     assert c["resource_pools"]["draft_kv_pages"]["free"] == c["resource_pools"]["draft_kv_pages"]["capacity"]
+
+
+def test_the_draft_prefill_covers_every_prompt_position(engine):
+    """CR-SPEC-4 as Edge-LLM 0.10 runs it: the draft prefill runs after the first token is sampled,
+    so 'abcdefgh' (n = 8) generating one token publishes floor(8/4) = 2 pairs, and 'abcdefghi'
+    then pairs k = 2 and reuses 4 (the second pair replayed). One position behind the base it
+    would have published 1 pair and reused 0."""
+    d = engine(**dict(EAGLE, maxBatchSize=1))
+    rt = runtime(d)
+    result = run(rt, texts("abcdefgh", "abcdefghi"))
+    assert facts(result, 0)["publications"] == [{"point": "prefill_end", "tokens": 8, "pages": 2,
+                                                 "status": "committed"}]
+    assert (facts(result, 1)["plan"], facts(result, 1)["matched_tokens"], facts(result, 1)["reused_tokens"]) == \
+        ("standard", 8, 4)
+
+
+def test_the_last_verification_round_is_reported(engine, monkeypatch):
+    """With every proposal accepted, 'abcdefghi' (n = 9) generating 8 tokens takes the prefill's
+    token, then a round of 3 (the window stays in the 3 pages held: room 2) and a round of 4: the
+    response reports last_verification_accepted 4, and the draft covers n + g - 1 - 4 = 12
+    positions when it finishes (the last round's tokens are never run through the draft)."""
+    d = engine(**dict(EAGLE, maxBatchSize=1))
+    doc = texts("abcdefghi", gen=8, logit_bias={"257": -100.0})
+    want = outputs(run(runtime(d, enable_context_reuse=False), doc))[0]
+    assert len(want) == 8
+
+    def oracle_propose(self, pool, slots_of, committed, hidden, token, count):
+        done = committed + 2 - 9
+        return want[done:done + count]
+    monkeypatch.setattr(draft_head.DraftHead, "propose", oracle_propose)
+    rt = runtime(d)
+    result = run(rt, doc)
+    assert result["responses"][0]["last_verification_accepted"] == 4
+    assert facts(result)["publications"] == [
+        {"point": "prefill_end", "tokens": 8, "pages": 2, "status": "committed"},
+        {"point": "decode_end", "tokens": 12, "pages": 3, "status": "committed"}]

@@ -76,7 +76,8 @@ def test_bad_request_files_are_refused_before_anything_runs(engine, doc, path):
     assert counters(rt)["admitted_sequences"] == 0
 
 
-@pytest.mark.parametrize("name", ["bad_16bit.png", "bad_interlaced.png", "bad_lossy.jpg", "bad_bomb.png",
+@pytest.mark.parametrize("name", ["bad_16bit.png", "bad_interlaced.png", "bad_arith.jpg", "bad_12bit.jpg",
+                                  "bad_lossless.jpg", "bad_cmyk.jpg", "bad_truncated.jpg", "bad_bomb.png",
                                   "bad_truncated.png", "bad_empty.png", "bad_not_an_image.png", "bad_corrupt.png",
                                   "no_such_file.png", "."])
 def test_bad_images(engine, name):
@@ -139,3 +140,23 @@ def test_lora_from_available_weights(engine, tmp_path):
     res2 = run(rt, doc2)                    # same weights, another name: another identity (CR-ID-3)
     assert res2["responses"][0]["context_cache"]["plan"] == "no_reusable_prefix"
     assert res["responses"][0]["output_ids"] == res2["responses"][0]["output_ids"]
+
+
+def test_jpeg_images_are_items_of_their_decoded_pixels(engine):
+    """JPEG as Edge-LLM 0.10's stb_image accepts it (spec/tokenizer.md section 3): 'ab' + a 32x48
+    JPEG (6 placeholders) + 'c' is n = 9; its progressive re-encoding decodes to the same pixels,
+    so a replay through it reuses 8 (the boundary at 8 follows the image); the 48x32 picture is
+    another item from page 0 on."""
+    rt = runtime(engine(vision=True))
+
+    def request(name):
+        return {"messages": [{"role": "user", "content": [{"type": "text", "text": "ab"},
+                                                          {"type": "image", "image": name},
+                                                          {"type": "text", "text": "c"}]}]}
+    doc = {"apply_chat_template": False, "temperature": 0, "max_generate_length": 1,
+           "requests": [request("img_j_a_32x48.jpg"), request("img_j_a_32x48_progressive.jpg"),
+                        request("img_j_b_48x32.jpg")]}
+    result = run(rt, doc)
+    got = [(r["input_tokens"], r["context_cache"]["reused_tokens"], r["context_cache"]["media_aware"])
+           for r in result["responses"]]
+    assert got == [(9, 0, True), (9, 8, True), (9, 0, True)]

@@ -44,7 +44,7 @@ def simulate_case(path):
     sim = reference.Simulator(engine, flags)
     if sim.rejection is not None:
         return sim, None, {}
-    responses = sim.run(doc, str(path.parent), generated)
+    responses = sim.run(doc, str(path.parent), generated, last_accepted=meta.get("last_accepted"))
     sim.check_invariants()
     return sim, responses, sim.profile()
 

@@ -108,7 +108,9 @@ def test_ppm_header_comments(tmp_path):
 
 @pytest.mark.parametrize("name, reason", [
     ("bad_16bit.png", "bit depth 16"), ("bad_bomb.png", "100000x100000"), ("bad_corrupt.png", "CRC"),
-    ("bad_empty.png", "not a PNG"), ("bad_interlaced.png", "interlaced"), ("bad_lossy.jpg", "not a PNG"),
+    ("bad_empty.png", "not a PNG"), ("bad_interlaced.png", "interlaced"),
+    ("bad_arith.jpg", "arithmetic-coded"), ("bad_12bit.jpg", "12-bit"), ("bad_lossless.jpg", "lossless"),
+    ("bad_cmyk.jpg", "CMYK"), ("bad_truncated.jpg", "corrupt"),
     ("bad_not_an_image.png", "not a PNG"), ("bad_truncated.png", "truncated"), ("does_not_exist.png", "not found"),
 ])
 def test_refused_images(name, reason):
@@ -167,3 +169,17 @@ def test_a_rewritten_file_is_decoded_again(tmp_path):
     path.write_bytes(b"P6 1 1 255\n" + b"\x09\x02\x03")
     os.utime(path, ns=(2, 2))
     assert load_image(str(path)).digest != first
+
+
+def test_jpeg_identity_is_over_decoded_pixels_and_counts_come_from_the_header():
+    """spec/tokenizer.md section 3: baseline and progressive 8-bit JPEG, as Edge-LLM 0.10's stb_image
+    decodes it (cpp/runtime/imageUtils.cpp loadImageFromFile). The placeholder count comes from the
+    frame header (32 x 48: 2 x 3 patches); the same pixels in two encodings are one item; transposed
+    geometry is another."""
+    a = load_image(str(MEDIA / "img_j_a_32x48.jpg"))
+    assert (a.geometry, a.placeholders) == ((32, 48, 3), 6)
+    assert load_image(str(MEDIA / "img_j_a_32x48_progressive.jpg")).digest == a.digest
+    b = load_image(str(MEDIA / "img_j_b_48x32.jpg"))
+    assert (b.geometry, b.placeholders) == ((48, 32, 3), 6) and b.digest != a.digest
+    with pytest.raises(DecodeError, match="needs 6 placeholders"):
+        load_image(str(MEDIA / "img_j_a_32x48.jpg"), max_placeholders=5)       # refused from the header

@@ -28,10 +28,12 @@ class History:
 
 
 class Seq:
-    def __init__(self, keys, n, pages, draft_pages, length=1):
+    def __init__(self, keys, n, pages, draft_pages, length=1, last_accepted=None):
         self.history, self.n, self.length = History(keys), n, length
         self.pages, self.draft_pages = pages, draft_pages
         self.published_pages, self.publications = 0, []
+        self.generated, self.last_accepted = [120] * length, last_accepted
+        self.request = type("Request", (), {"index": 0})()
 
 
 def cache_with(records):
@@ -94,20 +96,57 @@ def test_pairing_stops_at_the_base_match():
     assert (plan.matched, plan.reused) == (4, 0)
 
 
-@pytest.mark.parametrize("tokens, pages", [(9, 2), (8, 1), (5, 1), (4, 0), (1, 0), (0, 0)])
-def test_publication_is_capped_one_position_behind_the_base(tokens, pages):
-    # CR-SPEC-4: floor((c - 1) / P)
+@pytest.mark.parametrize("tokens, pages", [(9, 2), (8, 2), (7, 1), (4, 1), (3, 0), (0, 0)])
+def test_pairs_are_the_positions_both_kv_caches_cover(tokens, pages):
+    # CR-SPEC-4: floor(c / P) over the c positions whose base and draft KV are both materialized
     assert paired_pages(tokens, P) == pages
 
 
+def test_prefill_end_publishes_every_complete_page_of_the_prompt():
+    # CR-SPEC-4 with CR-PUB-1: the draft prefill runs after the first token is sampled, so its KV
+    # covers all n prompt positions: n = 8 publishes floor(8/4) = 2 pairs (Edge-LLM 0.10
+    # FirstVerificationPublishesPairAndNextRequestUsesFullPageReplay: n = 256 at P = 128 -> 2 + 2 pages)
+    assert prefill_end_pairs(Seq(["k0", "k1"], 8, [0, 1], [100, 101]), P) == 2
+    assert prefill_end_pairs(Seq(["k0"], 4, [0], [100]), P) == 1   # n = P: 1 record (PrefillOnlyCompletion...)
+
+
 def test_publication_points():
-    seq = Seq(["k0", "k1"], 7, [0, 1], [100, 101], length=3)
-    assert prefill_end_pairs(seq, P) == 1                     # floor(6/4)
+    seq = Seq(["k0", "k1"], 7, [0, 1], [100, 101], length=3, last_accepted=1)
+    assert prefill_end_pairs(seq, P) == 1                     # floor(7/4)
     seq.published_pages = 1
-    assert decode_end_pairs(seq, P, True) == 2                # n+g-1 = 9 base tokens: floor(8/4) = 2 > 1
+    assert decode_end_pairs(seq, P, True) == 2                # a = 1: n+g-1-a = 8: floor(8/4) = 2 > 1
     assert decode_end_pairs(seq, P, False) == 0               # prefill_state_only (CR-PUB-3)
-    seq.length = 2
+    seq.last_accepted = 2
+    assert decode_end_pairs(seq, P, True) == 0                # a = 2: floor(7/4) = 1, not more than published
+    seq.length, seq.last_accepted = 2, 1
     assert decode_end_pairs(seq, P, True) == 0                # floor(7/4) = 1, not more than published
+
+
+def test_the_decode_end_lag_is_the_last_rounds_acceptance():
+    # CR-SPEC-4: at completion both caches cover n + g - 1 - a positions, a = what the last
+    # verification accepted (Edge-LLM 0.10 eagleDecoder.cpp adds each round's accepted count at the
+    # start of the next round; contextCacheSpecCoordinatorTests DecodeEndPublishesOnlyTheCommon-
+    # BaseDraftBoundary: n = 255, two rounds of 2 -> committed 259, common 257, 2 + 2 pages at P = 128)
+    seq = Seq(["k0", "k1", "k2"], 255, [0, 1], [100, 101], length=5, last_accepted=2)
+    seq.published_pages = 1                                   # floor(255/128) at prefill end
+    assert decode_end_pairs(seq, 128, True) == 2              # floor((255 + 5 - 1 - 2) / 128) = 2
+    # P = 4, n = 6, g = 4 (n + g - 1 = 9 base tokens): a = 1 -> floor(8/4) = 2; a = 2 -> floor(7/4) = 1
+    seq = Seq(["k0", "k1"], 6, [0, 1], [100, 101], length=4, last_accepted=1)
+    seq.published_pages = 1
+    assert decode_end_pairs(seq, P, True) == 2
+    seq.last_accepted = 2
+    assert decode_end_pairs(seq, P, True) == 0
+
+
+def test_an_unreported_acceptance_is_never_guessed():
+    import reference
+    seq = Seq(["k0", "k1"], 6, [0, 1], [100, 101], length=4)
+    seq.published_pages = 1
+    with pytest.raises(reference.Unreported, match="last_verification_accepted"):
+        decode_end_pairs(seq, P, True)
+    # no a in 1 .. g - 1 publishes more than prefill did (n + g - 2 = 7 < 8): predicted without it
+    seq.length = 3
+    assert decode_end_pairs(seq, P, True) == 0
 
 
 def test_publish_new_upgrade_existing():
@@ -136,3 +175,53 @@ def test_publish_new_upgrade_existing():
 def test_greedy_files(top, greedy):
     # CR-SPEC-7; Edge-LLM's defaults are temperature 1, top_k 50
     assert greedy_file(top) is greedy
+
+
+@pytest.mark.parametrize("commit", ["including_generated_tokens", "prefill_state_only"])
+def test_a_prompt_of_whole_pages_is_reusable_after_one_generated_token(commit):
+    """Edge-LLM 0.10's draft prefill runs after the first token is sampled, so an EAGLE request of
+    256 tokens at P = 128 that generates one token leaves 2 pairs, and a 257-token continuation
+    pairs k = 2 and reuses 128 (one page replayed, CR-SPEC-2). Reading the draft as one position
+    behind the base published floor(255/128) = 1 pair and reused 0. Source: Edge-LLM 0.10
+    contextCacheSpecCoordinatorTests.cpp FirstVerificationPublishesPairAndNextRequestUsesFullPageReplay
+    (2 base + 2 draft pages after n = 256; the continuation's prefill starts at 128)."""
+    import reference
+    engine = reference.engine_from_build_args(dict(maxInputLen=300, maxKVCacheCapacity=512, maxKVPoolPages=0,
+                                                   tokensPerPage=128, specDecode="eagle"))
+    flags = reference.RuntimeFlags.from_case_runtime({"enableContextReuse": True})
+    prompt = "".join(chr(97 + i % 26) for i in range(256))
+    doc = {"apply_chat_template": False, "top_k": 1, "max_generate_length": 1,
+           "context_cache_commit_policy": commit,
+           "requests": [{"messages": [{"role": "user", "content": c}]} for c in (prompt, prompt + "!")]}
+    sim = reference.Simulator(engine, flags)
+    first, second = sim.run(doc, ".")
+    assert first["context_cache"]["publications"] == [
+        {"point": "prefill_end", "tokens": 256, "pages": 2, "status": "committed"}]
+    assert (second["context_cache"]["plan"], second["context_cache"]["matched_tokens"],
+            second["context_cache"]["reused_tokens"]) == (STANDARD, 256, 128)
+
+
+@pytest.mark.parametrize("accepted, published, reused", [(1, 2, 4), (2, None, 0), (3, None, 0)])
+def test_the_simulator_publishes_at_the_last_rounds_common_boundary(accepted, published, reused):
+    """'abcdef' (n = 6) generates 'wxy' + <|eos|> (g = 4, 9 tokens of base KV): at completion its
+    draft covers 9 - a positions. a = 1: floor(8/4) = 2 pairs at decode end, and 'abcdefwxq' pairs
+    k = 2 and reuses 4; a = 2: floor(7/4) = 1, no more than prefill published, so the follow-up
+    pairs k = 1 and reuses 0. A lag of one would have published 2 pairs for every a."""
+    import reference
+    from reference.requests import parse_generated
+    engine = reference.engine_from_build_args(dict(maxInputLen=12, maxKVCacheCapacity=16, maxKVPoolPages=0,
+                                                   tokensPerPage=P, specDecode="eagle"))
+    flags = reference.RuntimeFlags.from_case_runtime({"enableContextReuse": True})
+    doc = {"apply_chat_template": False, "top_k": 1, "max_generate_length": 4,
+           "requests": [{"messages": [{"role": "user", "content": c}]} for c in ("abcdef", "abcdefwxq")]}
+    sim = reference.Simulator(engine, flags)
+    first, second = sim.run(doc, ".", [parse_generated("wxy<|eos|>"), parse_generated("<|eos|>")],
+                            last_accepted=[accepted, None])
+    points = [(p["point"], p["pages"]) for p in first["context_cache"]["publications"]]
+    assert points == [("prefill_end", 1)] + ([("decode_end", published)] if published else [])
+    assert second["context_cache"]["reused_tokens"] == reused
+    with pytest.raises(reference.Unreported, match="request 0"):
+        reference.Simulator(engine, flags).run(doc, ".", [parse_generated("wxy<|eos|>"), parse_generated("<|eos|>")])
+    with pytest.raises(reference.InputError, match=r"\$\.last_accepted\[0\]"):
+        reference.Simulator(engine, flags).run(doc, ".", [parse_generated("wxy<|eos|>"), parse_generated("<|eos|>")],
+                                               last_accepted=[4, None])      # more than g - 1 = 3

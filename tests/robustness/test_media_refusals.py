@@ -21,7 +21,8 @@ COMMITTED_BAD = {
     "bad_corrupt.png": "corrupt PNG (bad IHDR CRC)", "bad_truncated.png": "truncated PNG",
     "bad_empty.png": "zero-byte file", "bad_not_an_image.png": "text file named .png",
     "bad_bomb.png": "header declares 100000x100000", "bad_interlaced.png": "interlaced PNG",
-    "bad_16bit.png": "16-bit PNG", "bad_lossy.jpg": "JPEG",
+    "bad_16bit.png": "16-bit PNG", "bad_arith.jpg": "arithmetic-coded JPEG", "bad_12bit.jpg": "12-bit JPEG",
+    "bad_lossless.jpg": "lossless JPEG", "bad_cmyk.jpg": "CMYK JPEG", "bad_truncated.jpg": "truncated JPEG",
     "bad_audio_8k.wav": "8 kHz WAV", "bad_audio_stereo.wav": "stereo WAV", "bad_audio_corrupt.wav": "corrupt WAV",
     "bad_audio_empty.wav": "WAV with 0 samples",
 }
@@ -30,7 +31,7 @@ SPECIAL = {"fifo.png": "a FIFO (opening blocks)", "zero.png": "symlink to /dev/z
            "a_directory.png": "a directory", "dangling.png": "dangling symlink", "missing.png": "no such file"}
 PATHS = {"../../../../../../../../../../etc/passwd": "upward escape to a non-media file", "/dev/zero": "a device",
          "/": "the root directory", "a\u0000b.png": "NUL byte in the path", "\ud800.png": "lone surrogate in the path"}
-GOOD = ["img_a_16x16.png", "img_a_16x16.ppm", "img_a_16x16_palette.png", "img_a_16x16_rgba.png", "img_20x40.png",
+GOOD = ["img_a_16x16.png", "img_a_16x16.ppm", "img_j_a_32x48.jpg", "img_j_a_32x48_progressive.jpg", "img_a_16x16_palette.png", "img_a_16x16_rgba.png", "img_20x40.png",
         "img_g_16x16_gray.png", "link_to_good.png", "audio_a_16k.wav", "audio_c_16k.wav"]
 
 
