@@ -629,6 +629,45 @@ def tokenizer_cases() -> list[dict]:
     return out
 
 
+def large_image_cases() -> list[dict]:
+    """Large images that each image counter resizes, so that the numerical reference checks the
+    encoder rows of millions of samples (spec/engine.md section 5: their resampling positions
+    must be exact). The counts are derived by hand in each description."""
+    vision = {"maxInputLen": 2048, "maxKVCacheCapacity": 2304, "maxKVPoolPages": 0, "tokensPerPage": 16,
+              "tokenizer": "../../../../spec/tokenizers/phi-3-vision", "tokenizerLoader": "transformers-auto",
+              "vision": True}
+    ask = {"type": "text", "text": "\nWhat is shown?"}
+    qwen = ("900 x 912 image (2,462,400 samples): 900 = 32 * 28 + 4 rounds to 896, 912 = 32 * 28 + 16 to 924; "
+            "896 * 924 = 827,904 is above max_pixels 256 * 784 = 200,704, so beta = sqrt(820,800 / 200,704) = "
+            "2.02228, 900 / beta = 445.04 -> 15 * 28 = 420, 912 / beta = 450.98 -> 16 * 28 = 448: (420/14) * "
+            "(448/14) / 4 = 240 tokens")
+    internvl = ("448 x 2240 image (3,010,560 samples), aspect 5: among grids of at most 4 tiles 4x1 is closest "
+                "(|5 - 4| = 1), so the image is resized to 1792 x 448 and a thumbnail added: 2 + 256 * (4 + 1) = "
+                "1282 tokens")
+    table = (
+        ("edge-llm/qwen-vl", {"min_image_tokens": 4, "max_image_tokens": 256}, "img_l_900x912.png", 240,
+         ["TOK-MEDIA-3"], qwen),
+        ("hf/qwen-vl", {"min_pixels": 4 * 784, "max_pixels": 256 * 784}, "img_l_900x912.png", 240,
+         ["TOK-MEDIA-2"], qwen),
+        ("vllm/qwen-vl", {"min_pixels": 4 * 784, "max_pixels": 256 * 784}, "img_l_900x912.png", 240,
+         ["TOK-MEDIA-2"], qwen),
+        ("edge-llm/internvl", {"min_image_tokens": 256, "max_image_tokens": 1280}, "img_l_448x2240.png", 1282,
+         ["TOK-MEDIA-5"], internvl + " (tiles 1 .. 1280 div 256 - 1 = 4)"),
+        ("hf/internvl", {"min_patches": 1, "max_patches": 4}, "img_l_448x2240.png", 1282, ["TOK-MEDIA-4"],
+         internvl),
+        ("hf/phi-3-vision", {"num_crops": 4}, "img_l_600x800.png", 757, ["TOK-MEDIA-6"],
+         "600 x 800 image (1,440,000 samples), ratio 4/3: s = 2 (2 * ceil(1.5) = 4 <= 4 crops), 672 x 504 "
+         "padded to 672 x 672, 2x2 crops: (4 + 1) * 144 + 1 + (2 + 1) * 12 = 757 tokens"),
+    )
+    return [case(f"sections/tok/large-image-{counter.replace('/', '-')}", f"A large image under {counter}: a "
+                 f"{why}. With the template off the prompt adds 4 ids (<|image|> What ▁is ▁shown ?): n = "
+                 f"{4 + tokens}. Greedy outputs are checked against the float64 reference, which reads the "
+                 "encoder rows of the resized image's samples.", rules + ["TOK-MEDIA-1", "CR-OUT-1", "CR-OUT-2"],
+                 [user(image(name), ask)], engine=dict(vision, imageCounter=counter, imageCounterSettings=settings),
+                 settings=dict(GREEDY), expect={"requests": [{"input_tokens": 4 + tokens}]})
+            for counter, settings, name, tokens, rules, why in table]
+
+
 def reach_cases() -> list[dict]:
     """Cases that stand on boundaries the other cases missed, each found by a faulty backend
     written outside the project that the default run let through (conformance/faulty_backends/
@@ -699,7 +738,7 @@ def all_cases() -> dict[str, dict]:
     out = edge_llm_cases()
     for group in (identity_cases(), planning_cases(), media_cases(), publication_cases(), policy_cases(),
                   capacity_cases(), batching_cases(), hybrid_cases(), output_cases(), negative_cases(),
-                  catalogue_cases(), tokenizer_cases(), reach_cases(), speculative_cases()):
+                  catalogue_cases(), tokenizer_cases(), large_image_cases(), reach_cases(), speculative_cases()):
         for doc in group:
             out[doc["_conformance"]["id"] + ".json"] = doc
     return out

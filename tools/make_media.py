@@ -13,6 +13,10 @@ are fixed by the seeds below). What each asset is for:
 - `img_a_32x32.png`, `img_20x40.png`: 4 and 2*3 = 6 placeholders (partial patches pad).
 - `img_q_70x28.png`: 70 rows, where Qwen-VL's resize rounds 70/28 = 2.5 to 3 rows of patches in
   Edge-LLM and to 2 in transformers (spec/media-tokens.md).
+- `img_l_900x912.png`, `img_l_448x2240.png`, `img_l_600x800.png`: large images that every image
+  counter resizes (Qwen-VL's max-pixels branch, a 4x1 InternVL grid, a Phi-3-vision HD
+  transform), of 2.5M, 3.0M and 1.4M samples: the numerical reference checks their encoder
+  rows, whose resampling positions must be exact (spec/engine.md section 5).
 - `img_t_16x32.png` / `img_t_32x16.png`: the same raw RGB bytes under transposed geometry:
   different items by CR-ID-4 although their bytes are equal.
 - `img_a_16x16` re-encoded: `_palette.png` (colour type 3), `_rgba.png` (alpha dropped),
@@ -49,6 +53,13 @@ def pixels(seed: int, height: int, width: int, colours: int = 64) -> bytes:
     for _ in range(height * width):
         out.extend(palette[rng.randrange(colours)])
     return bytes(out)
+
+
+def striped(seed: int, height: int, width: int) -> bytes:
+    """A large image whose rows repeat a band of seeded rows: neighbouring samples differ as in
+    `pixels`, but the PNG stays small (the band fits deflate's 32 KiB window, which finds it)."""
+    band = pixels(seed, max(1, 30000 // (3 * width)), width)
+    return (band * (height * width * 3 // len(band) + 1))[: height * width * 3]
 
 
 def rgb_image(data: bytes, height: int, width: int) -> Image.Image:
@@ -103,6 +114,8 @@ def assets() -> dict[str, bytes]:
         "img_20x40.png": png_bytes(rgb_image(pixels(7, 20, 40), 20, 40)),
         "img_q_70x28.png": png_bytes(rgb_image(pixels(8, 70, 28), 70, 28)),
     }
+    for seed, (h, w) in ((21, (900, 912)), (22, (448, 2240)), (23, (600, 800))):
+        out[f"img_l_{h}x{w}.png"] = png_bytes(rgb_image(striped(seed, h, w), h, w))
     transposed = pixels(8, 16, 32)
     out["img_t_16x32.png"] = png_bytes(rgb_image(transposed, 16, 32))
     out["img_t_32x16.png"] = png_bytes(rgb_image(transposed, 32, 16))
