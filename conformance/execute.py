@@ -297,6 +297,12 @@ class Runner:
         if refused is None:
             self.fail(Failure(None, "deployment", "accepted", f"refused (exit {main.exit_code}): {main.message}",
                               "no CR-SUP rule or CR-HYB-2 refuses this engine and these flags"))
+        if main.outcome == "input_error":
+            where = f"{main.error_path}: " if main.error_path else ""
+            self.fail(Failure(refused.rule, "deployment", f"the {refused.rule} refusal", "refused as bad input",
+                              f"the backend exited {main.exit_code} with {where}{main.message[:200]}; a deployment "
+                              f"{refused.rule} refuses is refused at start-up as such (\"{refused.message}\"; "
+                              "spec/RUNNING.md section 2: a non-zero exit other than 2, which means bad input)"))
         if main.outcome != "rejected":
             self.fail(Failure(refused.rule, "deployment", f"refused: {refused.message}",
                               f"{main.outcome} (exit {main.exit_code})",

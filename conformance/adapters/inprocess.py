@@ -69,12 +69,17 @@ class InprocessSession(Session):
         self.warmup = runtime.get("warmup", 0)
         self.infer_args = {INFER_ARGS[k]: v for k, v in runtime.items() if k in INFER_ARGS}
         kwargs = {RUNTIME_ARGS[k]: v for k, v in runtime.items() if k in RUNTIME_ARGS}
-        self.rejected, self.runtime = None, None
+        self.rejected, self.runtime, self.refused_input = None, None, None
         try:
             with time_limit(timeout):
                 self.runtime = factory(engine.directory, device=device, **kwargs)
         except gpu_backend.DeploymentRejected as e:
             self.rejected = e.message if hasattr(e, "message") else str(e)
+        except gpu_backend.BackendInputError as e:
+            # refused at start-up as bad input (what the CLI reports as exit 2): an outcome to
+            # judge, not a crash of the backend (a CR-SUP refusal is exit 3, DeploymentRejected)
+            self.refused_input = RunResult("input_error", message=getattr(e, "message", str(e)),
+                                           error_path=getattr(e, "path", None), exit_code=2)
         except InvocationTimeout as e:
             raise AdapterError(f"starting the runtime {e}") from None
         except Exception:
@@ -88,6 +93,9 @@ class InprocessSession(Session):
     def _run(self, request: dict, base_dir: str) -> RunResult:
         if self.rejected is not None:
             return RunResult("rejected", message=self.rejected, exit_code=3)
+        if self.refused_input is not None:
+            return RunResult("input_error", message=self.refused_input.message,
+                             error_path=self.refused_input.error_path, exit_code=2)
         warmup, self.warmup = self.warmup, 0
         try:
             with time_limit(self.timeout):
