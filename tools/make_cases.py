@@ -603,8 +603,9 @@ def tokenizer_cases() -> list[dict]:
                     "but no tokenizer.json is not an hf profile (TOK-HF-1): the build must refuse it.", ["TOK-HF-1"],
                     [user("Hello")], engine=dict(mini, tokenizer="../../media/tokenizer-config-only")))
     for counter, rules, tokens, why in (
-            ("edge-llm/qwen-vl", ["TOK-MEDIA-3", "TOK-MEDIA-7"], 3,
-             "Edge-LLM rounds 70/28 = 2.5 half away from zero: 84 x 28 pixels, (84/14)*(28/14)/4 = 3 tokens"),
+            ("edge-llm/qwen-vl", ["TOK-MEDIA-3", "TOK-MEDIA-7"], 2,
+             "Edge-LLM 0.10 rounds 70/28 = 2.5 half to even in integers (70 = 2 * 28 + 14, quotient 2 even): 56 x 28 "
+             "pixels, (56/14)*(28/14)/4 = 2 tokens (0.7.0 rounded half away from zero: 84 x 28, 3 tokens)"),
             ("hf/qwen-vl", ["TOK-MEDIA-2", "TOK-MEDIA-7"], 2,
              "transformers rounds 70/28 = 2.5 half to even: 56 x 28 pixels, (56/14)*(28/14)/4 = 2 tokens")):
         settings = ({"min_image_tokens": 1, "max_image_tokens": 256} if counter.startswith("edge")
@@ -618,14 +619,107 @@ def tokenizer_cases() -> list[dict]:
                         engine=dict(vision, imageCounter=counter, imageCounterSettings=settings),
                         settings=dict(GREEDY), expect={"requests": [{"input_tokens": 4 + tokens}] * 2}))
     for counter, rules, tokens, why in (
-            ("edge-llm/internvl", ["TOK-MEDIA-5"], 514, "Edge-LLM always adds a thumbnail: 2 + 256 * (1 + 1)"),
-            ("hf/internvl", ["TOK-MEDIA-4"], 258, "transformers adds a thumbnail only to a grid of more than one "
-                                                  "tile: 2 + 256 * 1")):
+            ("edge-llm/qwen-vl", ["TOK-MEDIA-3"], 36,
+             "Edge-LLM 0.10 clamps each side to one factor first: max(28, 0) = 28 and round(35.71) = 36 -> 1008; "
+             "28 * 1008 = 28,224 lies in [3,136, 200,704]: (28/14)*(1008/14)/4 = 36 tokens"),
+            ("hf/qwen-vl", ["TOK-MEDIA-2"], 20,
+             "transformers rounds 10/28 to 0 and 1000/28 to 36: 0 * 1008 is below min_pixels 3,136, so "
+             "beta = sqrt(3,136 / 10,000) = 0.56, ceil(5.6/28)*28 = 28 and ceil(560/28)*28 = 560: (28/14)*(560/14)/4 "
+             "= 20 tokens")):
+        settings = ({"min_image_tokens": 4, "max_image_tokens": 256} if counter.startswith("edge")
+                    else {"min_pixels": 4 * 784, "max_pixels": 256 * 784})
+        out.append(case(f"sections/tok/{counter.replace('/', '-')}-thin-side", f"A 10 x 1000 image under {counter} "
+                        f"(patch 14, merge 2, bounds of 4 and 256 tokens): {why}. n = 4 + {tokens}.",
+                        rules + ["TOK-MEDIA-1"], [user(image("img_k_10x1000.png"), ask)],
+                        engine=dict(vision, imageCounter=counter, imageCounterSettings=settings),
+                        settings=dict(GREEDY, max_generate_length=2),
+                        expect={"requests": [{"input_tokens": 4 + tokens}]}))
+    for counter, rules, settings, tokens, why in (
+            ("edge-llm/internvl", ["TOK-MEDIA-5"], {"min_image_tokens": 256, "max_image_tokens": 1280}, 258,
+             "Edge-LLM 0.10 adds no thumbnail to one block while the vision engine's minimum profile is one block "
+             "(min_image_tokens 256): 2 + 256 * 1 (0.4 to 0.6 added one after every image: 514)"),
+            ("hf/internvl", ["TOK-MEDIA-4"], {"min_patches": 1, "max_patches": 4}, 258,
+             "transformers adds a thumbnail only to a grid of more than one tile: 2 + 256 * 1")):
         out.append(case(f"sections/tok/{counter.replace('/', '-')}-thumbnail", f"InternVL tiling under {counter}: a "
                         f"16x16 image takes a 1x1 grid of 448 tiles; {why} = {tokens} tokens. n = 4 + {tokens}.",
                         rules + ["TOK-MEDIA-1"], [user(image("img_a_16x16.png"), ask)],
-                        engine=dict(vision, imageCounter=counter), settings=dict(GREEDY),
+                        engine=dict(vision, imageCounter=counter, imageCounterSettings=settings), settings=dict(GREEDY),
                         expect={"requests": [{"input_tokens": 4 + tokens}]}))
+    return out
+
+
+def counter_bound_cases() -> list[dict]:
+    """Images at each comparison bound of every image counter and one step each side
+    (spec/media-tokens.md): a counter that compares with >= where its runtime compares with >,
+    or that reserves no thumbnail tile, counts one of them differently. Every count is derived
+    by hand in the case's description; the prompt adds 4 ids (<|image|> What ▁is ▁shown ?)."""
+    vision = {"maxInputLen": 2048, "maxKVCacheCapacity": 2304, "maxKVPoolPages": 0, "tokensPerPage": 16,
+              "tokenizer": "../../../../spec/tokenizers/phi-3-vision", "tokenizerLoader": "transformers-auto",
+              "vision": True}
+    ask = {"type": "text", "text": "\nWhat is shown?"}
+    one = dict(GREEDY, max_generate_length=1)
+    qwen = [  # (h, w, tokens, derivation) with min_pixels 4 * 784 = 3,136 and max_pixels 16 * 784 = 12,544
+        (40, 60, 6, "40 x 60 rounds to 28 x 56 = 1,568, below min_pixels: beta = sqrt(3,136 / 2,400) = 1.14310, "
+                    "ceil(45.72/28) = 2 and ceil(68.59/28) = 3: 56 x 84, 4 * 6 / 4 = 6"),
+        (50, 60, 4, "50 x 60 rounds to 56 x 56 = 3,136, equal to min_pixels and so not grown: 4 * 4 / 4 = 4"),
+        (50, 90, 6, "50 x 90 rounds to 56 x 84 = 4,704: 4 * 6 / 4 = 6"),
+        (110, 90, 12, "110 x 90 rounds to 112 x 84 = 9,408: 8 * 6 / 4 = 12"),
+        (110, 114, 16, "110 x 114 rounds to 112 x 112 = 12,544, equal to max_pixels and so not shrunk: "
+                       "8 * 8 / 4 = 16"),
+        (110, 130, 12, "110 x 130 rounds to 112 x 140 = 15,680, above max_pixels: beta = sqrt(14,300 / 12,544) = "
+                       "1.06771, floor(103.02/28) = 3 and floor(121.76/28) = 4: 84 x 112, 6 * 8 / 4 = 12"),
+    ]
+    aspect = {  # the aspect bound: 200 is not above 200; h = 2 rounds to 0, which only Edge-LLM clamps
+        "edge": [(2, 399, 14, "2 x 399 (aspect 199.5): max(28, 0) = 28 and round(14.25) = 14: 28 x 392 = 10,976, "
+                              "2 * 28 / 4 = 14"),
+                 (2, 400, 14, "2 x 400 (aspect 200, not above 200): 28 x 392, 14")],
+        "hf": [(2, 399, 29, "2 x 399 (aspect 199.5): 0 x 392 is below min_pixels: beta = sqrt(3,136 / 798) = "
+                            "1.98236, ceil(3.96/28) = 1 and ceil(790.96/28) = 29: 28 x 812, 2 * 58 / 4 = 29"),
+               (2, 400, 29, "2 x 400 (aspect 200, not above 200): beta = 1.97990, ceil(3.96/28) = 1, "
+                            "ceil(791.96/28) = 29: 28 x 812, 29")],
+    }
+    internvl = [  # tiles 2 .. 5: Edge-LLM from 768 and 1536 tokens (3 - 1, 6 - 1), transformers as set
+        (16, 16, 1282, "1:1 wants 1x1, below 2 tiles: 2x2 (difference 0): 2 + 256 * (4 + 1) = 1282"),
+        (16, 32, 770, "2:1 takes 2x1, at the minimum: 2 + 256 * (2 + 1) = 770"),
+        (16, 48, 1026, "3:1 takes 3x1: 2 + 256 * 4 = 1026"),
+        (16, 64, 1282, "4:1 takes 4x1: 2 + 256 * 5 = 1282"),
+        (16, 80, 1538, "5:1 takes 5x1, at the maximum: 2 + 256 * 6 = 1538"),
+        (16, 96, 1538, "6:1 would take 6x1, one tile beyond the maximum (Edge-LLM's sixth block is the thumbnail's): "
+                       "5x1 is the closest, 1538"),
+    ]
+    phi = [  # num_crops 4: the largest s with s * ceil(s / ratio) <= 4
+        (16, 63, 601, "16 x 63 (ratio 3.9375): s = 4 needs 4 * ceil(1.016) = 8 > 4, so s = 3: width 1008, height "
+                      "int(256.0) = 256 -> 336, 1x3 crops: (3 + 1) * 144 + 1 + (1 + 1) * 12 = 601"),
+        (16, 64, 745, "16 x 64 (ratio 4): s = 4 (4 * ceil(1) = 4, equal to num_crops), 5 * ceil(1.25) = 10: width "
+                      "1344, height 336, 1x4 crops: (4 + 1) * 144 + 1 + 2 * 12 = 745"),
+        (16, 65, 745, "16 x 65 (ratio 4.0625): s = 4 (4 * ceil(0.985) = 4): width 1344, height int(330.8) = 330 -> "
+                      "336, 1x4: 745"),
+    ]
+    table = [
+        ("hf/qwen-vl", {"min_pixels": 4 * 784, "max_pixels": 16 * 784}, ["TOK-MEDIA-2"], qwen + aspect["hf"]),
+        ("vllm/qwen-vl", {"min_pixels": 4 * 784, "max_pixels": 16 * 784}, ["TOK-MEDIA-2"], qwen + aspect["hf"]),
+        ("edge-llm/qwen-vl", {"min_image_tokens": 4, "max_image_tokens": 16}, ["TOK-MEDIA-3"], qwen + aspect["edge"]),
+        ("hf/internvl", {"min_patches": 2, "max_patches": 5}, ["TOK-MEDIA-4"], internvl),
+        ("edge-llm/internvl", {"min_image_tokens": 768, "max_image_tokens": 1536}, ["TOK-MEDIA-5"], internvl),
+        ("hf/phi-3-vision", {"num_crops": 4}, ["TOK-MEDIA-6"], phi),
+    ]
+    out = []
+    for counter, settings, rules, rows in table:
+        engine = dict(vision, imageCounter=counter, imageCounterSettings=settings)
+        shown = ", ".join(f"{k} {v}" for k, v in settings.items())
+        out.append(case(f"sections/tok/bounds-{counter.replace('/', '-')}", f"{counter} ({shown}) at its comparison "
+                        "bounds and one step each side, one image per request: " + "; ".join(r[3] for r in rows)
+                        + ". Each n is 4 more.", rules + ["TOK-MEDIA-1", "TOK-MEDIA-7"],
+                        [user(image(f"img_k_{h}x{w}.png"), ask) for h, w, _, _ in rows], engine=engine, settings=one,
+                        expect={"requests": [{"input_tokens": 4 + t} for _, _, t, _ in rows]}))
+    for counter, settings, rule in (("hf/qwen-vl", {"min_pixels": 4 * 784, "max_pixels": 16 * 784}, "TOK-MEDIA-2"),
+                                    ("edge-llm/qwen-vl", {"min_image_tokens": 4, "max_image_tokens": 16}, "TOK-MEDIA-3")):
+        out.append(case(f"sections/neg/aspect-limit-{counter.replace('/', '-')}", f"A 2 x 401 image has aspect 200.5, "
+                        f"above 200: {counter} refuses it (Edge-LLM 0.10 divides as real numbers too; 0.7.0's integer "
+                        "401 div 2 = 200 let it pass).", [rule, "TOK-MEDIA-1"],
+                        [user(image("img_k_2x401.png", up=2), ask)], engine=dict(vision, imageCounter=counter,
+                                                                                imageCounterSettings=settings),
+                        settings=one, negative={"phase": "parse", "path": "$.requests[0].messages[0].content[0].image"}))
     return out
 
 
@@ -738,7 +832,7 @@ def all_cases() -> dict[str, dict]:
     out = edge_llm_cases()
     for group in (identity_cases(), planning_cases(), media_cases(), publication_cases(), policy_cases(),
                   capacity_cases(), batching_cases(), hybrid_cases(), output_cases(), negative_cases(),
-                  catalogue_cases(), tokenizer_cases(), large_image_cases(), reach_cases(), speculative_cases()):
+                  catalogue_cases(), tokenizer_cases(), counter_bound_cases(), large_image_cases(), reach_cases(), speculative_cases()):
         for doc in group:
             out[doc["_conformance"]["id"] + ".json"] = doc
     return out

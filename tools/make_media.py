@@ -17,6 +17,10 @@ are fixed by the seeds below). What each asset is for:
   counter resizes (Qwen-VL's max-pixels branch, a 4x1 InternVL grid, a Phi-3-vision HD
   transform), of 2.5M, 3.0M and 1.4M samples: the numerical reference checks their encoder
   rows, whose resampling positions must be exact (spec/engine.md section 5).
+- `img_k_HxW.png`: images at the comparison bounds of the image counters and one grid step or
+  pixel each side (tools/make_cases.py `counter_bound_cases`): Qwen-VL's rounded area at
+  min_pixels and max_pixels and its aspect limit of 200, a 10-pixel side that Edge-LLM clamps to
+  one factor, InternVL's tile limits, Phi-3-vision's crop limit.
 - `img_t_16x32.png` / `img_t_32x16.png`: the same raw RGB bytes under transposed geometry:
   different items by CR-ID-4 although their bytes are equal.
 - `img_a_16x16` re-encoded: `_palette.png` (colour type 3), `_rgba.png` (alpha dropped),
@@ -102,6 +106,11 @@ def tone(seed: int, count: int) -> list[int]:
     return [rng.randrange(-20000, 20000) for _ in range(count)]
 
 
+# Sizes at and beside the image counters' comparison bounds (their counts: tools/make_cases.py)
+BOUND_SIZES = ((40, 60), (50, 60), (50, 90), (110, 90), (110, 114), (110, 130), (2, 399), (2, 400), (2, 401),
+               (10, 1000), (16, 48), (16, 64), (16, 80), (16, 96), (16, 32), (16, 16), (16, 63), (16, 65))
+
+
 def assets() -> dict[str, bytes]:
     a16 = pixels(1, 16, 16)
     out = {
@@ -116,6 +125,8 @@ def assets() -> dict[str, bytes]:
     }
     for seed, (h, w) in ((21, (900, 912)), (22, (448, 2240)), (23, (600, 800))):
         out[f"img_l_{h}x{w}.png"] = png_bytes(rgb_image(striped(seed, h, w), h, w))
+    for k, (h, w) in enumerate(BOUND_SIZES):
+        out[f"img_k_{h}x{w}.png"] = png_bytes(rgb_image(pixels(40 + k, h, w, colours=4), h, w))
     transposed = pixels(8, 16, 32)
     out["img_t_16x32.png"] = png_bytes(rgb_image(transposed, 16, 32))
     out["img_t_32x16.png"] = png_bytes(rgb_image(transposed, 32, 16))

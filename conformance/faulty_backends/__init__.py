@@ -64,7 +64,8 @@ metrics
     media-aware-per-batch           CR-MET-3   media-aware counted per batch
 tokenizer
     loader-ignored                  TOK-HF-2   tokenizer.json read raw whatever the engine's loader
-    edge-llm-rounds-half-even       TOK-MEDIA-3 Edge-LLM Qwen-VL images counted with transformers' rounding
+    edge-llm-qwen-vl-unclamped      TOK-MEDIA-3 Edge-LLM Qwen-VL images counted by transformers' smart_resize
+    qwen-vl-max-pixels-inclusive    TOK-MEDIA-3 an image whose rounded area equals max_pixels is shrunk
     internvl-thumbnail-always       TOK-MEDIA-4 HF InternVL adds a thumbnail to one-tile images
 
 Each class's docstring names its bug class, the rules it violates and the real-world issue it

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from reference.hybrid import slot_sizes
 
 from .. import oracle
-from .media import ENCODINGS, SIZES, ImageSpec, materialize
+from .media import ENCODINGS, SIZES, ImageSpec, bound_sizes, materialize
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 FAMILIES = {
@@ -118,8 +118,28 @@ def draw_setup(data, family: str, manifest: dict, engine: dict | None = None) ->
     for _ in range(draw(st.integers(1, 3), label="questions")):
         setup.questions.append(draw(st.text(LETTERS, min_size=1, max_size=min(P + 1, longest)), label="question"))
     if vision:
-        setup.images = draw_images(data)
+        setup.images = draw_images(data, image_sizes(setup))
     return setup
+
+
+def image_sizes(setup: Setup) -> tuple:
+    """The sizes images are drawn from: bytes-v1's, and on an engine that counts its images with a
+    runtime's counter also the sizes at that counter's bounds (generate/media.py `bound_sizes`)
+    whose count the runtime accepts and that fit a quarter of an input."""
+    engine = setup.hf_engine
+    counter = (engine.vision or {}).get("counter") if engine is not None else None
+    if not counter:
+        return SIZES
+    from reference.media_tokens import image_tokens
+    extra = []
+    for h, w in bound_sizes(counter, engine.vision.get("settings") or {}):
+        try:
+            fits = image_tokens(counter, h, w, engine.vision.get("settings")) <= setup.max_input // 4
+        except ValueError:      # the counter's runtime refuses the size
+            fits = False
+        if fits:
+            extra.append((h, w))
+    return SIZES + tuple(extra)
 
 
 def _draw_engine(draw, family: str, manifest: dict, features: set, models, vision: bool):
@@ -180,10 +200,10 @@ def policy_switch(setup: Setup, steps: int):
     return st.sampled_from([None, None] + list(range(1, steps)))
 
 
-def draw_images(data) -> list[ImageSpec]:
+def draw_images(data, sizes: tuple = SIZES) -> list[ImageSpec]:
     """A pool with relatives: every later image derives from an earlier one half of the time."""
     draw = data.draw
-    first = ImageSpec(draw(st.integers(1, 3), label="seed"), *draw(st.sampled_from(SIZES), label="size"))
+    first = ImageSpec(draw(st.integers(1, 3), label="seed"), *draw(st.sampled_from(sizes), label="size"))
     pool = [first]
     for _ in range(draw(st.integers(1, 3), label="images")):
         base = draw(st.sampled_from(pool), label="image_base")
@@ -195,7 +215,7 @@ def draw_images(data) -> list[ImageSpec]:
         elif how == "other_pixels":
             pool.append(base._replace(seed=base.seed + 10))
         else:
-            pool.append(ImageSpec(draw(st.integers(1, 5), label="seed"), *draw(st.sampled_from(SIZES), label="size")))
+            pool.append(ImageSpec(draw(st.integers(1, 5), label="seed"), *draw(st.sampled_from(sizes), label="size")))
     return pool
 
 

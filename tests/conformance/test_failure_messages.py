@@ -24,7 +24,7 @@ def _run(case_path: str, adapter):
 
 
 @pytest.mark.parametrize("variant,case_path,rule", [
-    ("edge-llm-rounds-half-even", "sections/tok/edge-llm-qwen-vl-rounding.json", "TOK-MEDIA-3"),   # an image
+    ("edge-llm-qwen-vl-unclamped", "sections/tok/edge-llm-qwen-vl-thin-side.json", "TOK-MEDIA-3"),   # an image
     ("loader-ignored", "sections/tok/phi3-mini-transformers-auto.json", "TOK-HF-3"),              # text only
 ])
 def test_a_wrong_input_length_on_an_hf_engine_cites_the_counter_or_loader_rule(variant, case_path, rule):

@@ -41,7 +41,8 @@ REQUIRED = {
                 "attention-ignores-cache", "wrong-lora-scale"],
     "support": ["fp8-kv-accepted", "hidden-states-not-bypassed"],
     "metrics": ["hit-counted-at-lookup", "media-aware-per-batch"],
-    "tokenizer": ["loader-ignored", "edge-llm-rounds-half-even", "internvl-thumbnail-always"],
+    "tokenizer": ["loader-ignored", "edge-llm-qwen-vl-unclamped", "internvl-thumbnail-always",
+                  "qwen-vl-max-pixels-inclusive"],
 }
 
 
