@@ -648,6 +648,49 @@ def tokenizer_cases() -> list[dict]:
     return out
 
 
+def template_and_emission_cases() -> list[dict]:
+    """The request file's template switches and the tokens a sampler may emit, on the
+    `qwen3-bytes` tokenizer (tests/test_cases/media: Qwen3's chat template over one token per
+    byte, specials <|endoftext|> 256, <|im_start|> 257, <|im_end|> 258 (the EOS), <think> 259,
+    </think> 260), so every count is the rendered text's bytes plus its specials."""
+    engine = {"maxInputLen": 256, "maxKVCacheCapacity": 320, "maxKVPoolPages": 0, "tokensPerPage": 16,
+              "tokenizer": "../../media/qwen3-bytes", "tokenizerLoader": "tokenizers-raw"}
+    chat = dict(GREEDY, apply_chat_template=True)
+    hello = user("Hello")
+    rendered = ("<|im_start|>user\\nHello<|im_end|>\\n is 1 + 10 + 1 + 1 = 13 ids; the generation prompt "
+                "<|im_start|>assistant\\n adds 1 + 10 = 11")
+    return [
+        case("sections/tok/template-thinking-off", "The request file's enable_thinking (false) wins over the "
+             "engine's chat_template_kwargs (true, TOK-HF-4): Qwen3's template then writes <think>\\n\\n</think>\\n"
+             f"\\n after the generation prompt, 1 + 2 + 1 + 2 = 6 more ids. {rendered}: n = 13 + 11 + 6 = 30 (24 "
+             "for a runtime that keeps the engine's keywords). The replay reuses the first page (16 ids).",
+             ["TOK-HF-4", "TOK-HF-9", "CR-PLAN-1"], [hello, hello],
+             engine=dict(engine, chatTemplateKwargs={"enable_thinking": True}),
+             settings=dict(chat, enable_thinking=False),
+             expect={"requests": [{"input_tokens": 30}, {"input_tokens": 30, "reused_tokens": 16}]}),
+        case("sections/tok/template-no-generation-prompt", "add_generation_prompt false (the request file's switch, "
+             f"TOK-HF-4): Qwen3's template stops after the last message. {rendered}: n = 13 (24 for a runtime that "
+             "always adds the generation prompt); a second conversation that continues the first, "
+             "<|im_start|>assistant\\nHi there<|im_end|>\\n (1 + 10 + 8 + 1 + 1 = 21) and "
+             "<|im_start|>user\\nMore<|im_end|>\\n (1 + 5 + 4 + 1 + 1 = 12), is 13 + 21 + 12 = 46.",
+             ["TOK-HF-4", "TOK-HF-9"],
+             [hello, turns(("user", "Hello"), ("assistant", "Hi there"), ("user", "More"))], engine=engine,
+             settings=dict(chat, add_generation_prompt=False),
+             expect={"requests": [{"input_tokens": 13}, {"input_tokens": 46}]}),
+        case("sections/tok/special-token-bias", "A logit bias of +100 on <think> (259, the file's) and on "
+             "<|im_start|> (257, request 1's own) leaves both unemitted: the engine emits only its normal tokens "
+             "and the EOS (spec/engine.md section 5, Emission), and the bias is added before that mask, so the "
+             "greedy answers are the float64 reference's under the same mask. Request 0 is <|im_start|>user\\nHello"
+             "<|im_end|>\\n<|im_start|>assistant\\n, 13 + 11 = 24 ids; request 1 feeds its answer back and asks "
+             "again, so a special token in the answer would also be in the next prompt's ids.",
+             ["TOK-HF-9", "CR-OUT-1", "CR-OUT-2"],
+             [hello, dict(turns(("user", "Hello"), ("assistant", "{{output:0}}"), ("user", "Why?")),
+                          logit_bias={"257": 100})],
+             engine=engine, settings=dict(chat, max_generate_length=6, logit_bias={"259": 100}),
+             expect={"requests": [{"input_tokens": 24}, None]}),
+    ]
+
+
 def counter_bound_cases() -> list[dict]:
     """Images at each comparison bound of every image counter and one step each side
     (spec/media-tokens.md): a counter that compares with >= where its runtime compares with >,
@@ -832,7 +875,7 @@ def all_cases() -> dict[str, dict]:
     out = edge_llm_cases()
     for group in (identity_cases(), planning_cases(), media_cases(), publication_cases(), policy_cases(),
                   capacity_cases(), batching_cases(), hybrid_cases(), output_cases(), negative_cases(),
-                  catalogue_cases(), tokenizer_cases(), counter_bound_cases(), large_image_cases(), reach_cases(), speculative_cases()):
+                  catalogue_cases(), tokenizer_cases(), template_and_emission_cases(), counter_bound_cases(), large_image_cases(), reach_cases(), speculative_cases()):
         for doc in group:
             out[doc["_conformance"]["id"] + ".json"] = doc
     return out

@@ -67,6 +67,8 @@ tokenizer
     edge-llm-qwen-vl-unclamped      TOK-MEDIA-3 Edge-LLM Qwen-VL images counted by transformers' smart_resize
     qwen-vl-max-pixels-inclusive    TOK-MEDIA-3 an image whose rounded area equals max_pixels is shrunk
     internvl-thumbnail-always       TOK-MEDIA-4 HF InternVL adds a thumbnail to one-tile images
+    template-switches-ignored       TOK-HF-4   the file's add_generation_prompt and enable_thinking dropped
+    special-tokens-emitted          CR-OUT-1   an hf engine's sampler may emit added and special tokens
 
 Each class's docstring names its bug class, the rules it violates and the real-world issue it
 mirrors; README.md in this folder has the kill matrix.

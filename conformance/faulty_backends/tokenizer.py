@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from gpu_backend import image_counters
 from gpu_backend.hf_prompt import HFText
 from gpu_backend.runtime import Runtime
@@ -120,3 +122,52 @@ class InternvlThumbnailAlways(Runtime):
 
     def _load_vocab(self, cfg):
         return _with_counter(self, cfg, _thumbnail_always)
+
+
+class _SwitchesIgnored(HFText):
+    """An HFText that renders every chat with the generation prompt and the engine's keywords."""
+
+    def layout(self, messages, chat: bool, add_generation_prompt: bool, keywords: dict | None = None):
+        return super().layout(messages, chat, True, None)                              # DEFECT
+
+
+@variant("template-switches-ignored", "tokenizer")
+class TemplateSwitchesIgnored(Runtime):
+    """The request file's template switches are dropped: every chat is rendered with the
+    generation prompt and with the engine's chat_template_kwargs only, whatever the file's
+    `add_generation_prompt` and `enable_thinking` say.
+
+    Bug class: chat-template-kwargs-dropped. Violates: TOK-HF-4.
+    Mirrors: raullenchai/Rapid-MLX #387 / PR #389 (`chat_template_kwargs: {enable_thinking: false}`
+    silently dropped by the request model, so the template ran with thinking on) and
+    unslothai/unsloth PR #6202 (the Responses route did not forward `chat_template_kwargs`);
+    Qwen3's template writes an empty think block after the generation prompt only when the
+    request turns thinking off (spec/hf-tokenizer.md TOK-HF-4).
+    """
+
+    def _load_vocab(self, cfg):
+        vocab = Runtime._load_vocab(self, cfg)
+        if isinstance(vocab, HFText):
+            vocab.__class__ = _SwitchesIgnored
+        return vocab
+
+
+@variant("special-tokens-emitted", "tokenizer")
+class SpecialTokensEmitted(Runtime):
+    """The sampler of an hf engine may emit every id of the vocabulary, added and special tokens
+    included, where the engine emits only its normal tokens and its EOS.
+
+    Bug class: special-token-emitted. Violates: CR-OUT-1.
+    Mirrors: ml-explore/mlx-swift-lm PR #412 (multimodal placeholder tokens sampled as text:
+    `<audio|>` in text-only replies, also jundot/omlx #1670) and NVIDIA-NeMo/Speech PR #14555
+    (special tokens sampled, fixed by masking every special token but the EOS); the bundled
+    weights give added tokens negligible probability, so only a request's logit bias on one
+    reaches it (spec/engine.md section 5, Emission).
+    """
+
+    def _load_vocab(self, cfg):
+        vocab = Runtime._load_vocab(self, cfg)
+        if isinstance(vocab, HFText):
+            vocab.allowed = torch.ones_like(vocab.allowed)                               # DEFECT
+            vocab.allowed_count = int(vocab.allowed.sum())
+        return vocab
