@@ -401,6 +401,18 @@ def capacity_cases() -> list[dict]:
         case("sections/cap/pool-below-minimum", "A pool of 5 pages where batch size 1 and capacity 24 need 6: the "
              "build must refuse (and a runtime given such an engine must refuse it).",
              ["CR-CAP-1", "CR-SUP-3"], [user("abcd")], engine=dict(small, maxKVPoolPages=5)),
+        case("sections/cap/runtime-pool-below-minimum", "The runtime's own start-up check: an engine built with the "
+             "minimum pool of 6 pages (batch size 1, capacity 24, P = 4: 1 * ceil(24/4) = 6), handed to the runtime "
+             "with a hand-written description of 5 pages (the build refuses 5, so only such a description reaches "
+             "the runtime). With reuse on the deployment is refused at start-up (CR-SUP-3): no responses.",
+             ["CR-SUP-3", "CR-CAP-1"], [user("abcd")], engine=dict(small, maxKVPoolPages=6),
+             description_edits={"kv_pool_pages": 5}, expect={"rejected": {"rule": "CR-SUP-3"}}),
+        case("sections/cap/runtime-pool-at-minimum", "An engine built with 7 pages, handed to the runtime with a "
+             "hand-written description of 6, the CR-CAP-1 minimum (1 * ceil(24/4)): the deployment runs. abcdefgh "
+             "commits 2 pages; its replay matches both and rewinds one (CR-PLAN-2): reused 4.",
+             ["CR-SUP-3", "CR-CAP-1", "CR-PLAN-2"], [user("abcdefgh"), user("abcdefgh")],
+             engine=dict(small, maxKVPoolPages=7), description_edits={"kv_pool_pages": 6},
+             expect={"requests": [MISS, fact("full_input_rewind", 8, 4)]}),
     ]
     return out
 

@@ -132,6 +132,7 @@ class InprocessSession(Session):
 class InprocessAdapter(Adapter):
     name = "inprocess"
     sessions = True
+    edits_descriptions = True   # the runtime reads the engine's config.json: a case may hand it an edited one
 
     def __init__(self, device: str = "auto", timeout: float | None = 120.0, runtime_factory=None,
                  engine_dir: str | None = None):
@@ -147,6 +148,7 @@ class InprocessAdapter(Adapter):
         self.salt = "gpu_backend:" + source_digest(Path(list(gpu_backend.__path__)[0]))
         self._manifest = None
         self.fixed = fixed_engine(engine_dir) if engine_dir else None
+        self.edits_descriptions = self.fixed is None
 
     def capabilities(self) -> dict:
         if self._manifest is None:

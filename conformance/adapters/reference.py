@@ -130,6 +130,7 @@ class ReferenceSession(Session):
 class ReferenceAdapter(Adapter):
     name = "reference"
     sessions = True
+    edits_descriptions = True    # it runs on descriptions alone
 
     def capabilities(self) -> dict:
         return {

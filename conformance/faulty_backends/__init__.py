@@ -58,6 +58,7 @@ compute
     wrong-lora-scale                CR-OUT-1   LoRA deltas applied at twice their scale
 support
     fp8-kv-accepted                 CR-SUP-2   FP8 KV accepted with reuse
+    pool-minimum-off-by-one         CR-SUP-3   a pool one page below the CR-CAP-1 minimum accepted
     hidden-states-not-bypassed      CR-POL-3   hidden-state output does not force bypass
 metrics
     hit-counted-at-lookup           CR-MET-2   hits counted at lookup (forced-cold / trimmed as hit)
