@@ -332,6 +332,48 @@ def publication_cases() -> list[dict]:
     ]
 
 
+def profile_presence_cases() -> list[dict]:
+    """Behaviour of one semantics profile that no case reached (spec/profiles.md): edge-llm-0.10's
+    merged media runs with two runs of two images, an item swapped inside a run, and its
+    prefill section on a run with neither reuse nor --dumpProfile. Each holds in both profiles,
+    with the counts of each derived by hand."""
+    a, b, c, g = (image(f"img_{k}_16x16.png") for k in ("a", "b", "c", "g"))
+    g = image("img_g_16x16_rgb.png")
+    r0 = user("ab", a, b, "cd", c, g, "efgh")
+    swapped_in_run2 = user("ab", a, b, "cd", g, c, "efgh")
+    swapped_in_run1 = user("ab", a, c, "cd", c, g, "efgh")
+    return [
+        case("sections/media/merged-runs-two-by-two", "Two runs of two adjacent 16x16 images (one placeholder "
+             "each), P = 4: r0 is a b A B | c d C G | e f g h (n = 12). r1 swaps the two images of the second run "
+             "(G C), r2 swaps the second image of the first run (A C). Under kvconform-1 each image is its own item: "
+             "r1 shares page 0 only (reused 4, no trim: position 3 is B and 4 is text), r2 nothing (page 0 holds C "
+             "where r0 has B). Under edge-llm-0.10 each run is one item and the k-th run takes the k-th image's "
+             "digest, so r0's second run is keyed as B, r1's as B too (its second image is still B): r1 matches all "
+             "three pages and rewinds one (CR-PLAN-2), restated as a standard plan of 8 (CR-MEDIA-4); r2's second run is keyed as its second image, C: "
+             "page 0 only (reused 4). A runtime that keys each run by its own first image gets r1 4 and r2 8.",
+             ["CR-ID-4", "CR-MEDIA-1", "CR-MEDIA-4"], [r0, swapped_in_run2, swapped_in_run1], engine=VISION4,
+             expect={"requests": [MISS, fact("standard", 4), MISS]},
+             profile_expect={"edge-llm-0.10": {"requests": [MISS, fact("standard", 8), fact("standard", 4)]}}),
+        case("sections/media/trim-over-other-pixels", "Batches of two, P = 4: aaa + T (the 32x16 image of "
+             "img_t, 2 placeholders at 3-4) publishes page 0 [a a a T]; then aaa + T' (the 16x32 image of the same "
+             "bytes) and aaa + T in one batch. Under kvconform-1 T' is another item: request 2 misses, request 3 "
+             "matches page 0 and gives it back (positions 3 and 4 are one item, CR-MEDIA-3): reused 0. Under "
+             "edge-llm-0.10 the key is the raw bytes, so both match page 0 and give it back, and both recompute it "
+             "into the one shared page with their own pixels (CR-MEDIA-5): their outputs are not defined, and "
+             "are not compared; their counts are.", ["CR-MEDIA-5", "CR-MEDIA-3", "CR-ID-4"],
+             [user("aaa", image("img_t_32x16.png")), user("zzzz"), user("aaa", image("img_t_16x32.png")),
+              user("aaa", image("img_t_32x16.png"))], engine=dict(VISION4, maxBatchSize=2),
+             settings=dict(GREEDY, batch_size=2), expect={"requests": [MISS, MISS, MISS, MISS]}),
+        case("sections/pol/reuse-off-without-dump-profile", "Neither --enableContextReuse nor --dumpProfile: the "
+             "profile file has no context_cache section (CR-POL-6); under edge-llm-0.10 it still has the prefill "
+             "section (0.10 writes it with every profile file, spec/profiles.md M8): abcdefgh twice, two prefill "
+             "runs of 8 tokens each, nothing reused (kvconform-1 writes no prefill section without --dumpProfile).",
+             ["CR-MET-12", "CR-POL-6"], [user("abcdefgh"), user("abcdefgh")], runtime={},
+             profile_expect={"edge-llm-0.10": {"prefill": {"total_runs": 2, "reused_tokens": 0,
+                                                           "computed_tokens": 16}}}),
+    ]
+
+
 def policy_cases() -> list[dict]:
     body = [user("abcdefghij"), turns(("user", "abcdefghij"), ("assistant", "{{output:0}}"), ("user", "klm")),
             user("abcdefghij")]
@@ -887,7 +929,7 @@ def all_cases() -> dict[str, dict]:
     out = edge_llm_cases()
     for group in (identity_cases(), planning_cases(), media_cases(), publication_cases(), policy_cases(),
                   capacity_cases(), batching_cases(), hybrid_cases(), output_cases(), negative_cases(),
-                  catalogue_cases(), tokenizer_cases(), template_and_emission_cases(), counter_bound_cases(), large_image_cases(), reach_cases(), speculative_cases()):
+                  catalogue_cases(), profile_presence_cases(), tokenizer_cases(), template_and_emission_cases(), counter_bound_cases(), large_image_cases(), reach_cases(), speculative_cases()):
         for doc in group:
             out[doc["_conformance"]["id"] + ".json"] = doc
     return out

@@ -20,6 +20,7 @@ identity
     weak-16bit-digest               CR-ID-6    16-bit page keys (birthday collisions)
     checkpoint-partial-page-ignored CR-HYB-5   checkpoint key without its partial page's positions
     sub-page-checkpoint-without-lora CR-ID-3   a checkpoint shorter than a page keyed without its adapter
+    merged-run-own-first-digest     CR-ID-4    edge-llm-0.10: a merged run keyed by its own first image
 planning
     full-hit-zero-token-prefill     CR-PLAN-2  no rewind: a full hit leaves nothing to compute
     full-hit-replays-last-token     CR-PLAN-2  full hit keeps every page, replays the last token
@@ -63,6 +64,7 @@ support
 metrics
     hit-counted-at-lookup           CR-MET-2   hits counted at lookup (forced-cold / trimmed as hit)
     media-aware-per-batch           CR-MET-3   media-aware counted per batch
+    prefill-section-only-with-reuse CR-MET-12  edge-llm-0.10: no prefill section without reuse or --dumpProfile
 tokenizer
     loader-ignored                  TOK-HF-2   tokenizer.json read raw whatever the engine's loader
     edge-llm-qwen-vl-unclamped      TOK-MEDIA-3 Edge-LLM Qwen-VL images counted by transformers' smart_resize
