@@ -81,17 +81,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # --- one target, in a worker process ---------------------------------------------------------------
 
-def case_cost(case) -> tuple:
-    """Cheap first: fewer requests, smaller generation budget (a proxy for run time). A case on an
-    engine with a real tokenizer comes after every bytes-v1 case: loading the tokenizer, prompts of
-    hundreds of tokens and their float64 reference take 0.3 to 1.2 s where a bytes-v1 case takes
-    0.05 to 0.3 s, and a variant that every case catches should not pay for them first."""
-    doc = case.doc
-    n = len(doc.get("requests") or [])
-    gen = (case.runtime.get("maxGenerateLength") or doc.get("max_generate_length", 256)) if doc.get("requests") else 0
-    return ("tokenizer" in case.engine_args, n * min(gen, 64) + n, case.id)
-
-
 def compares_logprobs(case) -> bool:
     """Whether running this case compares log-probabilities: greedy outputs compared with the
     bypass replay, log-probabilities asked for, and a run that must produce responses."""
@@ -148,7 +137,7 @@ def run_target(kind: str, name: str, opts: dict, part: str | None = None) -> dic
     target. Variants stop at the first case that catches them (except with --generated-only)."""
     import torch
     torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and workers must not oversubscribe
-    from ..suite import make_plan
+    from ..suite import case_cost, make_plan
 
     started = time.monotonic()
     profile = _variant_profile(name) if kind == "variant" else None
@@ -228,7 +217,7 @@ def _run_parts(adapter, kind: str, name: str, opts: dict, plan, cases, families,
     import tempfile
     from ..execute import run_case
     from ..generate import run_generated
-    from ..verdicts import Verdict
+    from ..suite import stops_a_fail_fast_run
     try:
         manifest, manifest_error = adapter.capabilities(), ""
     except Exception as e:  # the broken adapter
@@ -237,7 +226,7 @@ def _run_parts(adapter, kind: str, name: str, opts: dict, plan, cases, families,
     for case in cases:
         r = run_case(case, adapter, manifest, manifest_error)
         results.append(r)
-        if stop and r.verdict >= Verdict.TIMEOUT:
+        if stop and stops_a_fail_fast_run(r):          # the screening of `kvconform run --fail-fast`
             killer = r
             break
     if killer is None:
@@ -251,7 +240,7 @@ def _run_parts(adapter, kind: str, name: str, opts: dict, plan, cases, families,
                                   run_case_fn=lambda c: run_case(c, adapter, manifest, manifest_error),
                                   shrink=opts["shrink"] or kind != "variant" and name != "broken-judging")
                 results.append(r)
-                if kind == "variant" and r.verdict >= Verdict.TIMEOUT:
+                if kind == "variant" and stops_a_fail_fast_run(r):
                     killer = killer or r
                     if stop:
                         break
