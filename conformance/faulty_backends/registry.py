@@ -60,8 +60,8 @@ CATALOGUE: dict[str, Variant] = {}
 
 def _docfields(cls) -> dict:
     doc = cls.__doc__ or ""
-    lines = [" ".join(l.split()) for l in doc.strip().splitlines()]
-    out = {"summary": lines[0] if lines else ""}
+    first = " ".join(doc.strip().split("\n\n")[0].split())        # the first paragraph, on one line
+    out = {"summary": re.split(r"(?<=[.:;])\s", first, maxsplit=1)[0].rstrip(".:;") if first else ""}
     text = " ".join(doc.split())
     for key, label in _FIELDS.items():
         m = re.search(rf"{label}: (.+?)(?= (?:Bug class|Violates|Mirrors): |$)", text)
