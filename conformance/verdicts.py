@@ -184,7 +184,8 @@ def headline_clauses(summary: dict) -> list[str]:
            "SELF-CHECK FAILED": ["no backend was tested: the oracle ran against itself"]}.get(summary.get("headline"), [])
     stop = summary.get("stopped_early")
     if stop:
-        out = [f"stopped early at the first failure, {stop['at']} (--fail-fast): {stop['not_run']} item(s) not run"] + out
+        out = [f"stopped early at the first failure, {stop['at']} (--fail-fast): {stop['not_run']} item(s) "
+               "not run"] + out
     if summary.get("outputs_judged_against") == "bypass replay only" and summary.get("judged"):
         out.append("outputs compared with the bypass replay only: no numerical reference checked them")
     return out

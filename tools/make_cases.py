@@ -349,7 +349,8 @@ def profile_presence_cases() -> list[dict]:
              "r1 shares page 0 only (reused 4, no trim: position 3 is B and 4 is text), r2 nothing (page 0 holds C "
              "where r0 has B). Under edge-llm-0.10 each run is one item and the k-th run takes the k-th image's "
              "digest, so r0's second run is keyed as B, r1's as B too (its second image is still B): r1 matches all "
-             "three pages and rewinds one (CR-PLAN-2), restated as a standard plan of 8 (CR-MEDIA-4); r2's second run is keyed as its second image, C: "
+             "three pages and rewinds one (CR-PLAN-2), restated as a standard plan of 8 (CR-MEDIA-4); r2's "
+             "second run is keyed as its second image, C: "
              "page 0 only (reused 4). A runtime that keys each run by its own first image gets r1 4 and r2 8.",
              ["CR-ID-4", "CR-MEDIA-1", "CR-MEDIA-4"], [r0, swapped_in_run2, swapped_in_run1], engine=VISION4,
              expect={"requests": [MISS, fact("standard", 4), MISS]},
@@ -809,14 +810,16 @@ def counter_bound_cases() -> list[dict]:
                         + ". Each n is 4 more.", rules + ["TOK-MEDIA-1", "TOK-MEDIA-7"],
                         [user(image(f"img_k_{h}x{w}.png"), ask) for h, w, _, _ in rows], engine=engine, settings=one,
                         expect={"requests": [{"input_tokens": 4 + t} for _, _, t, _ in rows]}))
-    for counter, settings, rule in (("hf/qwen-vl", {"min_pixels": 4 * 784, "max_pixels": 16 * 784}, "TOK-MEDIA-2"),
-                                    ("edge-llm/qwen-vl", {"min_image_tokens": 4, "max_image_tokens": 16}, "TOK-MEDIA-3")):
+    for counter, settings, rule in (
+            ("hf/qwen-vl", {"min_pixels": 4 * 784, "max_pixels": 16 * 784}, "TOK-MEDIA-2"),
+            ("edge-llm/qwen-vl", {"min_image_tokens": 4, "max_image_tokens": 16}, "TOK-MEDIA-3")):
         out.append(case(f"sections/neg/aspect-limit-{counter.replace('/', '-')}", f"A 2 x 401 image has aspect 200.5, "
                         f"above 200: {counter} refuses it (Edge-LLM 0.10 divides as real numbers too; 0.7.0's integer "
                         "401 div 2 = 200 let it pass).", [rule, "TOK-MEDIA-1"],
                         [user(image("img_k_2x401.png", up=2), ask)], engine=dict(vision, imageCounter=counter,
                                                                                 imageCounterSettings=settings),
-                        settings=one, negative={"phase": "parse", "path": "$.requests[0].messages[0].content[0].image"}))
+                        settings=one,
+                        negative={"phase": "parse", "path": "$.requests[0].messages[0].content[0].image"}))
     return out
 
 
@@ -929,7 +932,8 @@ def all_cases() -> dict[str, dict]:
     out = edge_llm_cases()
     for group in (identity_cases(), planning_cases(), media_cases(), publication_cases(), policy_cases(),
                   capacity_cases(), batching_cases(), hybrid_cases(), output_cases(), negative_cases(),
-                  catalogue_cases(), profile_presence_cases(), tokenizer_cases(), template_and_emission_cases(), counter_bound_cases(), large_image_cases(), reach_cases(), speculative_cases()):
+                  catalogue_cases(), profile_presence_cases(), tokenizer_cases(), template_and_emission_cases(),
+                  counter_bound_cases(), large_image_cases(), reach_cases(), speculative_cases()):
         for doc in group:
             out[doc["_conformance"]["id"] + ".json"] = doc
     return out

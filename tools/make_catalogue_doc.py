@@ -18,6 +18,7 @@ conformance/faulty_backends/README.md and the short table of README.md.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import sys
@@ -47,16 +48,20 @@ def load_kills() -> dict:
 
 def record_selftest(folder: Path, kills: dict) -> dict:
     """kills.json with the kills of a selftest run (a partial run updates only its variants)."""
-    doc = json.loads((folder / "selftest.json").read_text())
+    path = folder / "selftest.json"
+    doc = json.loads(path.read_text())
     out = {"run": {"command": "kvconform selftest " + (f"--jobs {doc['settings']['jobs']}"),
                    "wall_s": doc["wall_s"], "cores": doc["settings"].get("cores"),
-                   "kill_rate": doc["kill_rate"], "date": doc.get("date")},
+                   "kill_rate": doc["kill_rate"],
+                   "date": datetime.date.fromtimestamp(path.stat().st_mtime).isoformat()},
            "variants": dict(kills.get("variants", {}))}
     for v in doc["variants"]:
         k = v.get("kill") or {}
         entry = dict(out["variants"].get(v["name"], {}))
         entry.update({"case": k.get("case"), "verdict": k.get("verdict"), "rule": k.get("rule"),
-                      "check": k.get("check"), "observables": k.get("observables") or [],
+                      "check": k.get("check"), "observable": k.get("observable"),
+                      "observables": [k.get("observable")] + [o for o in k.get("observables") or []
+                                                              if o != k.get("observable")] if k else [],
                       "killed": bool(v.get("killed"))})
         if v.get("profile"):
             entry["profile"] = v["profile"]
@@ -103,7 +108,7 @@ def catalogue_table(cat, groups, kills: dict) -> str:
             + (f" ({run['wall_s']:.0f} s wall on {run.get('cores')} cores, kill rate "
                f"{run['kill_rate']['killed']}/{run['kill_rate']['total']})" if run.get("wall_s") else "")
             + "; \"generated families alone\" is `kvconform selftest --generated-only --examples 100` "
-              "(each family run to its end, no curated case).")
+              "(each family run to its end, no curated case)." + _tally(cat, kills))
     lines = [head, "",
              "| variant | bug class | violates | mirrors | caught by (first case, gate order) | check | "
              "observables that disagreed | generated families alone |",
@@ -121,18 +126,32 @@ def catalogue_table(cat, groups, kills: dict) -> str:
     return "\n".join(lines)
 
 
+def _tally(cat, kills: dict) -> str:
+    """How many variants each kind of check and each observable caught first."""
+    entries = [kills["variants"].get(n) or {} for n in cat]
+    def counts(key):
+        seen: dict = {}
+        for e in entries:
+            value = e.get(key)
+            if value:
+                seen[value] = seen.get(value, 0) + 1
+        return ", ".join(f"{k} {v}" for k, v in sorted(seen.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f" Caught first by: {counts('check')}; the first observable that disagreed: {counts('observable')}."
+
+
 def readme_table(cat, kills: dict) -> str:
     run = kills.get("run") or {}
     rate = run.get("kill_rate") or {}
     lines = [f"**{len(cat)} variants; kill rate {rate.get('killed', '?')}/{rate.get('total', '?')}** in the last "
-             f"recorded run (`{run.get('command', 'kvconform selftest')}`, {run.get('wall_s', 0):.0f} s wall on "
-             f"{run.get('cores', '?')} cores; conformance/faulty_backends/kills.json).", "",
+             f"recorded run (`{run.get('command', 'kvconform selftest')}`, {run.get('date')}, "
+             f"{run.get('wall_s', 0):.0f} s wall on {run.get('cores', '?')} cores shared with other work; "
+             "conformance/faulty_backends/kills.json)." + _tally(cat, kills), "",
              "| variant | violates | caught first by | check | observable |", "|---|---|---|---|---|"]
     for v in cat.values():
         e = kills["variants"].get(v.name) or {}
         name = f"`{v.name}`" + (f" ({v.profile})" if v.profile else "")
         lines.append(f"| {name} | {v.rule} | `{e.get('case', 'not measured')}` | {e.get('check', '')} | "
-                     f"{(e.get('observables') or [''])[0]} |")
+                     f"{e.get('observable', '')} |")
     return "\n".join(lines)
 
 
@@ -169,7 +188,8 @@ def main(argv: list[str]) -> int:
     problems = registry_problems(kills)
     stale = [p for p, text in rendered(kills).items() if p.read_text() != text]
     if "--check" in argv:
-        for line in problems + [f"stale: {p.relative_to(ROOT)} (run python tools/make_catalogue_doc.py)" for p in stale]:
+        stale_lines = [f"stale: {p.relative_to(ROOT)} (run python tools/make_catalogue_doc.py)" for p in stale]
+        for line in problems + stale_lines:
             print(line)
         return 1 if problems or stale else 0
     for path, text in rendered(kills).items():

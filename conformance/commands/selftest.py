@@ -92,6 +92,8 @@ def compares_logprobs(case) -> bool:
         return False
     try:
         engine = oracle.derive_engine(case.engine_args)
+        if case.meta.get("description_edits"):      # the runtime is handed an edited description
+            engine = oracle.engine_of({**engine.to_config(), **case.meta["description_edits"]})
     except oracle.InputError:
         return False              # a refused build runs nothing
     return oracle.rejection(engine, oracle.flags_of(case.runtime)) is None
