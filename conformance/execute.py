@@ -193,7 +193,8 @@ class Runner:
         linked. Only where the runtime reads that config.json (the bundled builder's engines)."""
         if not getattr(self.adapter, "edits_descriptions", False):
             self.settle(Verdict.NOT_SUPPORTED, "the case hands the runtime a hand-written engine description "
-                                               "(description_edits); this adapter's engines are not the kit's to edit")
+                                               "(description_edits); this adapter's engines are not the kit's "
+                                               "to edit")
         self.result.details["description_edits"] = dict(edits)
         if handle.directory is None:             # the oracle posing as a backend reads the description only
             return Engine(f"{handle.key}-{digest(edits)}", {**handle.config, **edits})
