@@ -141,8 +141,8 @@ def compare_requests(predicted: list[dict], responses: list[dict], ex: Explainer
                                "error" if p["status"] == "error" else "not error", r.get("finish_reason"), why, i))
             continue
         if input_tokens and "input_tokens" in r and r["input_tokens"] != p["input_tokens"]:
-            out.append(Failure(None, f"responses[{i}].input_tokens", p["input_tokens"], r["input_tokens"],
-                               ex.input_tokens(i), i))
+            rule, why = ex.input_tokens(i)
+            out.append(Failure(rule, f"responses[{i}].input_tokens", p["input_tokens"], r["input_tokens"], why, i))
         want = p.get("context_cache")
         if not per_request or want is None:
             continue

@@ -6,6 +6,9 @@ nothing here catches a crash to call it NOT_SUPPORTED.
 """
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +20,7 @@ from . import oracle
 from .adapters.base import (Adapter, AdapterError, BuildRefused, Engine, RunResult, is_greedy,
                             missing_capabilities, observable, requirements)
 from .cases import Case, bypass_replay_of, materialize, resolve_outputs, template_refs
-from .engines import cache_root
+from .engines import cache_root, digest
 from .materialize import NotExpressible, materialize_for
 from .numerics import check_outputs
 from .compare import MISSING, check_shape, compare_outputs, compare_profile, compare_requests, dotted_get, leaves
@@ -157,6 +160,10 @@ class Runner:
         args = self.case.engine_args
         fixed = self.adapter.fixed_engine()
         if fixed is not None:                 # materialized for it: its own description is the truth
+            if self.case.meta.get("description_edits"):
+                self.settle(Verdict.NOT_SUPPORTED, "the case hands the runtime a hand-written engine "
+                                                   "description (description_edits); the engine under test is "
+                                                   "not the kit's to edit")
             return fixed, self.engine_of(fixed)
         try:
             derived = oracle.derive_engine(args)
@@ -176,7 +183,38 @@ class Runner:
                                         "spec/engine.md derives the description from the build arguments"))
         if self.result.failures:
             raise Settled
+        edits = self.case.meta.get("description_edits")
+        if edits:
+            handle = self.edited(handle, edits)
         return handle, self.engine_of(handle)
+
+    def edited(self, handle: Engine, edits: dict) -> Engine:
+        """The built engine with a hand-written description (spec/RUNNING.md section 4 step 2):
+        a copy of its folder whose config.json has `edits` over the built one, the other files
+        linked. Only where the runtime reads that config.json (the bundled builder's engines)."""
+        if not getattr(self.adapter, "edits_descriptions", False):
+            self.settle(Verdict.NOT_SUPPORTED, "the case hands the runtime a hand-written engine description "
+                                               "(description_edits); this adapter's engines are not the kit's "
+                                               "to edit")
+        self.result.details["description_edits"] = dict(edits)
+        if handle.directory is None:             # the oracle posing as a backend reads the description only
+            return Engine(f"{handle.key}-{digest(edits)}", {**handle.config, **edits})
+        source = Path(handle.directory)
+        raw = json.loads((source / "config.json").read_text())
+        folder = cache_root() / "described" / f"{handle.key}-{digest(edits)}"
+        if not (folder / "config.json").exists():
+            tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            for entry in source.iterdir():
+                if entry.name != "config.json":
+                    (tmp / entry.name).symlink_to(entry.resolve())
+            (tmp / "config.json").write_text(json.dumps({**raw, **edits}, indent=1))
+            try:
+                tmp.rename(folder)
+            except OSError:          # another worker wrote it first: the same content
+                shutil.rmtree(tmp, ignore_errors=True)
+        return Engine(folder.name, json.loads((folder / "config.json").read_text()), str(folder))
 
     def engine_of(self, handle: Engine):
         try:
@@ -298,6 +336,12 @@ class Runner:
         if refused is None:
             self.fail(Failure(None, "deployment", "accepted", f"refused (exit {main.exit_code}): {main.message}",
                               "no CR-SUP rule or CR-HYB-2 refuses this engine and these flags"))
+        if main.outcome == "input_error":
+            where = f"{main.error_path}: " if main.error_path else ""
+            self.fail(Failure(refused.rule, "deployment", f"the {refused.rule} refusal", "refused as bad input",
+                              f"the backend exited {main.exit_code} with {where}{main.message[:200]}; a deployment "
+                              f"{refused.rule} refuses is refused at start-up as such (\"{refused.message}\"; "
+                              "spec/RUNNING.md section 2: a non-zero exit other than 2, which means bad input)"))
         if main.outcome != "rejected":
             self.fail(Failure(refused.rule, "deployment", f"refused: {refused.message}",
                               f"{main.outcome} (exit {main.exit_code})",

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from .verdicts import Verdict
 
+# The rule that defines each part of an hf engine's input length (spec/hf-tokenizer.md,
+# spec/media-tokens.md): the loader's ids, the image counter's count.
+LOADER_RULES = {"tokenizers-raw": "TOK-HF-2", "transformers-auto": "TOK-HF-3"}
+COUNTER_RULES = {"hf/qwen-vl": "TOK-MEDIA-2", "vllm/qwen-vl": "TOK-MEDIA-2", "edge-llm/qwen-vl": "TOK-MEDIA-3",
+                 "hf/internvl": "TOK-MEDIA-4", "edge-llm/internvl": "TOK-MEDIA-5", "hf/phi-3-vision": "TOK-MEDIA-6"}
+
 
 class Explainer:
     def __init__(self, engine, flags, prediction):
@@ -253,14 +259,26 @@ class Explainer:
         return "CR-CAP-8", (f"batch {p.get('batch_idx')} is admissible (length limits and pool of CR-CAP-1 hold), "
                             f"but the backend failed it: {str(r.get('output_text'))[:120]}")
 
-    def input_tokens(self, i: int) -> str:
+    def input_tokens(self, i: int) -> tuple[str | None, str]:
+        """(rule, why) of a wrong input length n. On an hf engine the rule is the image counter's
+        where the request has images (its count is the likelier disagreement), else the loader's;
+        the explanation gives both parts of n. bytes-v1 (spec/tokenizer.md) has no rule ids."""
         r = self.requests[i]
         media = sum(s.end - s.start for s in r.spans)
-        tok = self.engine.tokenizer
-        profile = ("bytes-v1 (spec/tokenizer.md)" if not self.engine.hf else
-                   f"the hf profile ({tok['loader']} loader, spec/hf-tokenizer.md)")
-        return (f"{profile} gives n = {r.n} for request {i}"
-                + (f", {media} of them media placeholders" if media else ""))
+        images = [s for s in r.spans if s.modality == "image"]
+        if not self.engine.hf:
+            return None, (f"bytes-v1 (spec/tokenizer.md) gives n = {r.n} for request {i}"
+                          + (f", {media} of them media placeholders" if media else ""))
+        loader = self.engine.tokenizer["loader"]
+        loader_rule = LOADER_RULES.get(loader, "TOK-HF-9")
+        counter = (self.engine.vision or {}).get("counter")
+        why = (f"the hf profile ({loader} loader, {loader_rule}, spec/hf-tokenizer.md) gives n = {r.n} for "
+               f"request {i}: {r.n - media} text and template ids")
+        if images and counter in COUNTER_RULES:
+            sizes = ", ".join(str(s.end - s.start) for s in images)
+            return COUNTER_RULES[counter], f"{why} and {len(images)} image(s) of {sizes} tokens under {counter} " \
+                                           f"({COUNTER_RULES[counter]}, spec/media-tokens.md)"
+        return loader_rule, why + (f" and {media} media placeholders" if media else "")
 
     def output(self, i: int, detail: str) -> str:
         cc = self.pred[i].get("context_cache") if i < len(self.pred) else None

@@ -134,6 +134,11 @@ class Report:
         self.results.append(result)
         self.write(complete=False)
 
+    def stopped_early(self, at: str, not_run: int) -> None:
+        """The run stopped at its first failure (--fail-fast): `not_run` items of the plan were
+        not run. The summary and the headline say so; such a run is never CONFORMANT."""
+        self.doc["stopped_early"] = {"at": at, "not_run": not_run}
+
     def interrupted(self) -> None:
         """The partial report, complete: false, with its junit.xml and summary.md."""
         doc = self.json(False)
@@ -142,7 +147,7 @@ class Report:
 
     def json(self, complete: bool) -> dict:
         return dict(self.doc, complete=complete, finished=now() if complete else None,
-                    summary=summarize(self.results, complete, self.self_check),
+                    summary=summarize(self.results, complete, self.self_check, self.doc.get("stopped_early")),
                     cases=[r.to_json() for r in self.results])
 
     def write(self, complete: bool) -> None:
@@ -285,6 +290,10 @@ def summary_markdown(doc: dict, results: list[CaseResult]) -> str:
     if doc["backend"].get("self_check"):
         lines += ["**No backend was tested**: the oracle ran against itself (`--backend reference`), a check of "
                   "the kit, not of any runtime.", ""]
+    stop = s.get("stopped_early")
+    if stop:
+        lines += [f"**Stopped early** at the first failure, `{stop['at']}` (`--fail-fast`): {stop['not_run']} "
+                  "item(s) of the plan were not run, so this report says what failed, not what else would.", ""]
     lines += [
         f"- {s['judged']} of {len(results)} case(s) judged (the rest NOT_SUPPORTED)",
         f"- {s.get('reference_checked', 0)} greedy request(s) checked against the numerical reference "

@@ -138,13 +138,15 @@ HEADLINES = ("CONFORMANT", "NOT CONFORMANT", "INCOMPLETE", "NOTHING JUDGED", "SE
 PASSING_HEADLINES = frozenset({"CONFORMANT", "SELF-CHECK PASSED"})
 
 
-def summarize(results: list[CaseResult], complete: bool = True, self_check: bool = False) -> dict:
+def summarize(results: list[CaseResult], complete: bool = True, self_check: bool = False,
+              stopped: dict | None = None) -> dict:
     """The verdict counts, how many cases were judged, and the run's one-word headline.
 
     CONFORMANT needs evidence: a complete run in which at least one case was judged (anything
     but NOT_SUPPORTED) and no mandatory case ended TIMEOUT, FAIL or ERROR. A run of the oracle
     against itself (`self_check`) tests no backend, so it is never CONFORMANT: it passes or fails
-    as a self-check of the kit.
+    as a self-check of the kit. `stopped`: the run stopped at its first failure (--fail-fast,
+    {"at": case id, "not_run": items left}); it is never CONFORMANT, and the summary says so.
     """
     counts = {str(v): 0 for v in Verdict}
     for r in results:
@@ -153,6 +155,8 @@ def summarize(results: list[CaseResult], complete: bool = True, self_check: bool
     clean = all(r.conformant for r in results)
     if not complete:
         headline = "INCOMPLETE"
+    elif stopped is not None and clean:     # a stop needs a failure: a run that says it stopped without one
+        headline = "INCOMPLETE"             # judged less than it was asked to, and is never CONFORMANT
     elif not clean:
         headline = "SELF-CHECK FAILED" if self_check else "NOT CONFORMANT"
     elif judged == 0:
@@ -160,6 +164,8 @@ def summarize(results: list[CaseResult], complete: bool = True, self_check: bool
     else:
         headline = "SELF-CHECK PASSED" if self_check else "CONFORMANT"
     out = {"verdicts": counts, "judged": judged, "conformant": headline == "CONFORMANT", "headline": headline}
+    if stopped is not None:
+        out["stopped_early"] = dict(stopped)
     # Outputs are judged against the numerical reference where the backend declares one
     # (spec/RUNNING.md section 5); a run that checked none says so beside its headline.
     checked = sum(int(((r.details or {}).get("reference") or {}).get("requests", 0)) for r in results)
@@ -176,6 +182,10 @@ def headline_clauses(summary: dict) -> list[str]:
     out = {"NOTHING JUDGED": ["every case NOT_SUPPORTED: nothing was judged"],
            "SELF-CHECK PASSED": ["no backend was tested: the oracle ran against itself"],
            "SELF-CHECK FAILED": ["no backend was tested: the oracle ran against itself"]}.get(summary.get("headline"), [])
+    stop = summary.get("stopped_early")
+    if stop:
+        out = [f"stopped early at the first failure, {stop['at']} (--fail-fast): {stop['not_run']} item(s) "
+               "not run"] + out
     if summary.get("outputs_judged_against") == "bypass replay only" and summary.get("judged"):
         out.append("outputs compared with the bypass replay only: no numerical reference checked them")
     return out

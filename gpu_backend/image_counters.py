@@ -20,11 +20,6 @@ def _half_even(x: float) -> int:
     return round(x)                     # Python rounds halves to even, as transformers does
 
 
-def _half_up(x: float) -> int:
-    whole = math.floor(x)               # std::round for x >= 0: halves away from zero
-    return whole + (x - whole >= 0.5)
-
-
 def _qwen_tokens(h2: int, w2: int, patch: int, merge: int) -> int:
     return (h2 // patch) * (w2 // patch) // (merge * merge)
 
@@ -45,21 +40,19 @@ def qwen_vl_hf(h, w, *, patch, merge, min_pixels, max_pixels):
 
 
 def qwen_vl_edge_llm(h, w, *, patch, merge, min_image_tokens, max_image_tokens):
-    """TOK-MEDIA-3: Edge-LLM's port: integer aspect check, halves away from zero with a clamp
-    in the first step, no clamp when shrinking, truncation before the ceiling when growing."""
+    """TOK-MEDIA-3: Edge-LLM 0.10's port (imageUtils.cpp qwenSmartResize): smart_resize with each
+    side clamped to at least one factor in the first step."""
     f = patch * merge
-    if max(h, w) // min(h, w) > 200:
-        raise CounterRefusal(f"aspect ratio {max(h, w) // min(h, w)} (integer) of a {h}x{w} image is above 200")
+    if max(h, w) / min(h, w) > 200:
+        raise CounterRefusal(f"aspect ratio {max(h, w) / min(h, w):g} of a {h}x{w} image is above 200")
     min_pixels, max_pixels = min_image_tokens * f * f, max_image_tokens * f * f
-    h2, w2 = (max(f, _half_up(s / f) * f) for s in (h, w))
+    h2, w2 = (max(f, _half_even(s / f) * f) for s in (h, w))
     if h2 * w2 > max_pixels:
         beta = math.sqrt(h * w / max_pixels)
-        h2, w2 = (math.floor(int(s / beta) / f) * f for s in (h, w))
+        h2, w2 = (max(f, math.floor(int(s / beta) / f) * f) for s in (h, w))
     elif h2 * w2 < min_pixels:
         beta = math.sqrt(min_pixels / (h * w))
-        h2, w2 = (math.ceil(int(s * beta) / f) * f for s in (h, w))
-    if h2 == 0 or w2 == 0:
-        raise CounterRefusal(f"a {h}x{w} image resizes to {h2}x{w2} under Edge-LLM's rule (TOK-MEDIA-3)")
+        h2, w2 = (math.ceil(s * beta / f) * f for s in (h, w))
     return _qwen_tokens(h2, w2, patch, merge)
 
 
@@ -88,11 +81,13 @@ def internvl_hf(h, w, *, min_patches, max_patches, tile):
 
 
 def internvl_edge_llm(h, w, *, min_image_tokens, max_image_tokens, tile):
-    """TOK-MEDIA-5: tile bounds from token bounds (one tile reserved for the thumbnail), and a
-    thumbnail after every image."""
+    """TOK-MEDIA-5: tile bounds from token bounds (one tile reserved for the thumbnail); the
+    thumbnail follows a grid of several tiles, or every image when the vision engine's minimum
+    profile (min_image_tokens / 256 blocks) is above one block (Edge-LLM 0.10)."""
     lo, hi = max(1, min_image_tokens // 256 - 1), max(1, max_image_tokens // 256 - 1)
     c, r = _grid(h, w, lo, hi, tile)
-    return 2 + 256 * (c * r + 1)
+    thumbnail = 1 if c * r > 1 or min_image_tokens // 256 > 1 else 0
+    return 2 + 256 * (c * r + thumbnail)
 
 
 def phi3_vision_hf(h, w, *, num_crops):

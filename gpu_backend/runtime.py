@@ -413,8 +413,13 @@ class Runtime:
                 raise BatchFailure(f"request {r.idx}: {r.n} input tokens + max_generate_length {r.max_generate_length}"
                                    f" exceed max_kv_cache_capacity {cfg['max_kv_cache_capacity']}")
 
+    def _identity_spans(self, spans: list) -> list:
+        """The media items the page keys see: the request's own, or the runs the semantics profile
+        merges them into (semantics.py)."""
+        return identity_spans(spans, self.semantics)
+
     def _admit(self, r, bypass, warmup) -> Sequence:
-        ident = self.identity_class(r.ids, identity_spans(r.spans, self.semantics), self.P, r.lora_name)
+        ident = self.identity_class(r.ids, self._identity_spans(r.spans), self.P, r.lora_name)
         starts = [sp.start for sp in r.spans]
 
         def item_of(a):

@@ -24,6 +24,9 @@ from .speculative import decode_end_pairs, plan_paired, prefill_end_pairs, publi
 from .support import legacy_capture_failure
 
 
+OVERWRITTEN = b"overwritten"   # the true identity of a page whose KV another item's recompute replaced
+
+
 class BatchFailed(Exception):
     """The batch failed as a whole (CR-CAP-8); `rule` names the cause."""
 
@@ -84,6 +87,7 @@ class BatchRunner:
                     self._release(earlier)
                 raise BatchFailed("CR-CAP-8", f"request {seq.request.index} cannot be admitted: "
                                               "the page pool cannot hold its private pages")
+        self._mark_overwritten_pages(seqs)
         if not warmup:                                                   # (2)
             self.prefill.ran((s.n, s.plan.reused) for s in seqs)
         staged = self._reserve_prefill_captures(seqs)
@@ -208,6 +212,25 @@ class BatchRunner:
         seq.outputs_defined = self._reuses_own_state(seq, plan)
         self.metrics.admitted_sequence(seq)
         return True
+
+    def _mark_overwritten_pages(self, seqs) -> None:
+        """A trimmed plan recomputes the positions it gave back into the kept pages (CR-MEDIA-5).
+        Where the profile's key conflates items, a kept page may hold other pixels' KV: the
+        recompute then overwrites a page that its batch-mates and later hits read, so every
+        sequence of the batch holding it, and every later hit on it, has undefined outputs."""
+        written = set()
+        for seq in seqs:
+            truth, plan = seq.history.truth, seq.plan
+            if truth is None or self.checkpoints:
+                continue
+            for i, page in enumerate(plan.kept[plan.reused // self.P:], start=plan.reused // self.P):
+                if self.cache.truth.get(page) not in (None, truth.key(i)):
+                    written.add(page)
+        for page in written:
+            self.cache.truth[page] = OVERWRITTEN
+        for seq in seqs:
+            if written.intersection(seq.plan.kept):
+                seq.outputs_defined = False
 
     def _reuses_own_state(self, seq, plan) -> bool:
         """Whether the reused prefix was computed for this sequence's own media: always, unless

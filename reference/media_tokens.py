@@ -5,9 +5,9 @@ runtime ports the model's preprocessing with its own rounding and tiling details
 (TOK-MEDIA-1). A counter here is one runtime's port, transcribed from its source:
 
     hf/qwen-vl, vllm/qwen-vl   transformers smart_resize (vLLM imports it)        TOK-MEDIA-2
-    edge-llm/qwen-vl           TensorRT Edge-LLM QwenViTRunner::getResizedImageSize TOK-MEDIA-3
+    edge-llm/qwen-vl           TensorRT Edge-LLM 0.10 qwenSmartResize              TOK-MEDIA-3
     hf/internvl                transformers GotOcr2 tiling + InternVL processor   TOK-MEDIA-4
-    edge-llm/internvl          Edge-LLM computeBestBlockGridForResize + thumbnail TOK-MEDIA-5
+    edge-llm/internvl          Edge-LLM 0.10 computeBestBlockGridForResize + thumbnail TOK-MEDIA-5
     hf/phi-3-vision            Phi-3-vision processor's HD transform              TOK-MEDIA-6
 
 `image_tokens(counter, h, w, settings)` dispatches by name; `settings` holds the counter's
@@ -52,43 +52,44 @@ def qwen_vl_hf(h: int, w: int, patch: int = 14, merge: int = 2, min_pixels: int 
 
 def qwen_vl_edge_llm_resize(h: int, w: int, factor: int, min_pixels: int, max_pixels: int,
                             max_ratio: int = 200) -> tuple[int, int]:
-    """Edge-LLM `QwenViTRunner::getResizedImageSize` (cpp/multimodal/qwenViTRunner.cpp), a C++ port
-    of smart_resize that differs in four places (TOK-MEDIA-3): integer-division aspect check;
-    std::round (half away from zero) with a max(factor, ...) clamp in the first step; no clamp in
-    the max-pixels branch; the min-pixels branch truncates h*beta to an integer before the ceil."""
-    if max(h, w) // min(h, w) > max_ratio:
-        raise ValueError(f"absolute aspect ratio must be smaller than {max_ratio}, got {max(h, w) // min(h, w)}")
-    h_bar = max(factor, _round_half_away(h / factor) * factor)
-    w_bar = max(factor, _round_half_away(w / factor) * factor)
+    """Edge-LLM 0.10 `qwenSmartResize` (cpp/multimodal/imageUtils.cpp, called by
+    QwenViTRunner::getResizedImageSize), a C++ port of smart_resize that differs in one place
+    (TOK-MEDIA-3): the first step clamps each side to at least one factor. Halves round to even
+    in integers (roundByFactor); the max-pixels branch truncates h / beta before flooring, which
+    changes nothing."""
+    if max(h, w) / min(h, w) > max_ratio:
+        raise ValueError(f"absolute aspect ratio must be smaller than {max_ratio}, got {max(h, w) / min(h, w)}")
+    h_bar = max(factor, _round_half_even_by(h, factor))
+    w_bar = max(factor, _round_half_even_by(w, factor))
     if h_bar * w_bar > max_pixels:
         beta = math.sqrt(h * w / max_pixels)
-        h_bar = math.floor(int(h / beta) / factor) * factor
-        w_bar = math.floor(int(w / beta) / factor) * factor
+        h_bar = max(factor, math.floor(int(h / beta) / factor) * factor)
+        w_bar = max(factor, math.floor(int(w / beta) / factor) * factor)
     elif h_bar * w_bar < min_pixels:
         beta = math.sqrt(min_pixels / (h * w))
-        h_bar = math.ceil(int(h * beta) / factor) * factor
-        w_bar = math.ceil(int(w * beta) / factor) * factor
-    if h_bar == 0 or w_bar == 0:
-        raise ValueError(f"Edge-LLM resizes a {h}x{w} image to {h_bar}x{w_bar} (no clamp in its max-pixels "
-                         f"branch); what it does with an empty image is outside TOK-MEDIA-3")
+        h_bar = math.ceil(h * beta / factor) * factor
+        w_bar = math.ceil(w * beta / factor) * factor
     return h_bar, w_bar
 
 
 def qwen_vl_edge_llm(h: int, w: int, patch: int = 14, merge: int = 2, *, min_image_tokens: int,
                      max_image_tokens: int) -> int:
-    """Image tokens in Edge-LLM (TOK-MEDIA-3). Its bounds are token counts from the engine's
+    """Image tokens in Edge-LLM 0.10 (TOK-MEDIA-3). Its bounds are token counts from the engine's
     builder config (min_image_tokens, max_image_tokens_per_image), turned into pixels as
-    tokens*factor^2 (qwenViTRunner.cpp); tokens = (h_bar/patch)*(w_bar/patch)/merge/merge."""
+    tokens*factor^2 (imageUtils.cpp); tokens = (h_bar/patch)*(w_bar/patch)/merge/merge."""
     factor = patch * merge
     h_bar, w_bar = qwen_vl_edge_llm_resize(h, w, factor, min_image_tokens * factor * factor,
                                            max_image_tokens * factor * factor)
     return (h_bar // patch) * (w_bar // patch) // merge // merge
 
 
-def _round_half_away(x: float) -> int:
-    """std::round for x >= 0: halves go up (Python's round sends 2.5 to 2)."""
-    whole = math.floor(x)
-    return whole + (1 if x - whole >= 0.5 else 0)
+def _round_half_even_by(value: int, factor: int) -> int:
+    """The multiple of `factor` nearest to `value`, halves to the even quotient (Edge-LLM's
+    integer roundByFactor; Python's round(value / factor) * factor gives the same)."""
+    q, r = divmod(value, factor)
+    if 2 * r > factor or (2 * r == factor and q % 2 == 1):
+        q += 1
+    return q * factor
 
 
 def tile_grid(h: int, w: int, min_tiles: int, max_tiles: int, tile: int = 448) -> tuple[int, int]:
@@ -129,14 +130,18 @@ def internvl_hf(h: int, w: int, min_patches: int = 1, max_patches: int = 12, til
 
 def internvl_edge_llm(h: int, w: int, *, min_image_tokens: int, max_image_tokens: int, tile: int = 448,
                       tokens_per_tile: int = TILE_TOKENS) -> int:
-    """Tokens one image becomes in Edge-LLM's InternViTRunner (TOK-MEDIA-5), counted like
-    `internvl_hf`: 2 + tokens_per_tile * (c*r + 1). The tile bounds come from the token bounds,
-    max(1, tokens/256 - 1) in integer division (imageUtils.cpp), and the thumbnail is always
-    added (internViTRunner.cpp imagePreprocess), also for a 1x1 grid, where HF adds none."""
+    """Tokens one image becomes in Edge-LLM 0.10's InternViTRunner (TOK-MEDIA-5), counted like
+    `internvl_hf`: 2 + tokens_per_tile * blocks. The tile bounds come from the token bounds,
+    max(1, tokens/256 - 1) in integer division, one block reserved for the thumbnail
+    (imageUtils.cpp computeBestBlockGridForResize); the thumbnail is added to a grid of more
+    than one tile, or to every image when the vision engine's minimum profile
+    (min_image_tokens / 256 blocks, visualBuilder.cpp) is more than one block
+    (internViTRunner.cpp imagePreprocess)."""
     min_tiles = max(1, min_image_tokens // tokens_per_tile - 1)
     max_tiles = max(1, max_image_tokens // tokens_per_tile - 1)
     c, r = tile_grid(h, w, min_tiles, max_tiles, tile)
-    return 2 + tokens_per_tile * (c * r + 1)
+    thumbnail = c * r > 1 or min_image_tokens // tokens_per_tile > 1
+    return 2 + tokens_per_tile * (c * r + thumbnail)
 
 
 def phi3_vision_hf_size(h: int, w: int, num_crops: int = 16) -> tuple[int, int]:

@@ -336,6 +336,49 @@ def publication_cases() -> list[dict]:
     ]
 
 
+def profile_presence_cases() -> list[dict]:
+    """Behaviour of one semantics profile that no case reached (spec/profiles.md): edge-llm-0.10's
+    merged media runs with two runs of two images, an item swapped inside a run, and its
+    prefill section on a run with neither reuse nor --dumpProfile. Each holds in both profiles,
+    with the counts of each derived by hand."""
+    a, b, c, g = (image(f"img_{k}_16x16.png") for k in ("a", "b", "c", "g"))
+    g = image("img_g_16x16_rgb.png")
+    r0 = user("ab", a, b, "cd", c, g, "efgh")
+    swapped_in_run2 = user("ab", a, b, "cd", g, c, "efgh")
+    swapped_in_run1 = user("ab", a, c, "cd", c, g, "efgh")
+    return [
+        case("sections/media/merged-runs-two-by-two", "Two runs of two adjacent 16x16 images (one placeholder "
+             "each), P = 4: r0 is a b A B | c d C G | e f g h (n = 12). r1 swaps the two images of the second run "
+             "(G C), r2 swaps the second image of the first run (A C). Under kvconform-1 each image is its own item: "
+             "r1 shares page 0 only (reused 4, no trim: position 3 is B and 4 is text), r2 nothing (page 0 holds C "
+             "where r0 has B). Under edge-llm-0.10 each run is one item and the k-th run takes the k-th image's "
+             "digest, so r0's second run is keyed as B, r1's as B too (its second image is still B): r1 matches all "
+             "three pages and rewinds one (CR-PLAN-2), restated as a standard plan of 8 (CR-MEDIA-4); r2's "
+             "second run is keyed as its second image, C: "
+             "page 0 only (reused 4). A runtime that keys each run by its own first image gets r1 4 and r2 8.",
+             ["CR-ID-4", "CR-MEDIA-1", "CR-MEDIA-4"], [r0, swapped_in_run2, swapped_in_run1], engine=VISION4,
+             expect={"requests": [MISS, fact("standard", 4), MISS]},
+             profile_expect={"edge-llm-0.10": {"requests": [MISS, fact("standard", 8), fact("standard", 4)]}}),
+        case("sections/media/trim-over-other-pixels", "Batches of two, P = 4: aaa + T (the 32x16 image of "
+             "img_t, 2 placeholders at 3-4) publishes page 0 [a a a T]; then aaa + T' (the 16x32 image of the same "
+             "bytes) and aaa + T in one batch. Under kvconform-1 T' is another item: request 2 misses, request 3 "
+             "matches page 0 and gives it back (positions 3 and 4 are one item, CR-MEDIA-3): reused 0. Under "
+             "edge-llm-0.10 the key is the raw bytes, so both match page 0 and give it back, and both recompute it "
+             "into the one shared page with their own pixels (CR-MEDIA-5): their outputs are not defined, and "
+             "are not compared; their counts are.", ["CR-MEDIA-5", "CR-MEDIA-3", "CR-ID-4"],
+             [user("aaa", image("img_t_32x16.png")), user("zzzz"), user("aaa", image("img_t_16x32.png")),
+              user("aaa", image("img_t_32x16.png"))], engine=dict(VISION4, maxBatchSize=2),
+             settings=dict(GREEDY, batch_size=2), expect={"requests": [MISS, MISS, MISS, MISS]}),
+        case("sections/pol/reuse-off-without-dump-profile", "Neither --enableContextReuse nor --dumpProfile: the "
+             "profile file has no context_cache section (CR-POL-6); under edge-llm-0.10 it still has the prefill "
+             "section (0.10 writes it with every profile file, spec/profiles.md M8): abcdefgh twice, two prefill "
+             "runs of 8 tokens each, nothing reused (kvconform-1 writes no prefill section without --dumpProfile).",
+             ["CR-MET-12", "CR-POL-6"], [user("abcdefgh"), user("abcdefgh")], runtime={},
+             profile_expect={"edge-llm-0.10": {"prefill": {"total_runs": 2, "reused_tokens": 0,
+                                                           "computed_tokens": 16}}}),
+    ]
+
+
 def policy_cases() -> list[dict]:
     body = [user("abcdefghij"), turns(("user", "abcdefghij"), ("assistant", "{{output:0}}"), ("user", "klm")),
             user("abcdefghij")]
@@ -405,6 +448,18 @@ def capacity_cases() -> list[dict]:
         case("sections/cap/pool-below-minimum", "A pool of 5 pages where batch size 1 and capacity 24 need 6: the "
              "build must refuse (and a runtime given such an engine must refuse it).",
              ["CR-CAP-1", "CR-SUP-3"], [user("abcd")], engine=dict(small, maxKVPoolPages=5)),
+        case("sections/cap/runtime-pool-below-minimum", "The runtime's own start-up check: an engine built with the "
+             "minimum pool of 6 pages (batch size 1, capacity 24, P = 4: 1 * ceil(24/4) = 6), handed to the runtime "
+             "with a hand-written description of 5 pages (the build refuses 5, so only such a description reaches "
+             "the runtime). With reuse on the deployment is refused at start-up (CR-SUP-3): no responses.",
+             ["CR-SUP-3", "CR-CAP-1"], [user("abcd")], engine=dict(small, maxKVPoolPages=6),
+             description_edits={"kv_pool_pages": 5}, expect={"rejected": {"rule": "CR-SUP-3"}}),
+        case("sections/cap/runtime-pool-at-minimum", "An engine built with 7 pages, handed to the runtime with a "
+             "hand-written description of 6, the CR-CAP-1 minimum (1 * ceil(24/4)): the deployment runs. abcdefgh "
+             "commits 2 pages; its replay matches both and rewinds one (CR-PLAN-2): reused 4.",
+             ["CR-SUP-3", "CR-CAP-1", "CR-PLAN-2"], [user("abcdefgh"), user("abcdefgh")],
+             engine=dict(small, maxKVPoolPages=7), description_edits={"kv_pool_pages": 6},
+             expect={"requests": [MISS, fact("full_input_rewind", 8, 4)]}),
     ]
     return out
 
@@ -608,8 +663,9 @@ def tokenizer_cases() -> list[dict]:
                     "but no tokenizer.json is not an hf profile (TOK-HF-1): the build must refuse it.", ["TOK-HF-1"],
                     [user("Hello")], engine=dict(mini, tokenizer="../../media/tokenizer-config-only")))
     for counter, rules, tokens, why in (
-            ("edge-llm/qwen-vl", ["TOK-MEDIA-3", "TOK-MEDIA-7"], 3,
-             "Edge-LLM rounds 70/28 = 2.5 half away from zero: 84 x 28 pixels, (84/14)*(28/14)/4 = 3 tokens"),
+            ("edge-llm/qwen-vl", ["TOK-MEDIA-3", "TOK-MEDIA-7"], 2,
+             "Edge-LLM 0.10 rounds 70/28 = 2.5 half to even in integers (70 = 2 * 28 + 14, quotient 2 even): 56 x 28 "
+             "pixels, (56/14)*(28/14)/4 = 2 tokens (0.7.0 rounded half away from zero: 84 x 28, 3 tokens)"),
             ("hf/qwen-vl", ["TOK-MEDIA-2", "TOK-MEDIA-7"], 2,
              "transformers rounds 70/28 = 2.5 half to even: 56 x 28 pixels, (56/14)*(28/14)/4 = 2 tokens")):
         settings = ({"min_image_tokens": 1, "max_image_tokens": 256} if counter.startswith("edge")
@@ -623,15 +679,192 @@ def tokenizer_cases() -> list[dict]:
                         engine=dict(vision, imageCounter=counter, imageCounterSettings=settings),
                         settings=dict(GREEDY), expect={"requests": [{"input_tokens": 4 + tokens}] * 2}))
     for counter, rules, tokens, why in (
-            ("edge-llm/internvl", ["TOK-MEDIA-5"], 514, "Edge-LLM always adds a thumbnail: 2 + 256 * (1 + 1)"),
-            ("hf/internvl", ["TOK-MEDIA-4"], 258, "transformers adds a thumbnail only to a grid of more than one "
-                                                  "tile: 2 + 256 * 1")):
+            ("edge-llm/qwen-vl", ["TOK-MEDIA-3"], 36,
+             "Edge-LLM 0.10 clamps each side to one factor first: max(28, 0) = 28 and round(35.71) = 36 -> 1008; "
+             "28 * 1008 = 28,224 lies in [3,136, 200,704]: (28/14)*(1008/14)/4 = 36 tokens"),
+            ("hf/qwen-vl", ["TOK-MEDIA-2"], 20,
+             "transformers rounds 10/28 to 0 and 1000/28 to 36: 0 * 1008 is below min_pixels 3,136, so "
+             "beta = sqrt(3,136 / 10,000) = 0.56, ceil(5.6/28)*28 = 28 and ceil(560/28)*28 = 560: (28/14)*(560/14)/4 "
+             "= 20 tokens")):
+        settings = ({"min_image_tokens": 4, "max_image_tokens": 256} if counter.startswith("edge")
+                    else {"min_pixels": 4 * 784, "max_pixels": 256 * 784})
+        out.append(case(f"sections/tok/{counter.replace('/', '-')}-thin-side", f"A 10 x 1000 image under {counter} "
+                        f"(patch 14, merge 2, bounds of 4 and 256 tokens): {why}. n = 4 + {tokens}.",
+                        rules + ["TOK-MEDIA-1"], [user(image("img_k_10x1000.png"), ask)],
+                        engine=dict(vision, imageCounter=counter, imageCounterSettings=settings),
+                        settings=dict(GREEDY, max_generate_length=2),
+                        expect={"requests": [{"input_tokens": 4 + tokens}]}))
+    for counter, rules, settings, tokens, why in (
+            ("edge-llm/internvl", ["TOK-MEDIA-5"], {"min_image_tokens": 256, "max_image_tokens": 1280}, 258,
+             "Edge-LLM 0.10 adds no thumbnail to one block while the vision engine's minimum profile is one block "
+             "(min_image_tokens 256): 2 + 256 * 1 (0.4 to 0.6 added one after every image: 514)"),
+            ("hf/internvl", ["TOK-MEDIA-4"], {"min_patches": 1, "max_patches": 4}, 258,
+             "transformers adds a thumbnail only to a grid of more than one tile: 2 + 256 * 1")):
         out.append(case(f"sections/tok/{counter.replace('/', '-')}-thumbnail", f"InternVL tiling under {counter}: a "
                         f"16x16 image takes a 1x1 grid of 448 tiles; {why} = {tokens} tokens. n = 4 + {tokens}.",
                         rules + ["TOK-MEDIA-1"], [user(image("img_a_16x16.png"), ask)],
-                        engine=dict(vision, imageCounter=counter), settings=dict(GREEDY),
+                        engine=dict(vision, imageCounter=counter, imageCounterSettings=settings), settings=dict(GREEDY),
                         expect={"requests": [{"input_tokens": 4 + tokens}]}))
     return out
+
+
+def template_and_emission_cases() -> list[dict]:
+    """The request file's template switches and the tokens a sampler may emit, on the
+    `qwen3-bytes` tokenizer (tests/test_cases/media: Qwen3's chat template over one token per
+    byte, specials <|endoftext|> 256, <|im_start|> 257, <|im_end|> 258 (the EOS), <think> 259,
+    </think> 260), so every count is the rendered text's bytes plus its specials."""
+    engine = {"maxInputLen": 256, "maxKVCacheCapacity": 320, "maxKVPoolPages": 0, "tokensPerPage": 16,
+              "tokenizer": "../../media/qwen3-bytes", "tokenizerLoader": "tokenizers-raw"}
+    chat = dict(GREEDY, apply_chat_template=True)
+    hello = user("Hello")
+    rendered = ("<|im_start|>user\\nHello<|im_end|>\\n is 1 + 10 + 1 + 1 = 13 ids; the generation prompt "
+                "<|im_start|>assistant\\n adds 1 + 10 = 11")
+    return [
+        case("sections/tok/template-thinking-off", "The request file's enable_thinking (false) wins over the "
+             "engine's chat_template_kwargs (true, TOK-HF-4): Qwen3's template then writes <think>\\n\\n</think>\\n"
+             f"\\n after the generation prompt, 1 + 2 + 1 + 2 = 6 more ids. {rendered}: n = 13 + 11 + 6 = 30 (24 "
+             "for a runtime that keeps the engine's keywords). The replay reuses the first page (16 ids).",
+             ["TOK-HF-4", "TOK-HF-9", "CR-PLAN-1"], [hello, hello],
+             engine=dict(engine, chatTemplateKwargs={"enable_thinking": True}),
+             settings=dict(chat, enable_thinking=False),
+             expect={"requests": [{"input_tokens": 30}, {"input_tokens": 30, "reused_tokens": 16}]}),
+        case("sections/tok/template-no-generation-prompt", "add_generation_prompt false (the request file's switch, "
+             f"TOK-HF-4): Qwen3's template stops after the last message. {rendered}: n = 13 (24 for a runtime that "
+             "always adds the generation prompt); a second conversation that continues the first, "
+             "<|im_start|>assistant\\nHi there<|im_end|>\\n (1 + 10 + 8 + 1 + 1 = 21) and "
+             "<|im_start|>user\\nMore<|im_end|>\\n (1 + 5 + 4 + 1 + 1 = 12), is 13 + 21 + 12 = 46.",
+             ["TOK-HF-4", "TOK-HF-9"],
+             [hello, turns(("user", "Hello"), ("assistant", "Hi there"), ("user", "More"))], engine=engine,
+             settings=dict(chat, add_generation_prompt=False),
+             expect={"requests": [{"input_tokens": 13}, {"input_tokens": 46}]}),
+        case("sections/tok/special-token-bias", "A logit bias of +100 on <think> (259, the file's) and on "
+             "<|im_start|> (257, request 1's own) leaves both unemitted: the engine emits only its normal tokens "
+             "and the EOS (spec/engine.md section 5, Emission), and the bias is added before that mask, so the "
+             "greedy answers are the float64 reference's under the same mask. Request 0 is <|im_start|>user\\nHello"
+             "<|im_end|>\\n<|im_start|>assistant\\n, 13 + 11 = 24 ids; request 1 feeds its answer back and asks "
+             "again, so a special token in the answer would also be in the next prompt's ids.",
+             ["TOK-HF-9", "CR-OUT-1", "CR-OUT-2"],
+             [hello, dict(turns(("user", "Hello"), ("assistant", "{{output:0}}"), ("user", "Why?")),
+                          logit_bias={"257": 100})],
+             engine=engine, settings=dict(chat, max_generate_length=6, logit_bias={"259": 100}),
+             expect={"requests": [{"input_tokens": 24}, None]}),
+    ]
+
+
+def counter_bound_cases() -> list[dict]:
+    """Images at each comparison bound of every image counter and one step each side
+    (spec/media-tokens.md): a counter that compares with >= where its runtime compares with >,
+    or that reserves no thumbnail tile, counts one of them differently. Every count is derived
+    by hand in the case's description; the prompt adds 4 ids (<|image|> What ▁is ▁shown ?)."""
+    vision = {"maxInputLen": 2048, "maxKVCacheCapacity": 2304, "maxKVPoolPages": 0, "tokensPerPage": 16,
+              "tokenizer": "../../../../spec/tokenizers/phi-3-vision", "tokenizerLoader": "transformers-auto",
+              "vision": True}
+    ask = {"type": "text", "text": "\nWhat is shown?"}
+    one = dict(GREEDY, max_generate_length=1)
+    qwen = [  # (h, w, tokens, derivation) with min_pixels 4 * 784 = 3,136 and max_pixels 16 * 784 = 12,544
+        (40, 60, 6, "40 x 60 rounds to 28 x 56 = 1,568, below min_pixels: beta = sqrt(3,136 / 2,400) = 1.14310, "
+                    "ceil(45.72/28) = 2 and ceil(68.59/28) = 3: 56 x 84, 4 * 6 / 4 = 6"),
+        (50, 60, 4, "50 x 60 rounds to 56 x 56 = 3,136, equal to min_pixels and so not grown: 4 * 4 / 4 = 4"),
+        (50, 90, 6, "50 x 90 rounds to 56 x 84 = 4,704: 4 * 6 / 4 = 6"),
+        (110, 90, 12, "110 x 90 rounds to 112 x 84 = 9,408: 8 * 6 / 4 = 12"),
+        (110, 114, 16, "110 x 114 rounds to 112 x 112 = 12,544, equal to max_pixels and so not shrunk: "
+                       "8 * 8 / 4 = 16"),
+        (110, 130, 12, "110 x 130 rounds to 112 x 140 = 15,680, above max_pixels: beta = sqrt(14,300 / 12,544) = "
+                       "1.06771, floor(103.02/28) = 3 and floor(121.76/28) = 4: 84 x 112, 6 * 8 / 4 = 12"),
+    ]
+    aspect = {  # the aspect bound: 200 is not above 200; h = 2 rounds to 0, which only Edge-LLM clamps
+        "edge": [(2, 399, 14, "2 x 399 (aspect 199.5): max(28, 0) = 28 and round(14.25) = 14: 28 x 392 = 10,976, "
+                              "2 * 28 / 4 = 14"),
+                 (2, 400, 14, "2 x 400 (aspect 200, not above 200): 28 x 392, 14")],
+        "hf": [(2, 399, 29, "2 x 399 (aspect 199.5): 0 x 392 is below min_pixels: beta = sqrt(3,136 / 798) = "
+                            "1.98236, ceil(3.96/28) = 1 and ceil(790.96/28) = 29: 28 x 812, 2 * 58 / 4 = 29"),
+               (2, 400, 29, "2 x 400 (aspect 200, not above 200): beta = 1.97990, ceil(3.96/28) = 1, "
+                            "ceil(791.96/28) = 29: 28 x 812, 29")],
+    }
+    internvl = [  # tiles 2 .. 5: Edge-LLM from 768 and 1536 tokens (3 - 1, 6 - 1), transformers as set
+        (16, 16, 1282, "1:1 wants 1x1, below 2 tiles: 2x2 (difference 0): 2 + 256 * (4 + 1) = 1282"),
+        (16, 32, 770, "2:1 takes 2x1, at the minimum: 2 + 256 * (2 + 1) = 770"),
+        (16, 48, 1026, "3:1 takes 3x1: 2 + 256 * 4 = 1026"),
+        (16, 64, 1282, "4:1 takes 4x1: 2 + 256 * 5 = 1282"),
+        (16, 80, 1538, "5:1 takes 5x1, at the maximum: 2 + 256 * 6 = 1538"),
+        (16, 96, 1538, "6:1 would take 6x1, one tile beyond the maximum (Edge-LLM's sixth block is the thumbnail's): "
+                       "5x1 is the closest, 1538"),
+    ]
+    phi = [  # num_crops 4: the largest s with s * ceil(s / ratio) <= 4
+        (16, 63, 601, "16 x 63 (ratio 3.9375): s = 4 needs 4 * ceil(1.016) = 8 > 4, so s = 3: width 1008, height "
+                      "int(256.0) = 256 -> 336, 1x3 crops: (3 + 1) * 144 + 1 + (1 + 1) * 12 = 601"),
+        (16, 64, 745, "16 x 64 (ratio 4): s = 4 (4 * ceil(1) = 4, equal to num_crops), 5 * ceil(1.25) = 10: width "
+                      "1344, height 336, 1x4 crops: (4 + 1) * 144 + 1 + 2 * 12 = 745"),
+        (16, 65, 745, "16 x 65 (ratio 4.0625): s = 4 (4 * ceil(0.985) = 4): width 1344, height int(330.8) = 330 -> "
+                      "336, 1x4: 745"),
+    ]
+    table = [
+        ("hf/qwen-vl", {"min_pixels": 4 * 784, "max_pixels": 16 * 784}, ["TOK-MEDIA-2"], qwen + aspect["hf"]),
+        ("vllm/qwen-vl", {"min_pixels": 4 * 784, "max_pixels": 16 * 784}, ["TOK-MEDIA-2"], qwen + aspect["hf"]),
+        ("edge-llm/qwen-vl", {"min_image_tokens": 4, "max_image_tokens": 16}, ["TOK-MEDIA-3"], qwen + aspect["edge"]),
+        ("hf/internvl", {"min_patches": 2, "max_patches": 5}, ["TOK-MEDIA-4"], internvl),
+        ("edge-llm/internvl", {"min_image_tokens": 768, "max_image_tokens": 1536}, ["TOK-MEDIA-5"], internvl),
+        ("hf/phi-3-vision", {"num_crops": 4}, ["TOK-MEDIA-6"], phi),
+    ]
+    out = []
+    for counter, settings, rules, rows in table:
+        engine = dict(vision, imageCounter=counter, imageCounterSettings=settings)
+        shown = ", ".join(f"{k} {v}" for k, v in settings.items())
+        out.append(case(f"sections/tok/bounds-{counter.replace('/', '-')}", f"{counter} ({shown}) at its comparison "
+                        "bounds and one step each side, one image per request: " + "; ".join(r[3] for r in rows)
+                        + ". Each n is 4 more.", rules + ["TOK-MEDIA-1", "TOK-MEDIA-7"],
+                        [user(image(f"img_k_{h}x{w}.png"), ask) for h, w, _, _ in rows], engine=engine, settings=one,
+                        expect={"requests": [{"input_tokens": 4 + t} for _, _, t, _ in rows]}))
+    for counter, settings, rule in (
+            ("hf/qwen-vl", {"min_pixels": 4 * 784, "max_pixels": 16 * 784}, "TOK-MEDIA-2"),
+            ("edge-llm/qwen-vl", {"min_image_tokens": 4, "max_image_tokens": 16}, "TOK-MEDIA-3")):
+        out.append(case(f"sections/neg/aspect-limit-{counter.replace('/', '-')}", f"A 2 x 401 image has aspect 200.5, "
+                        f"above 200: {counter} refuses it (Edge-LLM 0.10 divides as real numbers too; 0.7.0's integer "
+                        "401 div 2 = 200 let it pass).", [rule, "TOK-MEDIA-1"],
+                        [user(image("img_k_2x401.png", up=2), ask)], engine=dict(vision, imageCounter=counter,
+                                                                                imageCounterSettings=settings),
+                        settings=one,
+                        negative={"phase": "parse", "path": "$.requests[0].messages[0].content[0].image"}))
+    return out
+
+
+def large_image_cases() -> list[dict]:
+    """Large images that each image counter resizes, so that the numerical reference checks the
+    encoder rows of millions of samples (spec/engine.md section 5: their resampling positions
+    must be exact). The counts are derived by hand in each description."""
+    vision = {"maxInputLen": 2048, "maxKVCacheCapacity": 2304, "maxKVPoolPages": 0, "tokensPerPage": 16,
+              "tokenizer": "../../../../spec/tokenizers/phi-3-vision", "tokenizerLoader": "transformers-auto",
+              "vision": True}
+    ask = {"type": "text", "text": "\nWhat is shown?"}
+    qwen = ("900 x 912 image (2,462,400 samples): 900 = 32 * 28 + 4 rounds to 896, 912 = 32 * 28 + 16 to 924; "
+            "896 * 924 = 827,904 is above max_pixels 256 * 784 = 200,704, so beta = sqrt(820,800 / 200,704) = "
+            "2.02228, 900 / beta = 445.04 -> 15 * 28 = 420, 912 / beta = 450.98 -> 16 * 28 = 448: (420/14) * "
+            "(448/14) / 4 = 240 tokens")
+    internvl = ("448 x 2240 image (3,010,560 samples), aspect 5: among grids of at most 4 tiles 4x1 is closest "
+                "(|5 - 4| = 1), so the image is resized to 1792 x 448 and a thumbnail added: 2 + 256 * (4 + 1) = "
+                "1282 tokens")
+    table = (
+        ("edge-llm/qwen-vl", {"min_image_tokens": 4, "max_image_tokens": 256}, "img_l_900x912.png", 240,
+         ["TOK-MEDIA-3"], qwen),
+        ("hf/qwen-vl", {"min_pixels": 4 * 784, "max_pixels": 256 * 784}, "img_l_900x912.png", 240,
+         ["TOK-MEDIA-2"], qwen),
+        ("vllm/qwen-vl", {"min_pixels": 4 * 784, "max_pixels": 256 * 784}, "img_l_900x912.png", 240,
+         ["TOK-MEDIA-2"], qwen),
+        ("edge-llm/internvl", {"min_image_tokens": 256, "max_image_tokens": 1280}, "img_l_448x2240.png", 1282,
+         ["TOK-MEDIA-5"], internvl + " (tiles 1 .. 1280 div 256 - 1 = 4)"),
+        ("hf/internvl", {"min_patches": 1, "max_patches": 4}, "img_l_448x2240.png", 1282, ["TOK-MEDIA-4"],
+         internvl),
+        ("hf/phi-3-vision", {"num_crops": 4}, "img_l_600x800.png", 757, ["TOK-MEDIA-6"],
+         "600 x 800 image (1,440,000 samples), ratio 4/3: s = 2 (2 * ceil(1.5) = 4 <= 4 crops), 672 x 504 "
+         "padded to 672 x 672, 2x2 crops: (4 + 1) * 144 + 1 + (2 + 1) * 12 = 757 tokens"),
+    )
+    return [case(f"sections/tok/large-image-{counter.replace('/', '-')}", f"A large image under {counter}: a "
+                 f"{why}. With the template off the prompt adds 4 ids (<|image|> What ▁is ▁shown ?): n = "
+                 f"{4 + tokens}. Greedy outputs are checked against the float64 reference, which reads the "
+                 "encoder rows of the resized image's samples.", rules + ["TOK-MEDIA-1", "CR-OUT-1", "CR-OUT-2"],
+                 [user(image(name), ask)], engine=dict(vision, imageCounter=counter, imageCounterSettings=settings),
+                 settings=dict(GREEDY), expect={"requests": [{"input_tokens": 4 + tokens}]})
+            for counter, settings, name, tokens, rules, why in table]
 
 
 def reach_cases() -> list[dict]:
@@ -704,7 +937,8 @@ def all_cases() -> dict[str, dict]:
     out = edge_llm_cases()
     for group in (identity_cases(), planning_cases(), media_cases(), publication_cases(), policy_cases(),
                   capacity_cases(), batching_cases(), hybrid_cases(), output_cases(), negative_cases(),
-                  catalogue_cases(), tokenizer_cases(), reach_cases(), speculative_cases()):
+                  catalogue_cases(), profile_presence_cases(), tokenizer_cases(), template_and_emission_cases(),
+                  counter_bound_cases(), large_image_cases(), reach_cases(), speculative_cases()):
         for doc in group:
             out[doc["_conformance"]["id"] + ".json"] = doc
     return out

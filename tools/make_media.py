@@ -13,6 +13,18 @@ are fixed by the seeds below). What each asset is for:
 - `img_a_32x32.png`, `img_20x40.png`: 4 and 2*3 = 6 placeholders (partial patches pad).
 - `img_q_70x28.png`: 70 rows, where Qwen-VL's resize rounds 70/28 = 2.5 to 3 rows of patches in
   Edge-LLM and to 2 in transformers (spec/media-tokens.md).
+- `img_l_900x912.png`, `img_l_448x2240.png`, `img_l_600x800.png`: large images that every image
+  counter resizes (Qwen-VL's max-pixels branch, a 4x1 InternVL grid, a Phi-3-vision HD
+  transform), of 2.5M, 3.0M and 1.4M samples: the numerical reference checks their encoder
+  rows, whose resampling positions must be exact (spec/engine.md section 5).
+- `img_k_HxW.png`: images at the comparison bounds of the image counters and one grid step or
+  pixel each side (tools/make_cases.py `counter_bound_cases`): Qwen-VL's rounded area at
+  min_pixels and max_pixels and its aspect limit of 200, a 10-pixel side that Edge-LLM clamps to
+  one factor, InternVL's tile limits, Phi-3-vision's crop limit.
+- `qwen3-bytes/`: an `hf` tokenizer folder for cases about the chat template's switches and
+  special tokens (`mini_qwen3_tokenizer`): Qwen3's own chat template and special tokens over a
+  byte-level vocabulary of one token per byte (id b for byte b), so every count is derived by
+  hand from the rendered text.
 - `img_t_16x32.png` / `img_t_32x16.png`: the same raw RGB bytes under transposed geometry:
   different items by CR-ID-4 although their bytes are equal.
 - `img_a_16x16` re-encoded: `_palette.png` (colour type 3), `_rgba.png` (alpha dropped),
@@ -33,6 +45,7 @@ are fixed by the seeds below). What each asset is for:
 from __future__ import annotations
 
 import io
+import json
 import random
 import struct
 import sys
@@ -53,6 +66,13 @@ def pixels(seed: int, height: int, width: int, colours: int = 64) -> bytes:
     for _ in range(height * width):
         out.extend(palette[rng.randrange(colours)])
     return bytes(out)
+
+
+def striped(seed: int, height: int, width: int) -> bytes:
+    """A large image whose rows repeat a band of seeded rows: neighbouring samples differ as in
+    `pixels`, but the PNG stays small (the band fits deflate's 32 KiB window, which finds it)."""
+    band = pixels(seed, max(1, 30000 // (3 * width)), width)
+    return (band * (height * width * 3 // len(band) + 1))[: height * width * 3]
 
 
 def rgb_image(data: bytes, height: int, width: int) -> Image.Image:
@@ -119,6 +139,39 @@ def tone(seed: int, count: int) -> list[int]:
     return [rng.randrange(-20000, 20000) for _ in range(count)]
 
 
+# Sizes at and beside the image counters' comparison bounds (their counts: tools/make_cases.py)
+BOUND_SIZES = ((40, 60), (50, 60), (50, 90), (110, 90), (110, 114), (110, 130), (2, 399), (2, 400), (2, 401),
+               (10, 1000), (16, 48), (16, 64), (16, 80), (16, 96), (16, 32), (16, 16), (16, 63), (16, 65))
+
+
+QWEN3_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>")
+
+
+def mini_qwen3_tokenizer() -> dict[str, bytes]:
+    """tokenizer.json and tokenizer_config.json of a tokenizer with Qwen3's chat template (from
+    spec/tokenizers/qwen3/tokenizer_config.json, unchanged) and its special tokens, over a
+    byte-level BPE without merges: byte b is id b (GPT-2's byte-to-character map), the specials
+    follow at 256.. in QWEN3_SPECIALS order; the EOS is <|im_end|> (258), as Qwen3's."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    shifted = iter(range(256, 512))
+    char = {b: chr(b if b in printable else next(shifted)) for b in range(256)}   # GPT-2 bytes_to_unicode
+    tok = Tokenizer(models.BPE(vocab={char[b]: b for b in range(256)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(QWEN3_SPECIALS))
+    qwen3 = json.loads((Path(__file__).resolve().parent.parent / "spec/tokenizers/qwen3/tokenizer_config.json")
+                       .read_text(encoding="utf-8"))
+    config = {"tokenizer_class": "Qwen2Tokenizer", "add_bos_token": False, "add_prefix_space": False,
+              "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
+              "chat_template": qwen3["chat_template"],
+              "added_tokens_decoder": {str(256 + k): {"content": t, "lstrip": False, "normalized": False,
+                                                      "rstrip": False, "single_word": False, "special": True}
+                                       for k, t in enumerate(QWEN3_SPECIALS)}}
+    return {"qwen3-bytes/tokenizer.json": (tok.to_str(pretty=True) + "\n").encode(),
+            "qwen3-bytes/tokenizer_config.json": (json.dumps(config, indent=1) + "\n").encode()}
+
+
 def assets() -> dict[str, bytes]:
     a16 = pixels(1, 16, 16)
     out = {
@@ -131,6 +184,10 @@ def assets() -> dict[str, bytes]:
         "img_20x40.png": png_bytes(rgb_image(pixels(7, 20, 40), 20, 40)),
         "img_q_70x28.png": png_bytes(rgb_image(pixels(8, 70, 28), 70, 28)),
     }
+    for seed, (h, w) in ((21, (900, 912)), (22, (448, 2240)), (23, (600, 800))):
+        out[f"img_l_{h}x{w}.png"] = png_bytes(rgb_image(striped(seed, h, w), h, w))
+    for k, (h, w) in enumerate(BOUND_SIZES):
+        out[f"img_k_{h}x{w}.png"] = png_bytes(rgb_image(pixels(40 + k, h, w, colours=4), h, w))
     transposed = pixels(8, 16, 32)
     out["img_t_16x32.png"] = png_bytes(rgb_image(transposed, 16, 32))
     out["img_t_32x16.png"] = png_bytes(rgb_image(transposed, 32, 16))
@@ -172,6 +229,7 @@ def assets() -> dict[str, bytes]:
     out["bad_audio_stereo.wav"] = wav_bytes(tone(15, 3200), channels=2)
     out["bad_audio_corrupt.wav"] = b"RIFF\x10\x00\x00\x00WAVEjunk" + bytes(32)
     out["bad_audio_empty.wav"] = wav_bytes([])
+    out.update(mini_qwen3_tokenizer())
     return out
 
 
@@ -179,6 +237,7 @@ def main(argv: list[str]) -> int:
     out_dir = Path(argv[1]) if len(argv) > 1 else DEFAULT_OUT
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, data in assets().items():
+        (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (out_dir / name).write_bytes(data)
     print(f"wrote {len(assets())} assets to {out_dir}")
     return 0

@@ -42,6 +42,7 @@ class BrokenJudgingAdapter(Adapter):
         from .inprocess import InprocessAdapter
         self.inner = InprocessAdapter(device=device, timeout=timeout, engine_dir=engine_dir)
         self.sessions = self.inner.sessions
+        self.edits_descriptions = self.inner.edits_descriptions
 
     def capabilities(self) -> dict:
         return self.inner.capabilities()

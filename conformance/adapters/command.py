@@ -269,6 +269,12 @@ class CommandAdapter(Adapter):
         folder = build_cached(build_args, salt, build)
         return Engine(folder.name, json.loads((folder / "config.json").read_text()), str(folder))
 
+    @property
+    def edits_descriptions(self) -> bool:
+        """Whether a case may hand the runtime an edited description: only engines of the bundled
+        builder, whose config.json is the description (another runtime may read its own files)."""
+        return not self.fixed and bool(self.build_command) and self.build_command[:3] == BUNDLED
+
     def start(self, engine: Engine, runtime: dict) -> Session:
         return CommandSession(self, engine, runtime)
 

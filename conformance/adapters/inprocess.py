@@ -69,12 +69,17 @@ class InprocessSession(Session):
         self.warmup = runtime.get("warmup", 0)
         self.infer_args = {INFER_ARGS[k]: v for k, v in runtime.items() if k in INFER_ARGS}
         kwargs = {RUNTIME_ARGS[k]: v for k, v in runtime.items() if k in RUNTIME_ARGS}
-        self.rejected, self.runtime = None, None
+        self.rejected, self.runtime, self.refused_input = None, None, None
         try:
             with time_limit(timeout):
                 self.runtime = factory(engine.directory, device=device, **kwargs)
         except gpu_backend.DeploymentRejected as e:
             self.rejected = e.message if hasattr(e, "message") else str(e)
+        except gpu_backend.BackendInputError as e:
+            # refused at start-up as bad input (what the CLI reports as exit 2): an outcome to
+            # judge, not a crash of the backend (a CR-SUP refusal is exit 3, DeploymentRejected)
+            self.refused_input = RunResult("input_error", message=getattr(e, "message", str(e)),
+                                           error_path=getattr(e, "path", None), exit_code=2)
         except InvocationTimeout as e:
             raise AdapterError(f"starting the runtime {e}") from None
         except Exception:
@@ -88,6 +93,9 @@ class InprocessSession(Session):
     def _run(self, request: dict, base_dir: str) -> RunResult:
         if self.rejected is not None:
             return RunResult("rejected", message=self.rejected, exit_code=3)
+        if self.refused_input is not None:
+            return RunResult("input_error", message=self.refused_input.message,
+                             error_path=self.refused_input.error_path, exit_code=2)
         warmup, self.warmup = self.warmup, 0
         try:
             with time_limit(self.timeout):
@@ -124,6 +132,7 @@ class InprocessSession(Session):
 class InprocessAdapter(Adapter):
     name = "inprocess"
     sessions = True
+    edits_descriptions = True   # the runtime reads the engine's config.json: a case may hand it an edited one
 
     def __init__(self, device: str = "auto", timeout: float | None = 120.0, runtime_factory=None,
                  engine_dir: str | None = None):
@@ -139,6 +148,7 @@ class InprocessAdapter(Adapter):
         self.salt = "gpu_backend:" + source_digest(Path(list(gpu_backend.__path__)[0]))
         self._manifest = None
         self.fixed = fixed_engine(engine_dir) if engine_dir else None
+        self.edits_descriptions = self.fixed is None
 
     def capabilities(self) -> dict:
         if self._manifest is None:

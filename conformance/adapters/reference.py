@@ -22,7 +22,8 @@ EOS = 257
 
 class Vocabulary:
     """What the stand-in generator writes: bytes-v1 letters and <|eos|>, or, for an engine with a
-    real tokenizer, one-token words of that tokenizer (conformance/materialize/units.py) and its
+    real tokenizer, one-token words of that tokenizer (conformance/materialize/units.py; one-token
+    letters where it has no such words, as a byte-level vocabulary without merges) and its
     end-of-sequence token; `text` spells generated ids as the engine's tokenizer decodes them."""
 
     def __init__(self, engine=None):
@@ -32,7 +33,12 @@ class Vocabulary:
             return
         from ..materialize.units import unit_ids
         self.tok = engine.hf_tokenizer()
-        self.letters, self.eos = unit_ids(engine)[:len(LETTERS)], engine.eos_token_id
+        self.eos = engine.eos_token_id
+        try:
+            self.letters = unit_ids(engine)[:len(LETTERS)]
+        except ValueError:       # a vocabulary without one-token words (one token per byte): letters
+            self.letters = [ids[0] for ids in (self.tok.encode(chr(b), add_special_tokens=False) for b in LETTERS)
+                            if len(ids) == 1]
 
     def text(self, ids: list[int]) -> str:
         return bytes(ids).decode("ascii") if not self.hf else self.tok.decode(ids)
@@ -138,6 +144,7 @@ class ReferenceSession(Session):
 class ReferenceAdapter(Adapter):
     name = "reference"
     sessions = True
+    edits_descriptions = True    # it runs on descriptions alone
 
     def capabilities(self) -> dict:
         return {

@@ -56,10 +56,16 @@ def merge(docs: list[dict]) -> dict:
     missing = sorted(set(range(1, total + 1)) - set(seen_shards))
     complete = not missing and all(d["complete"] for d in docs)
     results = [CaseResult.from_json(c) for c in cases]
+    stops = [d["stopped_early"] for d in docs if d.get("stopped_early")]     # shards run with --fail-fast
+    stopped = ({"at": ", ".join(s["at"] for s in stops), "not_run": sum(s["not_run"] for s in stops)}
+               if stops else None)
     merged = dict(first, shard=None, cases=cases, complete=complete,
-                  summary=summarize(results, complete, bool(first["backend"].get("self_check"))),
+                  summary=summarize(results, complete, bool(first["backend"].get("self_check")), stopped),
                   started=min(d.get("started") or "" for d in docs),
                   finished=max(d.get("finished") or "" for d in docs) or None)
+    merged.pop("stopped_early", None)
+    if stopped:
+        merged["stopped_early"] = stopped
     merged["options"] = dict(first.get("options") or {}, merged_from=[d.get("shard") for d in docs],
                              missing_shards=[f"{i}/{total}" for i in missing],
                              interrupted_shards=[d["shard"] for d in docs if not d["complete"]])

@@ -91,6 +91,10 @@ def _add_case_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--list", action="store_true", help="list the selected cases and exit")
     c.add_argument("--jobs", type=positive_int, default=1, metavar="N",
                    help="run N cases at once (useful with --backend command: processes overlap)")
+    c.add_argument("--fail-fast", action="store_true",
+                   help="screening: the curated cases first, cheapest first, then the generated families, and "
+                        "stop at the first case that ends TIMEOUT, FAIL or ERROR (the headline and the report say "
+                        "the run stopped early; it is never CONFORMANT)")
     gen = parser.add_argument_group("generated request sets")
     which = gen.add_mutually_exclusive_group()
     which.add_argument("--no-generated", action="store_true", help="curated cases only")
@@ -313,6 +317,8 @@ def main(args) -> int:
     if args.backend == "openai" or (args.backend is None and (args.base_url or args.peer_setting)):
         from ..peers.runner import main as run_peers        # the peer suite (conformance/peers)
         return run_peers(args)
+    if args.fail_fast and args.executor == "ray":
+        raise KvconformError("--fail-fast stops at the first failure of a run in this process, not with --executor ray")
     executors.check(args)
     resumed = _resume_options(args) if args.resume else None
     backend = choose_backend(args.backend, {k: getattr(args, k) for k in ADAPTER_OPTIONS})
@@ -384,7 +390,7 @@ def main(args) -> int:
             _execute_on_ray(args, backend, plan, adapter, report, pool)
         else:
             execute(plan, adapter, report, progress=not args.no_progress, jobs=args.jobs,
-                    rerun=lambda path: rerun_command(args, backend, path))
+                    rerun=lambda path: rerun_command(args, backend, path), fail_fast=args.fail_fast)
         if args.timing and not self_check and "timing/reuse-is-real" not in {r.id for r in report.results}:
             from ..numerics.timing import timing_verdict                 # "reuse is real", optional
             report.add(timing_verdict(adapter, manifest, fraction=args.timing_fraction))

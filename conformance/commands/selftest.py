@@ -81,14 +81,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # --- one target, in a worker process ---------------------------------------------------------------
 
-def case_cost(case) -> tuple:
-    """Cheap first: fewer requests, smaller generation budget (a proxy for run time)."""
-    doc = case.doc
-    n = len(doc.get("requests") or [])
-    gen = (case.runtime.get("maxGenerateLength") or doc.get("max_generate_length", 256)) if doc.get("requests") else 0
-    return (n * min(gen, 64) + n, case.id)
-
-
 def compares_logprobs(case) -> bool:
     """Whether running this case compares log-probabilities: greedy outputs compared with the
     bypass replay, log-probabilities asked for, and a run that must produce responses."""
@@ -100,6 +92,8 @@ def compares_logprobs(case) -> bool:
         return False
     try:
         engine = oracle.derive_engine(case.engine_args)
+        if case.meta.get("description_edits"):      # the runtime is handed an edited description
+            engine = oracle.engine_of({**engine.to_config(), **case.meta["description_edits"]})
     except oracle.InputError:
         return False              # a refused build runs nothing
     return oracle.rejection(engine, oracle.flags_of(case.runtime)) is None
@@ -145,10 +139,12 @@ def run_target(kind: str, name: str, opts: dict, part: str | None = None) -> dic
     target. Variants stop at the first case that catches them (except with --generated-only)."""
     import torch
     torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and workers must not oversubscribe
-    from ..suite import make_plan
+    from ..suite import case_cost, make_plan
 
     started = time.monotonic()
-    plan = make_plan(None, None, None, None, False, generated=True, curated=True, families=None, shard=None)
+    profile = _variant_profile(name) if kind == "variant" else None
+    plan = make_plan(None, None, None, None, False, generated=True, curated=True, families=None, shard=None,
+                     **({"profile": profile} if profile else {}))
     only_generated = kind == "variant" and opts.get("generated_only")
     cases = sorted(plan.cases, key=case_cost) if part in (None, "curated") and not only_generated else []
     families = [f for f in plan.families if part in (None, f)]
@@ -166,11 +162,41 @@ def run_target(kind: str, name: str, opts: dict, part: str | None = None) -> dic
         if killer is not None:
             engine_of_kill = engine_dir
             break
+    confirmed = _bundled_passes(killer, cases, opts, engine_of_kill) if profile and killer is not None else None
     out = {"kind": kind, "name": name, "part": part, "duration_s": round(time.monotonic() - started, 2),
            "cases_run": len(results), "verdicts": {}}
+    if profile:
+        out["profile"] = profile
     for r in results:
         out["verdicts"][r.verdict.name] = out["verdicts"].get(r.verdict.name, 0) + 1
-    return _target_result(out, kind, name, results, killer, engine_of_kill, cases, families, only_generated)
+    out = _target_result(out, kind, name, results, killer, engine_of_kill, cases, families, only_generated)
+    if confirmed is not None and not confirmed[0]:
+        out["killed"] = False
+        out["invalid"] = confirmed[1]
+    return out
+
+
+def _variant_profile(name: str) -> str | None:
+    from ..faulty_backends import CATALOGUE
+    return CATALOGUE[name].profile
+
+
+def _bundled_passes(killer, cases, opts: dict, engine_dir) -> tuple[bool, str]:
+    """A variant judged under a profile the baselines do not run: the case that caught it must
+    pass the bundled backend under that profile, else the kill is no evidence of the defect."""
+    from ..execute import run_case
+    case = next((c for c in cases if c.id == killer.id), None)
+    if case is None:                     # a generated family: its reproducer was confirmed already
+        return True, ""
+    adapter = _adapter("baseline", "inprocess", opts, engine_dir)
+    try:
+        got = run_case(case, adapter, adapter.capabilities())
+    finally:
+        adapter.close()
+    if got.conformant:
+        return True, ""
+    return False, (f"the bundled backend also fails {case.id} under {case.runtime.get('semanticsProfile')}: "
+                   + (got.first_failure().line() if got.first_failure() else got.reason)[:300])
 
 
 def _adapter(kind: str, name: str, opts: dict, engine_dir: str | None):
@@ -193,7 +219,7 @@ def _run_parts(adapter, kind: str, name: str, opts: dict, plan, cases, families,
     import tempfile
     from ..execute import run_case
     from ..generate import run_generated
-    from ..verdicts import Verdict
+    from ..suite import stops_a_fail_fast_run
     try:
         manifest, manifest_error = adapter.capabilities(), ""
     except Exception as e:  # the broken adapter
@@ -202,7 +228,7 @@ def _run_parts(adapter, kind: str, name: str, opts: dict, plan, cases, families,
     for case in cases:
         r = run_case(case, adapter, manifest, manifest_error)
         results.append(r)
-        if stop and r.verdict >= Verdict.TIMEOUT:
+        if stop and stops_a_fail_fast_run(r):          # the screening of `kvconform run --fail-fast`
             killer = r
             break
     if killer is None:
@@ -212,11 +238,11 @@ def _run_parts(adapter, kind: str, name: str, opts: dict, plan, cases, families,
             for family in families:
                 r = run_generated(family, adapter, manifest, workdir=workdir, examples=opts["examples"],
                                   budget_s=opts["budget_s"] / max(1, len(plan.families)), seed=opts["seed"],
-                                  max_steps=opts["max_steps"], reproducer_dir=reproducers,
+                                  max_steps=opts["max_steps"], reproducer_dir=reproducers, profile=plan.profile,
                                   run_case_fn=lambda c: run_case(c, adapter, manifest, manifest_error),
                                   shrink=opts["shrink"] or kind != "variant" and name != "broken-judging")
                 results.append(r)
-                if kind == "variant" and r.verdict >= Verdict.TIMEOUT:
+                if kind == "variant" and stops_a_fail_fast_run(r):
                     killer = killer or r
                     if stop:
                         break
@@ -273,7 +299,9 @@ def kill_table(variants: list[dict], catalogue, fmt: str = "simple") -> str:
     for v in variants:
         meta = catalogue[v["name"]]
         k = v.get("kill") or {}
-        caught = k.get("case", "SURVIVED") if not v.get("invalid") else "INVALID (variant crashed)"
+        caught = k.get("case", "SURVIVED") if not v.get("invalid") else "INVALID"
+        if v.get("profile"):
+            caught += f" [{v['profile']}]"
         rows.append([v["name"], meta.group, meta.bug_class, ", ".join(meta.rules[:2]),
                      caught + (f" ({k['engine']})" if k.get("engine") else ""), k.get("rule", "") or "",
                      k.get("check", ""), k.get("observable", ""), k.get("verdict", "")])
@@ -291,7 +319,8 @@ def kill_markdown(doc: dict, catalogue) -> str:
         meta = catalogue[v["name"]]
         k = v.get("kill") or {}
         lines.append(f"| `{v['name']}` | {meta.bug_class} | {', '.join(meta.rules)} | {meta.mirrors} | "
-                     f"{'`' + k['case'] + '`' if k else '**SURVIVED**'} | {k.get('rule') or ''} | "
+                     f"{'`' + k['case'] + '`' if k else '**SURVIVED**'}"
+                     f"{' (profile ' + v['profile'] + ')' if v.get('profile') else ''} | {k.get('rule') or ''} | "
                      f"{k.get('check', '')} | {k.get('observable', '')} |")
     return "\n".join(lines) + "\n"
 

@@ -11,6 +11,7 @@ import struct
 import numpy as np
 
 from gpu_backend.identity import ROOT, MediaSpan, SequenceIdentity, adapter_material
+from gpu_backend.runtime import Runtime
 
 from .registry import variant
 
@@ -145,3 +146,30 @@ class CheckpointPartialPageIgnored(SequenceIdentity):
         h.update(self.page_keys(full)[-1] if full else ROOT)
         h.update(self.adapter)                                     # DEFECT: no material of [full*P, L)
         return h.digest()
+
+
+@variant("merged-run-own-first-digest", "identity", profile="edge-llm-0.10")
+class MergedRunOwnFirstDigest(Runtime):
+    """As edge-llm-0.10, each merged run of adjacent images carries the digest of its own first
+    image, where 0.10 gives the k-th run the k-th item's digest (after a run of two images the
+    next run takes the second image's).
+
+    Bug class: media-identity (merged runs). Violates: CR-ID-4, CR-MEDIA-1.
+    Mirrors: Edge-LLM 0.10 `buildPerPositionMediaHash` (edge-llm-0.10-semantics.md section 3.1:
+    the k-th maximal run of media positions takes the hash of the k-th media item, a quirk); a
+    re-implementation that reads it as "a run is its first image" agrees with it on every run
+    of one image and on a first run, and no case had two runs of two images.
+    """
+
+    def _identity_spans(self, spans: list) -> list:
+        if not self.semantics.merged_media_runs:
+            return super()._identity_spans(spans)
+        out = []
+        for s in spans:
+            digest = s.content if self.semantics.raw_media_digest else s.digest
+            if out and out[-1].end == s.start and out[-1].modality == s.modality:
+                run = out[-1]
+                out[-1] = MediaSpan(run.start, run.count + s.count, run.digest, s.modality, None)   # DEFECT
+            else:
+                out.append(MediaSpan(s.start, s.count, digest, s.modality, None))
+        return out

@@ -55,3 +55,22 @@ class MediaAwarePerBatch(Runtime):
     def _run_batch(self, batch, rf, *, warmup):
         self.cache.batch_counted = False
         return super()._run_batch(batch, rf, warmup=warmup)
+
+
+@variant("prefill-section-only-with-reuse", "metrics", profile="edge-llm-0.10")
+class PrefillSectionOnlyWithReuse(Runtime):
+    """As edge-llm-0.10, the prefill section is written only when context reuse is on or
+    --dumpProfile is given, where 0.10 writes it into every profile file.
+
+    Bug class: profile-section-presence. Violates: CR-MET-12.
+    Mirrors: Edge-LLM 0.10's profile formatter writes `prefill` with every profile file (the
+    reading of the seed's VLM example and 0.10's own pytest, spec/profiles.md M8); the kit checked
+    its presence only on runs without --dumpProfile, and every reuse-off case set --dumpProfile
+    (a class the kit's power study found unreached).
+    """
+
+    def profile(self) -> dict:
+        out = super().profile()
+        if not (self.reuse or self.dump_profile):
+            out.pop("prefill", None)                                                    # DEFECT
+        return out

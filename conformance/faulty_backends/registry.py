@@ -42,6 +42,9 @@ class Variant:
     component: str          # identity | cache | model | runtime
     cls: type               # the faulty component class
     factory: type           # a gpu_backend.Runtime subclass: the runtime factory
+    profile: str | None = None
+    """The semantics profile the variant is judged under (spec/profiles.md) when its defect is
+    in behaviour only that profile has (edge-llm-0.10's merged media runs): None is the default."""
 
     @property
     def rule(self) -> str:
@@ -57,8 +60,8 @@ CATALOGUE: dict[str, Variant] = {}
 
 def _docfields(cls) -> dict:
     doc = cls.__doc__ or ""
-    lines = [" ".join(l.split()) for l in doc.strip().splitlines()]
-    out = {"summary": lines[0] if lines else ""}
+    first = " ".join(doc.strip().split("\n\n")[0].split())        # the first paragraph, on one line
+    out = {"summary": re.split(r"(?<=[.:;])\s", first, maxsplit=1)[0].rstrip(".:;") if first else ""}
     text = " ".join(doc.split())
     for key, label in _FIELDS.items():
         m = re.search(rf"{label}: (.+?)(?= (?:Bug class|Violates|Mirrors): |$)", text)
@@ -66,8 +69,9 @@ def _docfields(cls) -> dict:
     return out
 
 
-def variant(name: str, group: str):
-    """Register a faulty component class under `name` in catalogue group `group`."""
+def variant(name: str, group: str, profile: str | None = None):
+    """Register a faulty component class under `name` in catalogue group `group`; `profile`: the
+    semantics profile whose behaviour it breaks, under which `kvconform selftest` judges it."""
     assert group in GROUPS, group
 
     def register(cls):
@@ -89,7 +93,7 @@ def variant(name: str, group: str):
             factory = type(f"{cls.__name__}Runtime", (Runtime,), {attr: cls, "__doc__": cls.__doc__,
                                                                   "__module__": cls.__module__})
         CATALOGUE[name] = Variant(name, group, fields["summary"], fields["bug_class"], rules, fields["mirrors"],
-                                  component, cls, factory)
+                                  component, cls, factory, profile)
         cls.variant_name = name
         return cls
     return register

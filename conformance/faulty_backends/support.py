@@ -25,6 +25,27 @@ class Fp8KvAccepted(Runtime):
             self.cfg["kv_cache_dtype"] = dtype
 
 
+@variant("pool-minimum-off-by-one", "support")
+class PoolMinimumOffByOne(Runtime):
+    """The start-up pool check accepts a page pool one page below the CR-CAP-1 minimum: it
+    compares the pool with the minimum less one.
+
+    Bug class: deployment-minimum-pool-boundary. Violates: CR-SUP-3, CR-CAP-1.
+    Mirrors: Edge-LLM 0.10 checks `kvPoolPages >= computeMinimumKvPoolPages(...)` when the
+    deployment starts (cpp/runtime/state/contextCache/contextCacheDeployment.cpp); a runtime of
+    the kit's power study (written outside the project) accepted the minimum less one, unseen
+    because the bundled build refuses such a pool before any runtime sees it.
+    """
+
+    def _check_deployment(self, tp_size, rec_slots, pkv_slots):
+        pages = self.cfg["kv_pool_pages"]
+        self.cfg["kv_pool_pages"] = pages + 1                                          # DEFECT
+        try:
+            super()._check_deployment(tp_size, rec_slots, pkv_slots)
+        finally:
+            self.cfg["kv_pool_pages"] = pages
+
+
 @variant("hidden-states-not-bypassed", "support")
 class HiddenStatesNotBypassed(Runtime):
     """With hidden-state output, requests still look up and publish: the forced bypass of

@@ -3,6 +3,10 @@ tokenizer profile and image counter define (TOK-HF, TOK-MEDIA). Every later page
 output rests on these ids, so a wrong id or a wrong count shifts everything after it."""
 from __future__ import annotations
 
+import math
+
+import torch
+
 from gpu_backend import image_counters
 from gpu_backend.hf_prompt import HFText
 from gpu_backend.runtime import Runtime
@@ -42,7 +46,7 @@ def _with_counter(runtime, cfg, count):
     return vocab
 
 
-def _transformers_rounding(name, settings, h, w):
+def _transformers_smart_resize(name, settings, h, w):
     if name != "edge-llm/qwen-vl":
         return image_counters.count_image(name, settings, h, w)
     f = settings["patch"] * settings["merge"]
@@ -51,18 +55,50 @@ def _transformers_rounding(name, settings, h, w):
                                      max_pixels=settings["max_image_tokens"] * f * f)
 
 
-@variant("edge-llm-rounds-half-even", "tokenizer")
-class EdgeLlmRoundsHalfEven(Runtime):
-    """An Edge-LLM Qwen-VL engine counts image tokens with transformers' `smart_resize`
-    (halves to even, float aspect check) instead of Edge-LLM's own port (halves away from zero).
+@variant("edge-llm-qwen-vl-unclamped", "tokenizer")
+class EdgeLlmQwenVlUnclamped(Runtime):
+    """An Edge-LLM Qwen-VL engine counts image tokens with transformers' `smart_resize`, which
+    leaves a side of at most 14 pixels at 0 and regrows the image, instead of Edge-LLM 0.10's
+    port, which clamps it to one factor first.
 
     Bug class: media-token-count-drift. Violates: TOK-MEDIA-3.
-    Mirrors: Edge-LLM's C++ port of smart_resize rounds 2.5 to 3 where Python rounds it to 2
-    (spec/media-tokens.md TOK-MEDIA-3): a 70-pixel side gets one more row of patches.
+    Mirrors: Edge-LLM's `qwenSmartResize` (cpp/multimodal/imageUtils.cpp, 0.10.0) clamps the first
+    step with `std::max(factor, roundByFactor(...))` where Python's smart_resize does not
+    (spec/media-tokens.md TOK-MEDIA-3): a 10 x 1000 image costs 36 tokens there, 20 in transformers.
     """
 
     def _load_vocab(self, cfg):
-        return _with_counter(self, cfg, _transformers_rounding)
+        return _with_counter(self, cfg, _transformers_smart_resize)
+
+
+def _max_pixels_inclusive(name, settings, h, w):
+    if name != "edge-llm/qwen-vl":
+        return image_counters.count_image(name, settings, h, w)
+    f = settings["patch"] * settings["merge"]
+    max_pixels = settings["max_image_tokens"] * f * f
+    h2, w2 = (max(f, round(s / f) * f) for s in (h, w))
+    if h2 * w2 >= max_pixels:                                                           # DEFECT: > in 0.10
+        beta = math.sqrt(h * w / max_pixels)
+        h2, w2 = (max(f, math.floor(s / beta / f) * f) for s in (h, w))
+        return (h2 // settings["patch"]) * (w2 // settings["patch"]) // settings["merge"] ** 2
+    return image_counters.count_image(name, settings, h, w)
+
+
+@variant("qwen-vl-max-pixels-inclusive", "tokenizer")
+class QwenVlMaxPixelsInclusive(Runtime):
+    """An Edge-LLM Qwen-VL engine shrinks an image whose rounded area equals max_pixels (a >=
+    where its runtime compares with >): a 110 x 114 image at the 16-token bound becomes 84 x 112,
+    12 tokens instead of 16.
+
+    Bug class: media-token-count-drift (off by one at a comparison bound). Violates: TOK-MEDIA-3.
+    Mirrors: smart_resize's `if h_bar * w_bar > max_pixels` (transformers
+    image_processing_qwen2_vl.py, Edge-LLM 0.10 imageUtils.cpp qwenSmartResize) re-implemented
+    with the bound included, a class the kit's power study found unreached: no case put an
+    image's rounded area exactly on a counter's bound.
+    """
+
+    def _load_vocab(self, cfg):
+        return _with_counter(self, cfg, _max_pixels_inclusive)
 
 
 def _thumbnail_always(name, settings, h, w):
@@ -75,13 +111,63 @@ def _thumbnail_always(name, settings, h, w):
 @variant("internvl-thumbnail-always", "tokenizer")
 class InternvlThumbnailAlways(Runtime):
     """An InternVL engine under transformers' counter adds the thumbnail tile also to a
-    one-tile image, as Edge-LLM does.
+    one-tile image, as Edge-LLM 0.4 to 0.6 did after every image.
 
     Bug class: media-token-count-drift. Violates: TOK-MEDIA-4.
     Mirrors: InternVL's HF processor adds the thumbnail only when an image has more than one
-    tile, Edge-LLM always (spec/media-tokens.md TOK-MEDIA-4, 5): a small image costs 514 tokens
-    under Edge-LLM's rule, 258 under transformers'.
+    tile; Edge-LLM added it after every image until 0.7.0 and since adds it also when its vision
+    engine's minimum profile is above one block (spec/media-tokens.md TOK-MEDIA-4, 5): a small
+    image costs 514 tokens under the always rule, 258 under transformers'.
     """
 
     def _load_vocab(self, cfg):
         return _with_counter(self, cfg, _thumbnail_always)
+
+
+class _SwitchesIgnored(HFText):
+    """An HFText that renders every chat with the generation prompt and the engine's keywords."""
+
+    def layout(self, messages, chat: bool, add_generation_prompt: bool, keywords: dict | None = None):
+        return super().layout(messages, chat, True, None)                              # DEFECT
+
+
+@variant("template-switches-ignored", "tokenizer")
+class TemplateSwitchesIgnored(Runtime):
+    """The request file's template switches are dropped: every chat is rendered with the
+    generation prompt and with the engine's chat_template_kwargs only, whatever the file's
+    `add_generation_prompt` and `enable_thinking` say.
+
+    Bug class: chat-template-kwargs-dropped. Violates: TOK-HF-4.
+    Mirrors: raullenchai/Rapid-MLX #387 / PR #389 (`chat_template_kwargs: {enable_thinking: false}`
+    silently dropped by the request model, so the template ran with thinking on) and
+    unslothai/unsloth PR #6202 (the Responses route did not forward `chat_template_kwargs`);
+    Qwen3's template writes an empty think block after the generation prompt only when the
+    request turns thinking off (spec/hf-tokenizer.md TOK-HF-4).
+    """
+
+    def _load_vocab(self, cfg):
+        vocab = Runtime._load_vocab(self, cfg)
+        if isinstance(vocab, HFText):
+            vocab.__class__ = _SwitchesIgnored
+        return vocab
+
+
+@variant("special-tokens-emitted", "tokenizer")
+class SpecialTokensEmitted(Runtime):
+    """The sampler of an hf engine may emit every id of the vocabulary, added and special tokens
+    included, where the engine emits only its normal tokens and its EOS.
+
+    Bug class: special-token-emitted. Violates: CR-OUT-1.
+    Mirrors: ml-explore/mlx-swift-lm PR #412 (multimodal placeholder tokens sampled as text:
+    `<audio|>` in text-only replies, also jundot/omlx #1670) and NVIDIA-NeMo/Speech PR #14555
+    (special tokens sampled, fixed by masking every special token but the EOS); the bundled
+    weights give added tokens negligible probability, so only a request's logit bias on one
+    reaches it (spec/engine.md section 5, Emission).
+    """
+
+    def _load_vocab(self, cfg):
+        vocab = Runtime._load_vocab(self, cfg)
+        if isinstance(vocab, HFText):
+            vocab.allowed = torch.ones_like(vocab.allowed)                               # DEFECT
+            vocab.allowed_count = int(vocab.allowed.sum())
+        return vocab

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from reference.hybrid import slot_sizes
 
 from .. import oracle
-from .media import ENCODINGS, SIZES, ImageSpec, materialize
+from .media import ENCODINGS, SIZES, ImageSpec, bound_sizes, materialize
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 FAMILIES = {
@@ -118,8 +118,28 @@ def draw_setup(data, family: str, manifest: dict, engine: dict | None = None) ->
     for _ in range(draw(st.integers(1, 3), label="questions")):
         setup.questions.append(draw(st.text(LETTERS, min_size=1, max_size=min(P + 1, longest)), label="question"))
     if vision:
-        setup.images = draw_images(data)
+        setup.images = draw_images(data, image_sizes(setup))
     return setup
+
+
+def image_sizes(setup: Setup) -> tuple:
+    """The sizes images are drawn from: bytes-v1's, and on an engine that counts its images with a
+    runtime's counter also the sizes at that counter's bounds (generate/media.py `bound_sizes`)
+    whose count the runtime accepts and that fit a quarter of an input."""
+    engine = setup.hf_engine
+    counter = (engine.vision or {}).get("counter") if engine is not None else None
+    if not counter:
+        return SIZES
+    from reference.media_tokens import image_tokens
+    extra = []
+    for h, w in bound_sizes(counter, engine.vision.get("settings") or {}):
+        try:
+            fits = image_tokens(counter, h, w, engine.vision.get("settings")) <= setup.max_input // 4
+        except ValueError:      # the counter's runtime refuses the size
+            fits = False
+        if fits:
+            extra.append((h, w))
+    return SIZES + tuple(extra)
 
 
 def _draw_engine(draw, family: str, manifest: dict, features: set, models, vision: bool):
@@ -180,10 +200,10 @@ def policy_switch(setup: Setup, steps: int):
     return st.sampled_from([None, None] + list(range(1, steps)))
 
 
-def draw_images(data) -> list[ImageSpec]:
+def draw_images(data, sizes: tuple = SIZES) -> list[ImageSpec]:
     """A pool with relatives: every later image derives from an earlier one half of the time."""
     draw = data.draw
-    first = ImageSpec(draw(st.integers(1, 3), label="seed"), *draw(st.sampled_from(SIZES), label="size"))
+    first = ImageSpec(draw(st.integers(1, 3), label="seed"), *draw(st.sampled_from(sizes), label="size"))
     pool = [first]
     for _ in range(draw(st.integers(1, 3), label="images")):
         base = draw(st.sampled_from(pool), label="image_base")
@@ -195,7 +215,7 @@ def draw_images(data) -> list[ImageSpec]:
         elif how == "other_pixels":
             pool.append(base._replace(seed=base.seed + 10))
         else:
-            pool.append(ImageSpec(draw(st.integers(1, 5), label="seed"), *draw(st.sampled_from(SIZES), label="size")))
+            pool.append(ImageSpec(draw(st.integers(1, 5), label="seed"), *draw(st.sampled_from(sizes), label="size")))
     return pool
 
 
@@ -233,10 +253,17 @@ def recipes(setup: Setup, max_steps: int):
     integers taken modulo what exists when it is built, so deleting a step keeps the rest valid."""
     kinds = ["fresh", "replay", "prefix", "continue"] + (["swap"] if setup.images else [])
     parts = ["segment", "question"] + (["image", "image"] if setup.images else [])
+    longest = 3
+    if setup.images and merges_media_runs(setup):
+        # a profile that keys each run of adjacent images as one item (edge-llm-0.10): pairs of
+        # adjacent images, contents long enough for two of them, and requests that replace one
+        # image of an earlier request in place, inside a run or alone (spec/profiles.md `media_items`)
+        kinds, longest = kinds + ["replace", "replace"], 4
+        parts = parts + ["image_pair", "image_pair"]
     recipe = st.fixed_dictionaries({
         "kind": st.sampled_from(kinds), "pick": st.integers(0, 63),
         "system": st.one_of(st.none(), st.integers(0, 7)),
-        "parts": st.lists(st.tuples(st.sampled_from(parts), st.integers(0, 7)), min_size=1, max_size=3),
+        "parts": st.lists(st.tuples(st.sampled_from(parts), st.integers(0, 7)), min_size=1, max_size=longest),
         "question": st.integers(0, 7), "keep": st.integers(1, 3), "cut": st.integers(1, 64),
     })
     step = st.tuples(st.sampled_from(setup.adapters), st.lists(recipe, min_size=setup.batch_size,
@@ -263,6 +290,8 @@ def build_request(recipe: dict, setup: Setup, earlier: list[dict], media_dir: Pa
                 last["content"][-1] = dict(tail, text=tail["text"][:1 + recipe["cut"] % len(tail["text"])])
         elif kind == "swap" and isinstance(messages[-1]["content"], list):
             messages[-1]["content"] = list(reversed(messages[-1]["content"]))
+        elif kind == "replace" and isinstance(messages[-1]["content"], list):
+            messages[-1]["content"] = _replace_image(messages[-1]["content"], setup, recipe, media_dir)
         if estimate(messages, template, max_gen, setup) <= setup.max_input:
             return {"messages": messages}
     messages = []
@@ -274,11 +303,36 @@ def build_request(recipe: dict, setup: Setup, earlier: list[dict], media_dir: Pa
             content.append({"type": "text", "text": _pick(setup.segments, k)})
         elif part == "question":
             content.append({"type": "text", "text": _pick(setup.questions, k)})
+        elif part == "image_pair":                  # two adjacent images: one merged run
+            for spec in (_pick(setup.images, k), _pick(setup.images, k + 1)):
+                content.append({"type": "image", "image": materialize(spec, media_dir), "_spec": spec})
         else:
             spec = _pick(setup.images, k)
             content.append({"type": "image", "image": materialize(spec, media_dir), "_spec": spec})
     messages.append({"role": "user", "content": content})
     return {"messages": messages}
+
+
+def merges_media_runs(setup: Setup) -> bool:
+    """Whether the example's semantics profile keys a run of adjacent images as one item."""
+    from reference.semantics import load_profile
+    name = setup.runtime.get("semanticsProfile")
+    return name is not None and load_profile(name).media_items == "merged-runs"
+
+
+def _replace_image(content: list, setup: Setup, recipe: dict, media_dir: Path) -> list:
+    """The content with one of its images replaced by another pool image, of the same size
+    where the pool has one (the positions then stay where they were)."""
+    at = [i for i, p in enumerate(content) if p["type"] == "image"]
+    if not at:
+        return content
+    i = at[recipe["keep"] % len(at)]
+    old = content[i]["_spec"]
+    same = [s for s in setup.images if (s.height, s.width) == (old.height, old.width) and s != old]
+    spec = _pick(same or setup.images, recipe["question"])
+    out = list(content)
+    out[i] = {"type": "image", "image": materialize(spec, media_dir), "_spec": spec}
+    return out
 
 
 def _pick(pool: list, k: int):

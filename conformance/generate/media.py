@@ -8,6 +8,7 @@ geometry: different media items by CR-ID-4. The encodings decode to the same pix
 from __future__ import annotations
 
 import io
+import math
 import random
 from pathlib import Path
 from typing import NamedTuple
@@ -16,6 +17,42 @@ from PIL import Image
 
 ENCODINGS = ("png", "ppm", "palette.png")
 SIZES = ((16, 64), (32, 32), (20, 40), (16, 32), (32, 16), (16, 16))  # multi-placeholder first
+
+
+def bound_sizes(counter: str, settings: dict) -> list[tuple[int, int]]:
+    """(height, width) of images at each comparison bound of an engine's image counter and one
+    step each side (spec/media-tokens.md), for the vision family on an engine that counts its
+    images: a counter that compares with >= where its runtime compares with >, or that reserves
+    no thumbnail tile, counts one of them differently.
+
+    Qwen-VL: an image whose rounded area is min_pixels or max_pixels (a x b cells of factor^2,
+    each side 2 pixels off a multiple of the factor so that it rounds onto it), and one column of
+    cells fewer and more. InternVL: aspect ratios of c:1 at the tile bounds and one tile each
+    side. Phi-3-vision: the ratio num_crops:1, where s * ceil(s / ratio) reaches num_crops, and
+    one pixel each side."""
+    if counter.endswith("/qwen-vl"):
+        f = settings["patch"] * settings["merge"]
+        if counter.startswith("edge-llm/"):
+            bounds = [settings["min_image_tokens"], settings["max_image_tokens"]]
+        else:
+            bounds = [p // (f * f) for p in (settings["min_pixels"], settings["max_pixels"]) if p % (f * f) == 0]
+        out = []
+        for cells in bounds:
+            rows = max(d for d in range(1, math.isqrt(cells) + 1) if cells % d == 0)
+            out += [(rows * f - 2, cols * f + 2) for cols in (cells // rows - 1, cells // rows, cells // rows + 1)
+                    if cols >= 1]
+        return out
+    if counter.endswith("/internvl"):
+        if counter.startswith("edge-llm/"):
+            lo = max(1, settings["min_image_tokens"] // 256 - 1)
+            hi = max(1, settings["max_image_tokens"] // 256 - 1)
+        else:
+            lo, hi = settings["min_patches"], settings["max_patches"]
+        return [(16, 16 * c) for c in sorted({lo - 1, lo, lo + 1, hi - 1, hi, hi + 1}) if c >= 1]
+    if counter == "hf/phi-3-vision":
+        n = settings["num_crops"]
+        return [(16, 16 * n - 1), (16, 16 * n), (16, 16 * n + 1)]
+    return []
 
 
 class ImageSpec(NamedTuple):

@@ -41,7 +41,8 @@ REQUIRED = {
                 "attention-ignores-cache", "wrong-lora-scale"],
     "support": ["fp8-kv-accepted", "hidden-states-not-bypassed"],
     "metrics": ["hit-counted-at-lookup", "media-aware-per-batch"],
-    "tokenizer": ["loader-ignored", "edge-llm-rounds-half-even", "internvl-thumbnail-always"],
+    "tokenizer": ["loader-ignored", "edge-llm-qwen-vl-unclamped", "internvl-thumbnail-always",
+                  "qwen-vl-max-pixels-inclusive"],
 }
 
 
@@ -216,3 +217,28 @@ def test_a_case_that_switches_policy_runs_its_batches_as_files_on_one_instance(t
     assert result.verdict == Verdict.FAIL and result.first_failure().request == 1
     command = make_adapter("command", device="cpu")
     assert run_case(case, command, command.capabilities()).verdict == Verdict.NOT_SUPPORTED
+
+
+def test_the_catalogue_tables_are_generated_from_the_registry():
+    """The list in the package docstring, the kill matrix of faulty_backends/README.md and the
+    table of README.md are what tools/make_catalogue_doc.py writes from the registry and the
+    measured kills (kills.json), and kills.json measures exactly the registered variants."""
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "tools/make_catalogue_doc.py", "--check"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_a_variant_without_a_measured_kill_fails_the_catalogue_check():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("make_catalogue_doc", ROOT / "tools" / "make_catalogue_doc.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    kills = tool.load_kills()
+    assert tool.registry_problems(kills) == []
+    gone = dict(kills, variants={k: v for k, v in kills["variants"].items() if k != "lora-not-in-key"})
+    assert [p.split(":")[0] for p in tool.registry_problems(gone)] == ["lora-not-in-key"]
+    extra = dict(kills, variants=dict(kills["variants"], **{"no-such-variant": {}}))
+    assert [p.split(":")[0] for p in tool.registry_problems(extra)] == ["no-such-variant"]
+    assert "`lora-not-in-key`" in tool.readme_table(CATALOGUE, kills)

@@ -78,3 +78,28 @@ def test_recipes_build_valid_request_files(tmp_path_factory, data):
     assert loaded.id == "generated/check" and len(loaded.doc["requests"]) == len(ex.requests)
     result = run_case(loaded, ReferenceAdapter(), manifest)
     assert result.verdict == Verdict.PASS, (result.reason, [f.line() for f in result.failures])
+
+
+def test_the_vision_family_draws_images_at_the_counters_bounds():
+    """On an engine that counts images with a runtime's counter, the sizes drawn include images
+    at its comparison bounds and one step each side (spec/media-tokens.md)."""
+    from conformance.generate.draw import Setup, image_sizes
+    from conformance.generate.media import SIZES, bound_sizes
+    from reference.media_tokens import image_tokens
+    edge = {"patch": 14, "merge": 2, "min_image_tokens": 1, "max_image_tokens": 256}
+    # min 1 cell: 26 x 30 rounds to 28 x 28 = 784 = min_pixels (1 token), 26 x 58 to 28 x 56 (2);
+    # max 256 cells = 16 x 16: 446 x 450 rounds to 448 x 448 = 200,704 = max_pixels (256 tokens),
+    # 446 x 422 to 448 x 420 (240), 446 x 478 to 448 x 476 = 213,248, above it: shrunk to 420 x 448 (240)
+    sizes = bound_sizes("edge-llm/qwen-vl", edge)
+    assert sizes == [(26, 30), (26, 58), (446, 422), (446, 450), (446, 478)]
+    assert [image_tokens("edge-llm/qwen-vl", h, w, edge) for h, w in sizes] == [1, 2, 240, 256, 240]
+    # InternVL tiles 1 .. 4: aspect ratios 1:1 .. 5:1; Phi-3-vision with 4 crops: ratio 4 and beside it
+    assert bound_sizes("hf/internvl", {"min_patches": 1, "max_patches": 4}) == [(16, 16 * c) for c in range(1, 6)]
+    assert bound_sizes("hf/phi-3-vision", {"num_crops": 4}) == [(16, 63), (16, 64), (16, 65)]
+
+    class Counted:
+        vision = {"counter": "edge-llm/qwen-vl", "settings": edge}
+    setup = Setup({}, {}, {}, 1, [None], max_input=1000, hf_engine=Counted())
+    # 256 tokens do not fit a quarter of 1000, 240 do
+    assert image_sizes(setup) == SIZES + ((26, 30), (26, 58), (446, 422), (446, 478))
+    assert image_sizes(Setup({}, {}, {}, 1, [None])) == SIZES

@@ -76,6 +76,29 @@ def test_the_forward_matches_an_independent_float64_forward(engines, kind, lora)
     assert np.abs(got - want).max() < 1e-6
 
 
+@pytest.mark.parametrize("size,counter,count", [
+    ((440, 456), "edge-llm/qwen-vl", 256),      # 601,920 samples, just above 2^19
+    ((448, 2240), "edge-llm/internvl", 1282),   # 3,010,560 samples, above 2^21
+])
+def test_a_large_counted_image_has_the_references_rows(tmp_path, size, counter, count):
+    """An image the counter resizes gives `count` rows from its samples linearly resampled
+    (spec/engine.md section 5). The backend's rows equal the float64 reference's to float32
+    rounding also for large images: a resampling whose source positions are single precision
+    (torch's interpolate) is up to 1/8 of a sample off beyond 2^21 samples, and moved the first
+    token's log-probability by 0.1 to 2.7 nats."""
+    from gpu_backend.model import Model
+    build_engine(tmp_path, dict(maxInputLen=2048, maxKVCacheCapacity=2304, maxKVPoolPages=0, tokensPerPage=16,
+                                tokenizer=str(ROOT / "spec" / "tokenizers" / "phi-3-vision"), vision=True,
+                                imageCounter=counter))
+    weights = load_weights(str(tmp_path))
+    model = Model(weights.cfg, str(tmp_path / "model.safetensors"), torch.device("cpu"))
+    rgb = np.random.default_rng(1).integers(0, 256, (*size, 3), dtype=np.uint8)
+    got = model.encode_media("image", rgb, count).double().numpy()
+    want = image_rows(weights, rgb, count)
+    assert got.shape == want.shape == (count, weights.cfg["hidden_size"])
+    assert np.abs(got - want).max() < 1e-4
+
+
 def test_fp8_rounding_is_torchs_e4m3():
     x = np.random.default_rng(0).normal(0, 30, 20000)
     x = np.concatenate([x, [0.0, 1e-4, -3e-3, 448.0, 500.0, -1000.0, 0.0625 * 1.0625]])

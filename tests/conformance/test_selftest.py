@@ -34,6 +34,7 @@ def test_selftest_kills_every_variant_at_the_default_budget(tmp_path):
     for v in doc["variants"]:
         assert v["kill"]["verdict"] in ("FAIL", "ERROR", "TIMEOUT"), v
         assert v["kill"]["check"] and v["kill"]["observable"], v
+        assert v.get("profile") == CATALOGUE[v["name"]].profile, v       # judged under the profile it breaks
     assert set(doc["baselines"]) == {"inprocess", "reference", "broken", "broken-judging"}
     assert all(b["ok"] for b in doc["baselines"].values()), {k: b["problems"] for k, b in doc["baselines"].items()}
     assert doc["baselines"]["reference"]["verdicts"] == {"PASS": doc["baselines"]["reference"]["cases_run"]}

@@ -63,9 +63,9 @@ def phi3v(engines):
 
 def qwen_counter(engines):
     # edge-llm/qwen-vl defaults written by the build: patch 14, merge 2, min 4, max 256 tokens.
-    # A 70x84 image (TOK-MEDIA-3): 70 / 28 = 2.5 rounds away from zero to 3, h' = 84; 84 / 28 = 3,
-    # w' = 84; 84 * 84 = 7056 lies in [4 * 784, 256 * 784]; (84/14) * (84/14) / 4 = 9 tokens
-    # (transformers would round 2.5 to even 2: 56 x 84, 6 tokens).
+    # A 70x84 image (TOK-MEDIA-3): 70 / 28 = 2.5 rounds to even 2, h' = 56; 84 / 28 = 3, w' = 84;
+    # 56 * 84 = 4704 lies in [4 * 784, 256 * 784]; (56/14) * (84/14) / 4 = 6 tokens (as in
+    # transformers; Edge-LLM 0.7.0 rounded 2.5 up: 84 x 84, 9 tokens).
     return engines("qwen-counter", tokenizer=str(VISION), vision=True, imageCounter="edge-llm/qwen-vl")
 
 
@@ -183,11 +183,11 @@ def test_image_expansion_phi3_vision(engines, images):
 
 def test_image_expansion_edge_llm_qwen_counter(engines, images):
     # chat template off, tokenizers-raw: "<|image|>Hello" -> <|image|> then "▁Hello" 15043 (the
-    # file's normalizer prepends "▁" to every segment); the image is 9 tokens (see qwen_counter)
+    # file's normalizer prepends "▁" to every segment); the image is 6 tokens (see qwen_counter)
     doc = {"apply_chat_template": False, "requests": [{"messages": [{"role": "user", "content": [
         {"type": "image", "image": "c70x84.png"}, {"type": "text", "text": "Hello"}]}]}]}
     r = runtime(qwen_counter(engines)).prepare(doc, str(images)).requests[0]
-    assert r.ids.tolist() == [32044] * 9 + [15043] and r.n == 10
+    assert r.ids.tolist() == [32044] * 6 + [15043] and r.n == 7
 
 
 @pytest.mark.parametrize("content, where, needle", [
@@ -316,17 +316,24 @@ def test_counters_match_the_spec_examples():
     assert count("hf/qwen-vl", 360, 540, max_pixels=12845056) == 247
     assert count("hf/qwen-vl", 360, 540, patch=16, max_pixels=12845056) == 187
     assert count("hf/qwen-vl", 70, 280) == 20 and count("edge-llm/qwen-vl", 70, 280, min_image_tokens=4,
-                                                           max_image_tokens=16384) == 30
+                                                           max_image_tokens=16384) == 20
     assert count("hf/qwen-vl", 2000, 3000) == 1247
-    assert count("edge-llm/qwen-vl", 2, 401, min_image_tokens=4, max_image_tokens=16384) == 14
-    assert count("edge-llm/qwen-vl", 60, 76, min_image_tokens=64, max_image_tokens=16384) == 72
+    assert count("edge-llm/qwen-vl", 2, 400, min_image_tokens=4, max_image_tokens=16384) == 14
+    assert count("hf/qwen-vl", 2, 400) == 29
+    assert count("edge-llm/qwen-vl", 10, 1000, min_image_tokens=4, max_image_tokens=256) == 36
+    assert count("hf/qwen-vl", 10, 1000, max_pixels=256 * 784) == 20
+    assert count("edge-llm/qwen-vl", 60, 76, min_image_tokens=64, max_image_tokens=16384) == 80
     assert count("hf/qwen-vl", 60, 76, min_pixels=50176) == 80
     assert count("hf/qwen-vl", 20, 3000, max_pixels=50176) == 97
+    assert count("edge-llm/qwen-vl", 20, 3000, min_image_tokens=4, max_image_tokens=64) == 97
     for name, settings in (("hf/qwen-vl", {}), ("edge-llm/qwen-vl", {"min_image_tokens": 4, "max_image_tokens": 64})):
         with pytest.raises(CounterRefusal):
-            count(name, *((2, 401) if name == "hf/qwen-vl" else (20, 3000)), **settings)
+            count(name, 2, 401, **settings)
     assert [count("hf/internvl", h, w) for h, w in ((448, 448), (448, 896), (1344, 1344))] == [258, 770, 2562]
-    assert count("edge-llm/internvl", 448, 448, min_image_tokens=256, max_image_tokens=3328) == 514
+    assert count("edge-llm/internvl", 448, 448, min_image_tokens=256, max_image_tokens=3328) == 258
+    assert count("edge-llm/internvl", 448, 448, min_image_tokens=512, max_image_tokens=3328) == 514
+    assert [count("edge-llm/internvl", 16, w, min_image_tokens=768, max_image_tokens=1536)
+            for w in (80, 96, 32, 16)] == [1538, 1538, 770, 1282]
     assert count("edge-llm/internvl", 448, 896, min_image_tokens=256, max_image_tokens=3328) == 770
     assert [count("hf/phi-3-vision", h, w) for h, w in ((336, 336), (600, 800), (800, 600))] == [2509, 1921, 1933]
     assert count("hf/phi-3-vision", 600, 800, num_crops=4) == 757
@@ -383,16 +390,16 @@ def test_qwen_style_image_placeholder(engines, images, qwen_folder):
     rt = runtime(engine)
     r = rt.prepare(doc, str(images)).requests[0]
     # TOK-HF-5: the image item becomes <|vision_start|><|image_pad|><|vision_end|>; the pad is then
-    # repeated 9 times (the 70x84 image under edge-llm/qwen-vl, see qwen_counter)
+    # repeated 6 times (the 70x84 image under edge-llm/qwen-vl, see qwen_counter)
     assert r.formatted == ("<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>What is this?<|im_end|>\n"
                            "<|im_start|>assistant\n")
     ids = r.ids.tolist()
     start = ids.index(pad)
-    assert ids[start - 1] == base + 3 and ids[start:start + 9] == [pad] * 9 and ids[start + 9] == base + 4
-    assert (r.spans[0].start, r.spans[0].count) == (start, 9)
+    assert ids[start - 1] == base + 3 and ids[start:start + 6] == [pad] * 6 and ids[start + 6] == base + 4
+    assert (r.spans[0].start, r.spans[0].count) == (start, 6)
     raw = Tokenizer.from_file(str(folder / "tokenizer.json"))
     unexpanded = raw.encode(r.formatted, add_special_tokens=False).ids     # TOK-HF-3: the rebuild equals the file
-    assert ids == unexpanded[:start] + [pad] * 9 + unexpanded[start + 1:]
+    assert ids == unexpanded[:start] + [pad] * 6 + unexpanded[start + 1:]
     [resp] = rt.infer(doc, str(images))["responses"]
     body = [t for t in resp["output_ids"] if t != base + 2]
     assert body and max(body) < base and resp["output_text"] == raw.decode(body)

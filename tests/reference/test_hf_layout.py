@@ -61,15 +61,16 @@ def test_an_image_becomes_its_counted_run(tmp_path):
     assert [(s.start, s.end, s.modality) for s in r.spans] == [(2, 315, "image")]
 
 
-@pytest.mark.parametrize("counter, tokens", [("edge-llm/qwen-vl", 3), ("hf/qwen-vl", 2)])
+@pytest.mark.parametrize("counter, tokens", [("edge-llm/qwen-vl", 36), ("hf/qwen-vl", 20)])
 def test_the_runtimes_counter_decides_the_image_length(counter, tokens, tmp_path):
-    """A 70 x 28 image, patch 14, merge 2 (factor 28): 70/28 = 2.5 rows of patches; Edge-LLM rounds
-    half away from zero (3 rows: 84 x 28, (84/14)*(28/14)/4 = 3 tokens), HF half to even (2
-    rows: 56 x 28, 2 tokens) (TOK-MEDIA-2, TOK-MEDIA-3)."""
-    settings = ({"min_image_tokens": 1, "max_image_tokens": 256} if counter.startswith("edge")
-                else {"min_pixels": 28 * 28, "max_pixels": 256 * 28 * 28})
+    """A 10 x 1000 image, patch 14, merge 2 (factor 28), bounds of 4 and 256 tokens: 10/28 rounds
+    to 0. Edge-LLM 0.10 clamps it to one factor: 28 x 1008 (1000/28 = 35.7 -> 36), 28224 pixels
+    within [3136, 200704], (28/14)*(1008/14)/4 = 36 tokens; HF leaves 0, so its min-pixels branch
+    scales both sides by sqrt(3136/10000) = 0.56: 28 x 560, 20 tokens (TOK-MEDIA-2, TOK-MEDIA-3)."""
+    settings = ({"min_image_tokens": 4, "max_image_tokens": 256} if counter.startswith("edge")
+                else {"min_pixels": 4 * 784, "max_pixels": 256 * 784})
     engine = hf_engine("phi-3-vision", vision={"counter": counter, "settings": settings})
-    r = parse(engine, [{"role": "user", "content": [{"type": "image", "image": png(tmp_path, "i.png", 70, 28)}]}],
+    r = parse(engine, [{"role": "user", "content": [{"type": "image", "image": png(tmp_path, "i.png", 10, 1000)}]}],
               template=False)
     assert r.n == tokens and len(r.spans) == 1 and r.spans[0].end - r.spans[0].start == tokens
 

@@ -18,15 +18,16 @@ HF_QWEN = {"min_pixels": 3136, "max_pixels": 12845056}
 
 # --- TOK-MEDIA-2 / TOK-MEDIA-3: Qwen-VL ------------------------------------------------
 
-def test_half_rounds_to_even_in_hf_and_away_from_zero_in_edge_llm():
-    # h = 70: 70 / 28 = 2.5. HF (Python round): 2 -> 56. Edge-LLM (std::round): 3 -> 84.
-    # w = 280 = 10 * 28 either way. Products 56*280 = 15680 and 84*280 = 23520 lie within
-    # [3136, 12845056], so no branch applies.
+def test_halves_round_to_even_in_hf_and_in_edge_llm_0_10():
+    # h = 70: 70 / 28 = 2.5 rounds to even 2 -> 56 in both (Python round; Edge-LLM 0.10's
+    # integer roundByFactor: 70 = 2*28 + 14, 2*14 == 28 and q = 2 is even). w = 280 = 10 * 28.
+    # 56*280 = 15680 lies within [3136, 12845056], so no branch applies.
     assert mt.qwen_vl_hf_resize(70, 280, 28, 3136, 12845056) == (56, 280)
-    assert mt.qwen_vl_edge_llm_resize(70, 280, 28, 3136, 12845056) == (84, 280)
-    # Tokens: HF (56/14)*(280/14)/4 = 4*20/4 = 20; Edge-LLM (84/14)*(280/14)/4 = 6*20/4 = 30.
+    assert mt.qwen_vl_edge_llm_resize(70, 280, 28, 3136, 12845056) == (56, 280)
+    # Tokens (56/14)*(280/14)/4 = 4*20/4 = 20 in both. 98 = 3*28 + 14 rounds up to even 4 -> 112.
     assert mt.qwen_vl_hf(70, 280, **HF_QWEN) == 20
-    assert mt.qwen_vl_edge_llm(70, 280, **EDGE_QWEN) == 30
+    assert mt.qwen_vl_edge_llm(70, 280, **EDGE_QWEN) == 20
+    assert mt.qwen_vl_edge_llm_resize(98, 280, 28, 3136, 12845056) == (112, 280)
 
 
 def test_vllm_counter_is_hf():
@@ -63,51 +64,61 @@ def test_max_pixels_branch():
     assert mt.qwen_vl_edge_llm(2000, 3000, min_image_tokens=4, max_image_tokens=1280) == 1247
 
 
-def test_max_pixels_branch_without_clamp_in_edge_llm():
+def test_max_pixels_branch_clamps_in_both():
     # 20x3000, max 64 tokens = 50176 pixels. First step: h -> max(28, 1*28) = 28 (HF: round(0.714)
     # = 1 -> 28); w -> 107*28 = 2996; 28*2996 = 83888 > 50176.
     # beta = sqrt(60000 / 50176) = 1.09353. HF: h = max(28, floor(18.29/28)*28 = 0) = 28;
     # w = floor(2743.4 / 28) = 97 -> 2716; tokens (28/14)*(2716/14)/4 = 2*194/4 = 97.
     assert mt.qwen_vl_hf(20, 3000, min_pixels=3136, max_pixels=64 * 784) == 97
-    # Edge-LLM: trunc(18.29) = 18, floor(18/28)*28 = 0 and no clamp: an empty image, refused.
-    with pytest.raises(ValueError, match="0x2716"):
-        mt.qwen_vl_edge_llm(20, 3000, min_image_tokens=4, max_image_tokens=64)
+    # Edge-LLM 0.10: max(28, floor(trunc(18.29) / 28) * 28 = 0) = 28, trunc(2743.4) = 2743 ->
+    # floor(97.96) = 97 -> 2716: the same 97 tokens (0.7.0 had no clamp: an empty image).
+    assert mt.qwen_vl_edge_llm(20, 3000, min_image_tokens=4, max_image_tokens=64) == 97
 
 
-def test_min_pixels_branch_truncation_before_ceil():
+def test_min_pixels_branch_takes_the_ceiling_of_the_real_product():
     # 60x76, min 64 tokens = 50176 pixels. First step (no halves): 2*28 = 56, 3*28 = 84;
     # 56*84 = 4704 < 50176. beta = sqrt(50176 / 4560) = 3.31715.
-    # h*beta = 199.03: HF ceil(7.108) = 8 -> 224; Edge-LLM trunc 199, ceil(7.107) = 8 -> 224.
-    # w*beta = 252.10: HF ceil(252.10/28 = 9.0037) = 10 -> 280; Edge-LLM trunc 252, 252/28 = 9
-    # exactly -> 252.
+    # h*beta = 199.03: ceil(7.108) = 8 -> 224. w*beta = 252.10: ceil(252.10/28 = 9.0037) = 10 ->
+    # 280, in both (Edge-LLM 0.10's ceilByFactorF; 0.7.0 truncated to 252 first: 252).
     settings = {"max_image_tokens": 16384}
     assert mt.qwen_vl_hf_resize(60, 76, 28, 50176, 12845056) == (224, 280)
-    assert mt.qwen_vl_edge_llm_resize(60, 76, 28, 50176, 12845056) == (224, 252)
-    # Tokens: HF 16*20/4 = 80; Edge-LLM 16*18/4 = 72.
+    assert mt.qwen_vl_edge_llm_resize(60, 76, 28, 50176, 12845056) == (224, 280)
+    # Tokens 16*20/4 = 80 in both.
     assert mt.qwen_vl_hf(60, 76, min_pixels=50176, max_pixels=12845056) == 80
-    assert mt.qwen_vl_edge_llm(60, 76, min_image_tokens=64, **settings) == 72
+    assert mt.qwen_vl_edge_llm(60, 76, min_image_tokens=64, **settings) == 80
 
 
 def test_tiny_image_min_branch():
     # 4x15, min 3136 pixels. HF first step: round(0.14) = 0 -> 0 (no clamp), round(0.54) = 1 -> 28;
     # Edge-LLM: max(28, 0) = 28, 28. Both products < 3136. beta = sqrt(3136 / 60) = 7.22957.
-    # h*beta = 28.918: HF ceil(1.033) = 2 -> 56; Edge-LLM trunc 28 -> ceil(1) = 1 -> 28.
-    # w*beta = 108.44: both -> 4 -> 112. Tokens: HF 4*8/4 = 8; Edge-LLM 2*8/4 = 4.
+    # h*beta = 28.918: ceil(1.033) = 2 -> 56; w*beta = 108.44: ceil(3.87) = 4 -> 112, in both.
+    # Tokens 4*8/4 = 8 in both (0.7.0 truncated 28.918 to 28 first: 28, 4 tokens).
     assert mt.qwen_vl_hf(4, 15, **HF_QWEN) == 8
-    assert mt.qwen_vl_edge_llm(4, 15, **EDGE_QWEN) == 4
+    assert mt.qwen_vl_edge_llm(4, 15, **EDGE_QWEN) == 8
 
 
-def test_aspect_ratio_refusal_float_vs_integer_division():
-    # 1x201: 201 > 200 in both.
-    with pytest.raises(ValueError, match="aspect ratio"):
-        mt.qwen_vl_hf(1, 201)
-    with pytest.raises(ValueError, match="aspect ratio"):
-        mt.qwen_vl_edge_llm(1, 201, **EDGE_QWEN)
-    # 2x401: HF 200.5 > 200 refuses; Edge-LLM 401 div 2 = 200 passes, then h -> max(28, 0) = 28,
-    # w -> round(14.32) = 14 -> 392, 28*392 = 10976 >= 3136; tokens 2*28/4 = 14.
-    with pytest.raises(ValueError, match="200.5"):
-        mt.image_tokens("hf/qwen-vl", 2, 401, HF_QWEN)
-    assert mt.image_tokens("edge-llm/qwen-vl", 2, 401, EDGE_QWEN) == 14
+def test_first_step_clamp_in_edge_llm_only():
+    # 10x1000, bounds 4 and 256 tokens (3136, 200704 pixels). HF: round(0.357) = 0 -> 0,
+    # round(35.71) = 36 -> 1008; 0 < 3136, beta = sqrt(3136 / 10000) = 0.56: ceil(5.6/28) = 1 -> 28,
+    # ceil(560/28) = 20 -> 560; (28/14)*(560/14)/4 = 2*40/4 = 20 tokens.
+    # Edge-LLM 0.10: max(28, 0) = 28, 1008; 28*1008 = 28224 lies within the bounds: 2*72/4 = 36.
+    assert mt.qwen_vl_hf(10, 1000, min_pixels=3136, max_pixels=256 * 784) == 20
+    assert mt.qwen_vl_edge_llm(10, 1000, min_image_tokens=4, max_image_tokens=256) == 36
+
+
+def test_aspect_ratio_refusal_is_a_real_division_in_both():
+    # 1x201: 201 > 200 in both. 2x401: 200.5 > 200 in both (Edge-LLM 0.7.0's integer 401 div 2 =
+    # 200 let it pass).
+    for h, w in ((1, 201), (2, 401)):
+        with pytest.raises(ValueError, match="aspect ratio"):
+            mt.image_tokens("hf/qwen-vl", h, w, HF_QWEN)
+        with pytest.raises(ValueError, match="aspect ratio"):
+            mt.image_tokens("edge-llm/qwen-vl", h, w, EDGE_QWEN)
+    # 2x400: 200 is not above 200. Edge-LLM: h -> max(28, 0) = 28, w -> round(14.29) = 14 -> 392,
+    # 28*392 = 10976 >= 3136; tokens 2*28/4 = 14. HF: h -> 0, so beta = sqrt(3136/800) = 1.97990,
+    # h -> ceil(3.96/28) = 1 -> 28, w -> ceil(791.96/28 = 28.28) = 29 -> 812; 2*58/4 = 29.
+    assert mt.image_tokens("edge-llm/qwen-vl", 2, 400, EDGE_QWEN) == 14
+    assert mt.image_tokens("hf/qwen-vl", 2, 400, HF_QWEN) == 29
 
 
 # --- TOK-MEDIA-4 / TOK-MEDIA-5: InternVL -----------------------------------------------
@@ -120,8 +131,11 @@ def test_internvl_single_tile_thumbnail():
     # 3x3 needs > 903168: no. HF: one tile, no thumbnail: 2 + 256*1 = 258 (<img>, 256, </img>).
     assert mt.tile_grid(448, 448, 1, 12) == (1, 1)
     assert mt.internvl_hf(448, 448) == 258
-    # Edge-LLM always adds the thumbnail: 2 + 256*(1 + 1) = 514, i.e. 512 image tokens vs 256.
-    assert mt.internvl_edge_llm(448, 448, **EDGE_INTERN) == 514
+    # Edge-LLM 0.10 adds no thumbnail to one block when its minimum profile is one block
+    # (min_image_tokens 256): 258 as well; with min_image_tokens 512 (2 blocks) it does:
+    # 2 + 256*(1 + 1) = 514.
+    assert mt.internvl_edge_llm(448, 448, **EDGE_INTERN) == 258
+    assert mt.internvl_edge_llm(448, 448, min_image_tokens=512, max_image_tokens=3328) == 514
 
 
 def test_internvl_wide_image_agrees():
@@ -141,9 +155,23 @@ def test_internvl_tie_break_prefers_more_tiles_for_large_images():
 
 def test_internvl_edge_llm_tile_bounds_from_token_bounds():
     # max_image_tokens 1024: max(1, 4 - 1) = 3 tiles. 1344x1344 can then only use 1x1 (2x2 > 3):
-    # 2 + 256*2 = 514. HF with max_patches 3 gives 1x1 too, without thumbnail: 258.
-    assert mt.internvl_edge_llm(1344, 1344, min_image_tokens=256, max_image_tokens=1024) == 514
+    # 2 + 256 = 258, as HF with max_patches 3.
+    assert mt.internvl_edge_llm(1344, 1344, min_image_tokens=256, max_image_tokens=1024) == 258
     assert mt.internvl_hf(1344, 1344, max_patches=3) == 258
+
+
+def test_internvl_edge_llm_reserves_the_thumbnail_on_both_bounds():
+    # min 768, max 1536 tokens: tiles max(1, 3 - 1) = 2 .. max(1, 6 - 1) = 5; minimum profile 3
+    # blocks, so every image has a thumbnail. 16x80 (5:1): 5x1 is exact: 2 + 256*(5 + 1) = 1538.
+    # 16x96 (6:1): 6x1 would be the sixth block; among <= 5 tiles 5x1 is closest: 1538.
+    # 16x32 (2:1): 2x1 (area 2 >= 2): 2 + 256*3 = 770. 16x16: 1x1 is below 2 tiles; 2x2 is exact:
+    # 2 + 256*5 = 1282. HF with patches 2..5 gives the same grids (and thumbnails: c*r > 1).
+    bounds = {"min_image_tokens": 768, "max_image_tokens": 1536}
+    for (h, w), tokens in (((16, 80), 1538), ((16, 96), 1538), ((16, 32), 770), ((16, 16), 1282)):
+        assert mt.internvl_edge_llm(h, w, **bounds) == tokens
+        assert mt.internvl_hf(h, w, min_patches=2, max_patches=5) == tokens
+    # HF with max_patches 6 reserves nothing: 16x96 takes 6x1, 2 + 256*7 = 1794.
+    assert mt.internvl_hf(16, 96, min_patches=2, max_patches=6) == 1794
 
 
 # --- TOK-MEDIA-6: Phi-3-vision ---------------------------------------------------------
