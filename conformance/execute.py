@@ -315,8 +315,9 @@ class Runner:
                 self.result.add(p)
             raise Settled
         try:
-            known = knowledge(main, replay, engine, max_generate_length(engine, flags, doc, self.case.base_dir))
-            prediction, coverage = predict_known(engine, flags, doc, self.case.base_dir, known)
+            most = max_generate_length(engine, flags, doc, self.case.base_dir)
+            known = knowledge(main, replay, engine, most)
+            prediction, coverage = predict_known(engine, flags, doc, self.case.base_dir, known, most)
         except reference.OutOfScope as e:
             self.settle(Verdict.UNSPECIFIED, f"the {flags.semantics_profile} profile leaves these counts undefined: {e}")
         except oracle.InputError as e:
@@ -490,6 +491,11 @@ def _not_judged(prediction, responses: list, coverage: Coverage, per_request: bo
     """The counts the prediction does not cover, each entry with how many values and why."""
     reason = "; ".join(coverage.reasons)
     out = []
+    partly = [p["request_idx"] for p in coverage.admission]
+    if partly:
+        rest = [k for k in ("publications", "snapshot_pressure_skips") if per_request]
+        out.append({"what": f"responses[{partly[0]}..{partly[-1]}]: finish_reason" + "".join(f", context_cache.{k}" for k in rest),
+                    "requests": partly, "values": (1 + len(rest)) * len(partly), "reason": reason})
     later = list(range(first, coverage.total))
     if later:
         fields = 1 + (len(REQUEST_FIELDS) if per_request else 0)
@@ -497,9 +503,11 @@ def _not_judged(prediction, responses: list, coverage: Coverage, per_request: bo
                             + (", context_cache" if per_request else ""),
                     "requests": later, "values": fields * len(later), "reason": reason})
     if not coverage.aggregates:
-        leaves_ = sum(1 for _ in leaves((prediction.profile or {}).get("context_cache") or {}))
-        out.append({"what": "profile.context_cache, profile.prefill, the failed-batch count",
-                    "values": max(1, leaves_ + 1), "reason": reason})
+        entry = {"what": "profile.context_cache, profile.prefill, the failed-batch count", "reason": reason}
+        cc = (prediction.profile or {}).get("context_cache")
+        if cc:                          # the counters the head of the file predicts have the same keys
+            entry["values"] = sum(1 for _ in leaves(cc)) + 1
+        out.append(entry)
     return out
 
 
