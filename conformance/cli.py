@@ -50,9 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    from .report import CREATED
+    CREATED.clear()                    # only this command's own folders
     try:
         return int(modules[args.command].main(args) or 0)
     except KvconformError as e:
+        from .report import remove_created_folders
+        remove_created_folders()       # bad input leaves no empty report folder behind
         print(f"kvconform: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -70,6 +70,22 @@ def make_folder(folder: Path) -> None:
         raise KvconformError("the folder is not writable", str(folder))
 
 
+CREATED: list[Path] = []
+"""Report folders this process created (with the parents it created), newest last: a run that
+ends with bad input before writing anything removes them again (`remove_created_folders`)."""
+
+
+def remove_created_folders() -> None:
+    """Remove the folders this process created that are still empty: an exit-2 run leaves nothing
+    behind. A folder something was written into is kept."""
+    while CREATED:
+        folder = CREATED.pop()
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+
+
 def claim_report_folder(folder: Path, force: bool,
                         hint: str = "pass --force to replace it or --resume to continue an interrupted run") -> None:
     """A report folder is never overwritten by accident: one that exists and is not empty is
@@ -77,7 +93,9 @@ def claim_report_folder(folder: Path, force: bool,
     if folder.exists() and not folder.is_dir():
         raise KvconformError("exists and is not a folder", str(folder))
     if not folder.exists():
+        missing = [p for p in [folder, *folder.parents] if not p.exists()]
         make_folder(folder)          # checked now, before any case runs
+        CREATED.extend(reversed(missing))
         return
     if not any(folder.iterdir()):
         make_folder(folder)

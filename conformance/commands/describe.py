@@ -209,7 +209,9 @@ def _engine_config(engine_dir: str) -> Config:
     if not os.path.isdir(engine_dir):
         raise KvconformError(f"--engineDir {engine_dir}: not a directory")
     names = ("config.json", "base_config.json")
-    path = next((os.path.join(engine_dir, n) for n in names if os.path.exists(os.path.join(engine_dir, n))), None)
+    path = next((os.path.join(engine_dir, n) for n in names if os.path.lexists(os.path.join(engine_dir, n))), None)
+    if path is not None and not os.path.exists(path):
+        raise KvconformError("a link that leads nowhere (dangling, or a loop)", path)
     if path is None:
         raise KvconformError("no engine config: looked for config.json (Edge-LLM llm_build or "
                              f"{OUR_FORMAT}) and base_config.json (Edge-LLM speculative base)", engine_dir)

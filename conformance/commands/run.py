@@ -55,9 +55,13 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--timeout", type=seconds, default=120.0, metavar="S", help="seconds per invocation (default 120)")
     g.add_argument("--executable", metavar="CMD",
                    help="command adapter: an llm_inference-compatible command line (default: the bundled CLI)")
-    g.add_argument("--engine-dir", metavar="DIR", help="command adapter: one fixed engine folder for every case")
+    g.add_argument("--engine-dir", metavar="DIR",
+                   help="command and inprocess adapters: one fixed engine folder for every case (each case is laid "
+                        "out for it); alone, the bundled backend runs in process on it")
     g.add_argument("--engine-config", metavar="FILE",
-                   help="command adapter: the fixed engine's description (spec/engine.md) if DIR has none")
+                   help="command adapter: the fixed engine's description (spec/engine.md), for a folder whose "
+                        "config.json is none (an Edge-LLM folder: write it with `kvconform describe`); refused "
+                        "where it contradicts DIR/config.json")
     g.add_argument("--build-command", metavar="CMD",
                    help="command adapter: builds an engine per case with the flags of spec/engine.md")
     g.add_argument("--capabilities", metavar="FILE", help="command adapter: the backend's capability manifest")
