@@ -23,7 +23,7 @@ from .commands.validate import check_case
 from .engines import digest
 from .errors import KvconformError
 from .execute import run_case
-from .generate import MIN_BATCHES, run_generated
+from .generate import MIN_BATCHES, cannot_run, run_generated
 from .rules import spec_rule_ids
 from .generate.draw import FAMILIES
 from .report import EVIDENCE_SUFFIX, Report, write_evidence, write_reproducer
@@ -159,13 +159,18 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
                 bar.update()
         workdir = Path(tempfile.mkdtemp(prefix="kvconform-generated-"))
         started = time.monotonic()
+        runnable = [f for f in plan.families if not cannot_run(f, adapter, manifest)]
+        share = plan.budget_s / max(1, len(runnable))
+        done: set = set()
         try:
-            for k, family in enumerate(plan.families):
+            for family in plan.families:
                 bar.set_postfix_str(f"generated/{family}")
-                # the budget left, shared by the families left (one that cannot run passes its share
-                # on), and never less than an even share (one that shrank a failure may overrun)
+                # the budget left, shared by the families left that can run here (one that cannot
+                # takes none), never less than an even share (one that shrank a failure may overrun)
+                ahead = sum(1 for f in runnable if f not in done)
                 left = plan.budget_s - (time.monotonic() - started)
-                budget = max(left / (len(plan.families) - k), plan.budget_s / len(plan.families))
+                budget = max(left / max(1, ahead), share)
+                done.add(family)
                 result = run_one_family(family, plan, budget, adapter, manifest, manifest_error, report.folder,
                                         workdir, REGRESSIONS_DIR if plan.save_regressions else None)
                 report.add(with_rerun(result, report.folder, rerun))
