@@ -332,14 +332,26 @@ class Runner:
         for f in judge(engine, flags, self.manifest, prediction, main, replay, coverage=coverage, record=judged):
             self.result.add(f)
         self.result.details["judged"] = dict(judged, **coverage.to_json())
-        if not (judged.get("counts") or judged.get("outputs")) and not self.result.failures:
-            self.settle(Verdict.NOT_SUPPORTED, "nothing of this file could be judged: " + "; ".join(coverage.reasons))
         handle = self.adapter.fixed_engine() or self.adapter.engine_for(self.case.engine_args)
         found, self.result.details["reference"] = check_outputs(      # against the numerical reference
             self.manifest, handle.directory, engine, doc, self.case.base_dir, prediction.parsed,
             prediction.responses, main.responses) if self.case.compare_outputs else ([], {})
         for f in found:
             self.result.add(f)
+        if not coverage.complete and not self.result.failures:
+            self.nothing_it_is_about(judged, coverage)
+
+    def nothing_it_is_about(self, judged: dict, coverage) -> None:
+        """A case none of whose counts could be predicted is NOT_SUPPORTED, even though its outputs
+        were compared (and agree): what it is about was not judged (spec/RUNNING.md section 6).
+        A case about outputs (CR-OUT) is judged by its outputs."""
+        about_outputs = any(r.startswith("CR-OUT-") for r in self.case.rules)
+        if judged.get("counts") or about_outputs and judged.get("outputs"):
+            return
+        self.settle(Verdict.NOT_SUPPORTED, "none of the counts this case is about could be predicted: "
+                    + "; ".join(coverage.reasons)
+                    + (f" (its {judged['outputs']} output(s) were compared with the bypass replay and agree)"
+                       if judged.get("outputs") else ""))
 
     def check_expect(self, engine, flags, doc: dict, prediction) -> None:
         """A case's hand-derived `expect` checks the oracle itself: a mismatch is the kit's ERROR."""

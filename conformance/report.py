@@ -31,7 +31,7 @@ from .compare import TOLERANCES
 from .numerics.judge import TOLERANCES as REFERENCE_TOLERANCES
 from .errors import KvconformError
 from .schemas import schema_errors
-from .verdicts import CaseResult, Verdict, headline_note, summarize
+from .verdicts import CaseResult, Verdict, headline_note, judged_line, summarize
 
 SHORT = {"PASS": "PASS", "NOT_SUPPORTED": "N/S", "UNSPECIFIED": "UNSPEC", "QUALITY_WARNING": "QW",
          "TIMEOUT": "TIMEOUT", "FAIL": "FAIL", "ERROR": "ERROR"}
@@ -158,7 +158,8 @@ class Report:
 
     def json(self, complete: bool) -> dict:
         return dict(self.doc, complete=complete, finished=now() if complete else None,
-                    summary=summarize(self.results, complete, self.self_check),
+                    summary=summarize(self.results, complete, self.self_check, group=_group, order=_group_order,
+                                      selection=(self.doc.get("plan") or {}).get("selection")),
                     cases=[r.to_json() for r in self.results])
 
     def write(self, complete: bool) -> None:
@@ -217,6 +218,15 @@ def verdict_table(results: list[CaseResult], fmt: str = "simple") -> str:
     rows.append(["total"] + [totals[v] for v in columns] + [len(results)])
     headers = ["section"] + [SHORT[str(v)] for v in columns] + ["cases"]
     return tabulate(rows, headers=headers, tablefmt=fmt)
+
+
+def section_of(r: CaseResult) -> str:
+    """The row of a result in the verdict table: its spec section, or `generated`."""
+    return _group(r)
+
+
+def section_order(name: str):
+    return _group_order(name)
 
 
 def _group(r: CaseResult) -> str:
@@ -300,8 +310,12 @@ def summary_markdown(doc: dict, results: list[CaseResult]) -> str:
     if doc["backend"].get("self_check"):
         lines += ["**No backend was tested**: the oracle ran against itself (`--backend reference`), a check of "
                   "the kit, not of any runtime.", ""]
+    if s.get("sections"):
+        lines += ["judged / cases per section: " + ", ".join(
+            f"{x['section']} {x['judged']}/{x['cases']}" + (" (thin)" if x["section"] in s.get("thin_sections", [])
+                                                              else "") for x in s["sections"]), ""]
     lines += [
-        f"- {s['judged']} of {len(results)} case(s) judged (the rest NOT_SUPPORTED)",
+        f"- {judged_line(s, len(results))}",
         f"- {s.get('reference_checked', 0)} greedy request(s) checked against the numerical reference "
         f"(spec/RUNNING.md section 5)",
         f"- backend: `{doc['backend']['adapter']}` ({caps.get('backend', '?')} {caps.get('version', '')})".rstrip(),

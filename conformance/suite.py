@@ -84,8 +84,26 @@ def make_plan(paths: list[str] | None, keywords: list[str] | None, sections: lis
     identity = {"items": len(items), "digest": digest(
         {"items": [[kind, key, digest(c.doc) if kind == "case" else None] for kind, key, c in items],
          "generation": {k: v for k, v in generation.items() if k != "save_regressions"}})}
+    identity["selection"] = _selection(len(items), paths, keywords, sections, rules, slow, generated, curated,
+                                       families, cases)
     return Plan([t[2] for t in mine if t[0] == "case"], [t[2] for t in mine if t[0] == "family"],
                 identity=identity, **generation)
+
+
+def _selection(selected: int, paths, keywords, sections, rules, slow, generated, curated, families,
+               cases: list[Case]) -> dict:
+    """Whether the plan is narrower than the default run (every case but the slow ones, every
+    family), by which options, and how many items of how many: a CONFORMANT of a selection says
+    so (spec/RUNNING.md section 6)."""
+    filters = ([f"--case {p}" for p in paths or []] + [f"-k {k}" for k in keywords or []]
+               + [f"--section {x}" for x in sections or []] + [f"--rule {x}" for x in rules or []]
+               + ([f"--families {','.join(families)}"] if families and generated else [])
+               + (["--no-generated"] if not generated else []) + (["--generated-only"] if not curated else []))
+    default = cases if curated and not (paths or keywords or sections or rules or slow) else \
+        select(discover(None), None, None, None, False)
+    available = len(default) + len(FAMILIES)
+    narrowed = bool(filters) and selected < available
+    return {"narrowed": narrowed, "selected": selected, "available": available, "filters": filters}
 
 
 def _check_names(sections: list[str] | None, rules: list[str] | None, families: list[str] | None) -> None:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..errors import KvconformError
-from ..report import check_report, claim_report_folder, verdict_table, write_json_atomic, write_outputs
+from ..report import check_report, claim_report_folder, section_of, section_order, verdict_table, write_json_atomic, write_outputs
 from ..schemas import read_json
 from ..verdicts import PASSING_HEADLINES, CaseResult, summarize
 
@@ -57,7 +57,8 @@ def merge(docs: list[dict]) -> dict:
     complete = not missing and all(d["complete"] for d in docs)
     results = [CaseResult.from_json(c) for c in cases]
     merged = dict(first, shard=None, cases=cases, complete=complete,
-                  summary=summarize(results, complete, bool(first["backend"].get("self_check"))),
+                  summary=summarize(results, complete, bool(first["backend"].get("self_check")), group=section_of,
+                                    order=section_order, selection=(first.get("plan") or {}).get("selection")),
                   started=min(d.get("started") or "" for d in docs),
                   finished=max(d.get("finished") or "" for d in docs) or None)
     merged["options"] = dict(first.get("options") or {}, merged_from=[d.get("shard") for d in docs],

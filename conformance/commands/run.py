@@ -37,7 +37,7 @@ from ..report import Report, check_report, claim_report_folder, problems_table, 
 from ..schemas import read_json
 from ..suite import execute, make_plan
 from ..generate import MIN_BATCHES
-from ..verdicts import PASSING_HEADLINES, headline_clauses
+from ..verdicts import PASSING_HEADLINES, headline_clauses, judged_line
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -416,6 +416,6 @@ def main(args) -> int:
     note = "; ".join([f"profile {profile}"] + headline_clauses(summary))
     checked = (f", {summary['reference_checked']} greedy request(s) checked against the numerical reference"
                if summary.get("reference_checked") else "")
-    print(f"\n{summary['headline']} ({note}): {summary['judged']} of {len(results)} case(s) judged{checked} "
+    print(f"\n{summary['headline']} ({note}): {judged_line(summary, len(results))}{checked} "
           f"in {time.monotonic() - start:.0f} s; report in {report.folder}/ (report.json, junit.xml, summary.md)")
     return 0 if summary["headline"] in PASSING_HEADLINES else 1
