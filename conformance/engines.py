@@ -182,3 +182,19 @@ def _check_files(raw: dict, config: dict, engine_dir: str, source: str, bundled:
             if not os.path.isfile(os.path.join(tok["files"], name)):
                 raise KvconformError(f"the tokenizer folder {tok['files']} named by {source} has no {name} "
                                      "(TOK-HF-1)", engine_dir)
+        _check_tokenizer(tok, source)
+
+
+def _check_tokenizer(tok: dict, source: str) -> None:
+    """The tokenizer loads, and its chat template (untrusted code) compiles and renders a
+    one-message conversation within its bounds (spec/hf-tokenizer.md TOK-HF-4)."""
+    from reference.hf_tokenizer import load_hf_tokenizer
+
+    from .errors import KvconformError
+    try:
+        loaded = load_hf_tokenizer(tok["files"], tok["loader"])
+        if loaded.chat_template is not None:
+            loaded.apply_chat_template([{"role": "user", "content": "hello"}], True,
+                                       **(tok.get("chat_template_kwargs") or {}))
+    except (OSError, ValueError) as e:
+        raise KvconformError(str(e), source, "$.tokenizer") from None
