@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(modules[args.command].main(args) or 0)
     except KvconformError as e:
         from .report import remove_created_folders
+        from .secrets import mask
         remove_created_folders()       # bad input leaves no empty report folder behind
-        print(f"kvconform: error: {e}", file=sys.stderr)
+        print(f"kvconform: error: {mask(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("kvconform: interrupted", file=sys.stderr)

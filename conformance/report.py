@@ -31,6 +31,7 @@ from .compare import TOLERANCES
 from .numerics.judge import TOLERANCES as REFERENCE_TOLERANCES
 from .errors import KvconformError
 from .schemas import schema_errors
+from .secrets import mask
 from .verdicts import CaseResult, Verdict, headline_note, judged_line, summarize
 
 SHORT = {"PASS": "PASS", "NOT_SUPPORTED": "N/S", "UNSPECIFIED": "UNSPEC", "QUALITY_WARNING": "QW",
@@ -179,6 +180,9 @@ def write_json_atomic(path: Path, doc: dict) -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    """Every file of the report folder goes through here: the secrets the kit knows are masked
+    (conformance/secrets.py)."""
+    text = mask(text)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -382,7 +386,7 @@ def write_reproducer(doc: dict, base_dir: str, folder: Path, name: str) -> Path:
                             shutil.copyfile(src, target)
                         item[kind] = f"media/{target.name}"
     path = folder / f"{_safe(name)}.json"
-    path.write_text(json.dumps(out, indent=1) + "\n")
+    path.write_text(mask(json.dumps(out, indent=1) + "\n"))
     return path
 
 
@@ -414,10 +418,10 @@ def write_evidence(invocations: list, folder: Path) -> None:
                    "profile": got.profile}
         for role, doc in written.items():
             if role not in copied and doc is not None:
-                Path(f"{stem}.{role}.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+                Path(f"{stem}.{role}.json").write_text(mask(json.dumps(doc, indent=1, default=str) + "\n"))
         if "stderr" not in copied and got.stderr_tail:
-            Path(f"{stem}.stderr.txt").write_text(got.stderr_tail + "\n")
+            Path(f"{stem}.stderr.txt").write_text(mask(got.stderr_tail + "\n"))
         summary = {"invocation": label, "outcome": got.outcome, "exit_code": got.exit_code,
                    "message": got.message, "command": got.files.get("command")}
-        Path(f"{stem}.summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        Path(f"{stem}.summary.json").write_text(mask(json.dumps(summary, indent=1) + "\n"))
 
