@@ -46,10 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_case_arguments(parser)
 
 
-def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
-    """The adapter and its options (`kvconform campaign` takes the same)."""
+def add_backend_arguments(parser: argparse.ArgumentParser, servers: bool = True) -> None:
+    """The adapter and its options (`kvconform campaign` takes the same, without `servers`: the
+    options of `--backend openai`, which it does not drive)."""
     g = parser.add_argument_group("backend")
-    g.add_argument("--backend", choices=NAMES,
+    g.add_argument("--backend", choices=NAMES if servers else [n for n in NAMES if n != "openai"],
                    help="adapter (default: command when a command option is given, else inprocess)")
     g.add_argument("--device", choices=("auto", "cpu", "cuda"), help="bundled backend device (default auto)")
     g.add_argument("--timeout", type=seconds, default=120.0, metavar="S", help="seconds per invocation (default 120)")
@@ -67,10 +68,14 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--capabilities", metavar="FILE", help="command adapter: the backend's capability manifest")
     g.add_argument("--profile", metavar="NAME",
                    help="semantics profile to judge against (spec/profiles.md): kvconform-1 or edge-llm-0.10; "
-                        "default: the first the backend's capability manifest declares. With --backend openai: "
-                        "a peer profile (spec/peer-profiles.md): llama.cpp-server, vllm-apc or sglang-radix")
+                        "default: the first the backend's capability manifest declares"
+                        + (". With --backend openai: a peer profile (spec/peer-profiles.md): llama.cpp-server, "
+                           "vllm-apc or sglang-radix" if servers else ""))
     g.add_argument("--backend-arg", action="append", default=[], metavar="ARG",
                    help="command adapter: an extra argument for every invocation (repeatable)")
+    if not servers:
+        parser.set_defaults(base_url=None, api_key_env=None, model=None, tokenizer=None, peer_setting=[])
+        return
     o = parser.add_argument_group("openai backend (an OpenAI-compatible server, spec/peer-profiles.md)")
     o.add_argument("--base-url", metavar="URL", help="openai: the server, e.g. http://127.0.0.1:8080")
     o.add_argument("--api-key-env", metavar="VAR", help="openai: the environment variable holding the API key")
@@ -288,6 +293,21 @@ def _execute_on_ray(args, backend: str, plan, adapter, report: Report, pool) -> 
         pool.close()
 
 
+def _refuse_server_options(args) -> None:
+    """An option of `--backend openai` without `--base-url` or `--backend`: the run would drive the
+    bundled backend, which takes none of them; and a peer profile names a server's runtime."""
+    given = [k for k in ("api_key_env", "model", "tokenizer") if getattr(args, k, None)]
+    if given and args.backend is None:
+        flag = option_flag(given[0])
+        raise KvconformError(f"{flag} applies to --backend openai, which judges an OpenAI-compatible server at "
+                             f"--base-url URL; without them the run drives the bundled backend, which takes no {flag}")
+    from ..peers import PEER_PROFILES
+    if args.profile in PEER_PROFILES:
+        raise KvconformError(f"--profile {args.profile}: a peer profile, for an OpenAI-compatible server (--backend "
+                             f"openai --base-url URL); this backend runs request files and is judged against a "
+                             f"semantics profile ({', '.join(reference.PROFILE_NAMES)})")
+
+
 def resolve_profile(requested: str | None, manifest: dict | None) -> str:
     """The semantics profile of a run (spec/profiles.md): `--profile`, which the backend must
     implement, else the first profile its capability manifest declares."""
@@ -316,6 +336,7 @@ def main(args) -> int:
     if args.backend == "openai" or (args.backend is None and (args.base_url or args.peer_setting)):
         from ..peers.runner import main as run_peers        # the peer suite (conformance/peers)
         return run_peers(args)
+    _refuse_server_options(args)
     executors.check(args)
     resumed = _resume_options(args) if args.resume else None
     backend = choose_backend(args.backend, {k: getattr(args, k) for k in ADAPTER_OPTIONS})

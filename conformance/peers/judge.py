@@ -86,5 +86,6 @@ def explain(profile: str, sim, req: oracle.PeerRequest) -> str:
                 f"{(n - 1) // sim.B} blocks (PEER-VLLM-1, PEER-VLLM-3)")
     cached = sim.sequences.get(oracle.sglang_namespace(req), [])
     lcp = max((oracle.common_prefix(s, req.ids) for s in cached), default=0)
-    return (f"longest common prefix with a cached sequence of the namespace{keyed}: {lcp} of N = {n}; capped at "
+    return (f"the cache holds whole pages of {sim.P} only: its pages of the namespace{keyed} share {lcp} ids with the "
+            f"prompt of N = {n} (a prefix in common that ends inside a page counts to that page's start); capped at "
             f"N - 1 and rounded down to pages of {sim.P} (PEER-SGL-1, PEER-SGL-2)")
