@@ -8,6 +8,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,13 +154,18 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
         manifest, manifest_error = adapter.capabilities(), ""
     except Exception as e:  # a broken adapter: every case becomes an ERROR, none escapes
         manifest, manifest_error = None, f"{type(e).__name__}: {e}"
+    bar_wanted = progress and sys.stderr.isatty()       # a bar's carriage returns do not belong in a CI log
     if manifest is not None:
-        prebuild(adapter, plan.cases, progress)
-    bar = tqdm(total=plan.size, desc="cases", unit="case", disable=not progress, file=sys.stderr, mininterval=0.5)
+        prebuild(adapter, plan.cases, bar_wanted)
+    bar = tqdm(total=plan.size, desc="cases", unit="case", disable=not bar_wanted, file=sys.stderr, mininterval=0.5)
+    sections = SectionLog(plan.cases)
     results = []
 
     def one(case: Case) -> CaseResult:
-        return with_rerun(run_one_case(case, adapter, manifest, manifest_error, report.folder), report.folder, rerun)
+        result = with_rerun(run_one_case(case, adapter, manifest, manifest_error, report.folder), report.folder, rerun)
+        if not bar_wanted:
+            sections.finished(result)
+        return result
 
     try:
         if jobs > 1:  # worth it for process-based adapters: the invocations overlap
@@ -194,11 +200,46 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
                 report.add(with_rerun(result, report.folder, rerun))
                 results.append(result)
                 bar.update()
+                if not bar_wanted:
+                    print(f"kvconform run: {result.id}: {result.verdict} ({result.reason[:160]})", file=sys.stderr,
+                          flush=True)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
     finally:
         bar.close()
     return results
+
+
+class SectionLog:
+    """Without a progress bar (`--no-progress`, or stderr not a terminal): one line on stderr per
+    finished spec section (when its last case ends) and per generated family, so that a long run
+    shows where it is without a bar's carriage returns."""
+
+    def __init__(self, cases: list[Case]):
+        self.left: dict[str, int] = {}
+        for c in cases:
+            self.left[c.section] = self.left.get(c.section, 0) + 1
+        self.done: dict[str, list] = {}
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+
+    def finished(self, result: CaseResult) -> None:
+        with self.lock:
+            section = result.section
+            self.done.setdefault(section, []).append(result)
+            self.left[section] = self.left.get(section, 1) - 1
+            if self.left[section] == 0:
+                self.line(SECTIONS.get(section or "", section or "?"), self.done[section],
+                          time.monotonic() - self.started)
+
+    @staticmethod
+    def line(name: str, results: list, seconds: float) -> None:
+        counts: dict[str, int] = {}
+        for r in results:
+            counts[str(r.verdict)] = counts.get(str(r.verdict), 0) + 1
+        tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: Verdict[kv[0]]))
+        print(f"kvconform run: {name}: {len(results)} case(s) done ({tally}) at {seconds:.0f} s", file=sys.stderr,
+              flush=True)
 
 
 # --- one unit of work, writing under a report folder -------------------------------------------------

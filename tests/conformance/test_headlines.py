@@ -74,3 +74,16 @@ def test_a_campaign_entry_keeps_its_reference_checks():
     assert entry.details["reference"]["requests"] == 12
     s = summarize([entry])
     assert s["reference_checked"] == 12 and s["outputs_judged_against"] == "numerical reference and bypass replay"
+
+
+def test_without_a_bar_each_finished_section_is_one_line(tmp_path, capsys):
+    """--no-progress (or a stderr that is no terminal, as in CI) prints one line per finished
+    section and per family, and no carriage return."""
+    code = kvconform(["run", "--backend", "reference", "--no-progress", "--section", "PLAN", "--section", "PUB",
+                      "--families", "text", "--examples", "2", "--min-batches", "1", "--report", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 0 and "\r" not in err
+    lines = [line for line in err.splitlines() if line.startswith("kvconform run: ") and "done" in line
+             or line.startswith("kvconform run: generated/")]
+    assert [line.split(":")[1].strip() for line in lines] == ["2 Planning", "4 Publication", "generated/text"], lines
+    assert "18 case(s) done (18 PASS)" in lines[0]
