@@ -93,3 +93,15 @@ def test_the_bundled_cli_without_output_ids_is_conformant(p4_engine, tmp_path, c
     assert judged["outputs_compared_on"] == {"output_text": [0, 1, 2, 3, 4]}
     assert judged["generated_ids_from"] == {"output_text": [0, 1, 2, 3, 4]}, "bytes-v1 text is exact"
     assert judged["counts"] > 0 and judged["aggregates"] is True
+
+
+def test_a_text_only_cli_with_a_build_command_is_conformant(tmp_path, capsys, monkeypatch):
+    """The same through `--build-command` (an engine built per case, at the case's P = 4)."""
+    monkeypatch.setenv("KVCONFORM_CACHE", str(tmp_path / "cache"))
+    code = kvconform(["run", "--backend", "command", "--executable", f"{sys.executable} {TEXT_ONLY}",
+                      "--build-command", f"{sys.executable} -m gpu_backend build", "-k", "golden/plan-kinds-p4",
+                      "--no-generated", "--no-progress", "--report", str(tmp_path / "r")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    [case] = json.loads((tmp_path / "r" / "report.json").read_text())["cases"]
+    assert case["verdict"] == "PASS" and case["details"]["judged"]["outputs_compared_on"] == {"output_text": [0, 1, 2, 3, 4]}
