@@ -306,6 +306,23 @@ def junit(doc: dict, results: list[CaseResult]) -> str:
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
 
+def _judged_in_part(results: list[CaseResult], limit: int = 40) -> list[str]:
+    """The cases some of whose counts were NOT_SUPPORTED, each with what was not judged and why."""
+    partly = [r for r in results if r.verdict not in (Verdict.NOT_SUPPORTED, Verdict.TIMEOUT, Verdict.ERROR)
+              and ((r.details or {}).get("judged") or {}).get("not_judged")]
+    if not partly:
+        return []
+    lines = ["## Cases judged in part", "", "Counts the oracle could not predict are NOT_SUPPORTED by themselves "
+             "(spec/RUNNING.md section 6); the rest of each case was judged.", ""]
+    for r in partly[:limit]:
+        judged = r.details["judged"]
+        lines.append(f"- `{r.id}` ({r.verdict}, {judged.get('counts', 0)} value(s) judged): "
+                     + "; ".join(f"{e['what']} not judged: {_clip(e['reason'], 200)}" for e in judged["not_judged"]))
+    if len(partly) > limit:
+        lines.append(f"- ... and {len(partly) - limit} more in report.json")
+    return lines + [""]
+
+
 def summary_markdown(doc: dict, results: list[CaseResult]) -> str:
     s = doc["summary"]
     caps = doc["backend"].get("capabilities") or {}
@@ -334,6 +351,7 @@ def summary_markdown(doc: dict, results: list[CaseResult]) -> str:
         f"counters exact", "",
         "## Verdicts per spec section", "", verdict_table(results, "github"), "",
     ]
+    lines += _judged_in_part(results)
     bad = [r for r in results if r.verdict not in (Verdict.PASS, Verdict.NOT_SUPPORTED)]
     if bad:
         lines += ["## Cases that need attention", ""]

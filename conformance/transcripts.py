@@ -15,8 +15,11 @@ tokens: none whose known tokens run on from this request's whole input into its 
 part, and none with unknown tokens of its own that start where this request's do (equal inputs
 with equal text and finish generated the same ids, as greedy decoding does). From the first batch
 in which such a meeting could happen, and from the first batch whose counts need a token count
-nobody knows, nothing is predicted: the per-request facts of the earlier batches are judged, the
-aggregate counters and the later requests' facts are not (`Coverage`), each with its reason.
+nobody knows, nothing more is predicted: the per-request facts of the earlier batches are judged,
+and of that batch the facts its admission decides (where no earlier unknown tokens can be read
+there); the aggregate counters and the later requests' facts are not (`Coverage`), each with
+its reason. tests/conformance/test_transcripts.py checks all of it against the prediction with
+every id known, on random files built to meet generated pages.
 """
 from __future__ import annotations
 

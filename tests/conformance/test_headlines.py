@@ -87,3 +87,14 @@ def test_without_a_bar_each_finished_section_is_one_line(tmp_path, capsys):
              or line.startswith("kvconform run: generated/")]
     assert [line.split(":")[1].strip() for line in lines] == ["2 Planning", "4 Publication", "generated/text"], lines
     assert "18 case(s) done (18 PASS)" in lines[0]
+
+
+def test_summary_lists_the_cases_judged_in_part(tmp_path):
+    from conformance.report import Report
+    report = Report(tmp_path / "r", "reference", None, {}, {})
+    report.add(result("a", Verdict.PASS, judged={"counts": 3, "not_judged": [
+        {"what": "responses[1..2]: finish_reason", "values": 2, "reason": "from batch 1 on, request 2 may meet ..."}]}))
+    report.finish()
+    summary = (tmp_path / "r" / "summary.md").read_text()
+    assert "## Cases judged in part" in summary
+    assert "`a` (PASS, 3 value(s) judged): responses[1..2]: finish_reason not judged: from batch 1 on" in summary
