@@ -253,12 +253,9 @@ def _verdict_without_failure(result: CaseResult, state: _Progress, required: int
 def _remedy(batches: int, required: int, elapsed: float, budget_s: float) -> str:
     """What to change when a family ran out of time: the measured rate, and the options."""
     rate = 60.0 * batches / elapsed if elapsed > 0 else 0.0
-    if batches:
-        needed = required * elapsed / batches
-        return (f"measured {rate:.1f} batches per minute, so about {needed:.0f} s would judge {required}: raise "
-                f"--budget-seconds (the budget of all families together) or lower --min-batches")
-    return (f"no batch was judged in {elapsed:.0f} s: raise --budget-seconds (the budget of all families together) "
-            "or --timeout, or lower --min-batches")
+    need = (f", so about {required * elapsed / batches:.0f} s would judge {required}" if batches else "")
+    return (f"measured {rate:.1f} batches per minute over {elapsed:.0f} s{need}: raise --budget-seconds (the "
+            "budget of all families together)" + ("" if batches else " or --timeout") + " or lower --min-batches")
 
 
 def _tail(text: str, lines: int = 12) -> str:

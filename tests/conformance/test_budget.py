@@ -39,8 +39,8 @@ def test_a_text_only_engine_gives_the_whole_budget_to_the_text_family(tmp_path, 
 
 def test_a_family_out_of_time_names_the_remedy_and_its_rate(tmp_path):
     adapter = ReferenceAdapter()
-    result = run_generated("text", adapter, adapter.capabilities(), workdir=Path(tmp_path), examples=30,
-                           budget_s=0.3, min_batches=10_000, run_case_fn=None, shrink=False)
+    result = run_generated("text", adapter, adapter.capabilities(), workdir=Path(tmp_path), examples=60,
+                           budget_s=0.01, min_batches=10_000, run_case_fn=None, shrink=False)
     assert result.verdict == Verdict.TIMEOUT, result.reason
     assert "batches per minute" in result.reason and "--budget-seconds" in result.reason
     assert "--min-batches" in result.reason
