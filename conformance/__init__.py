@@ -5,4 +5,4 @@ expected count from the oracle in `reference/`.
 """
 
 KIT_VERSION = "2026.11.0"
-RUNNING_VERSION = "1.3.0"
+RUNNING_VERSION = "1.4.0"

@@ -52,10 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    from .report import CREATED
+    CREATED.clear()                    # only this command's own folders
     try:
         return int(modules[args.command].main(args) or 0)
     except KvconformError as e:
-        print(f"kvconform: error: {e}", file=sys.stderr)
+        from .report import remove_created_folders
+        from .secrets import mask
+        remove_created_folders()       # bad input leaves no empty report folder behind
+        print(f"kvconform: error: {mask(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("kvconform: interrupted", file=sys.stderr)

@@ -81,7 +81,8 @@ RECORD_INTERNALS = ("records", "resource_pools", "reclaimed_resources")
 
 
 def compare_profile(expected: dict, observed: dict | None, ex: Explainer, prefill: bool,
-                    record_internals: bool = True, prefill_required: bool = False) -> list[Failure]:
+                    record_internals: bool = True, prefill_required: bool = False,
+                    tally: dict | None = None) -> list[Failure]:
     """The profile's context_cache section (CR-MET-1..11, CR-POL-6) and, if declared, prefill (CR-MET-12).
     `record_internals`: compare the record-granular counters (spec/profiles.md: mandatory in
     edge-llm-0.10, else only when the backend declares them). `prefill_required`: the semantics
@@ -99,6 +100,7 @@ def compare_profile(expected: dict, observed: dict | None, ex: Explainer, prefil
         for key, value in leaves(want):
             if key.split(".")[-1] in NOT_COMPARED or (not record_internals and key.split(".")[0] in RECORD_INTERNALS):
                 continue
+            _count(tally)
             got = dotted_get(have, key)
             if got is MISSING or not isinstance(got, int) or isinstance(got, bool):
                 out.append(Failure(COUNTER_RULES.get(key.split(".")[0]), f"profile.context_cache.{key}", value,
@@ -116,6 +118,7 @@ def compare_profile(expected: dict, observed: dict | None, ex: Explainer, prefil
                                verdict=Verdict.FAIL if prefill_required else Verdict.ERROR))
         elif want_p:
             for key in PREFILL_KEYS:
+                _count(tally)
                 if have_p.get(key) != want_p.get(key):
                     out.append(Failure("CR-MET-12", f"profile.prefill.{key}", want_p.get(key), have_p.get(key),
                                        ex.prefill(key, want_p.get(key), have_p.get(key)),
@@ -128,18 +131,26 @@ REQUEST_FIELDS = ("plan", "matched_tokens", "reused_tokens", "media_aware", "loo
 
 
 def compare_requests(predicted: list[dict], responses: list[dict], ex: Explainer, per_request: bool,
-                     input_tokens: bool, start: int = 0) -> list[Failure]:
-    """Per request from index `start` on: success or failure of its batch, n, and the cache facts (CR-MET-13)."""
+                     input_tokens: bool, start: int = 0, tally: dict | None = None) -> list[Failure]:
+    """Per request from index `start` on: success or failure of its batch, n, and the cache facts
+    (CR-MET-13). `tally`, when given, counts the values compared under "counts"."""
     out = []
+    tally = {} if tally is None else tally
     for i, (p, r) in enumerate(zip(predicted, responses)):
         if i < start:
             continue
         status = "error" if r.get("finish_reason") == "error" else "ok"
-        if status != p["status"]:
+        if p["status"] is None and status == "error":
+            continue               # admission facts only (conformance/transcripts.py): a failed batch says none
+        if p["status"] is not None:
+            _count(tally)
+        if p["status"] is not None and status != p["status"]:
             rule, why = ex.status(i, p, r)
             out.append(Failure(rule, f"responses[{i}].finish_reason",
                                "error" if p["status"] == "error" else "not error", r.get("finish_reason"), why, i))
             continue
+        if input_tokens and "input_tokens" in r:
+            _count(tally)
         if input_tokens and "input_tokens" in r and r["input_tokens"] != p["input_tokens"]:
             rule, why = ex.input_tokens(i)
             out.append(Failure(rule, f"responses[{i}].input_tokens", p["input_tokens"], r["input_tokens"], why, i))
@@ -154,6 +165,7 @@ def compare_requests(predicted: list[dict], responses: list[dict], ex: Explainer
         for key in REQUEST_FIELDS:
             if key not in want:
                 continue
+            _count(tally)
             if have.get(key) != want[key]:
                 rule, why = ex.request_field(i, key, want, have)
                 out.append(Failure(rule, f"responses[{i}].context_cache.{key}", want[key], have.get(key), why, i,
@@ -161,15 +173,46 @@ def compare_requests(predicted: list[dict], responses: list[dict], ex: Explainer
     return out
 
 
+def _count(tally: dict, what: str = "counts") -> None:
+    tally[what] = tally.get(what, 0) + 1
+
+
 # --- outputs (CR-OUT) -------------------------------------------------------------------------
 
-def _tokens(r: dict, ids: bool):
-    if ids and isinstance(r.get("output_ids"), list):
-        return r["output_ids"]
+OBSERVABLES = ("output_ids", "logprobs", "output_text")
+"""What an output comparison compares, most exact first: the generated ids, the ids of the chosen
+candidates in `logprobs`, the printed text (spec/RUNNING.md section 5)."""
+
+
+def _logprob_ids(r: dict) -> list | None:
+    """The chosen token of every `logprobs` step (greedy: the most likely candidate), or None when
+    some step has no candidate with a token id."""
     steps = r.get("logprobs")
-    if isinstance(steps, list) and steps and all(isinstance(s, list) and s for s in steps):
+    if not (isinstance(steps, list) and steps and all(isinstance(s, list) and s for s in steps)):
+        return None
+    try:
         return [max(s, key=lambda c: c["logprob"])["token_id"] for s in steps]
-    return r.get("output_text")
+    except (LookupError, TypeError, ValueError):
+        return None
+
+
+def observable_of(a: dict, b: dict, ids: bool) -> str:
+    """The most exact observable both responses carry: like is compared with like, never one
+    run's ids with the other's text. `ids`: the manifest declares `output_ids`."""
+    if ids and isinstance(a.get("output_ids"), list) and isinstance(b.get("output_ids"), list):
+        return "output_ids"
+    if _logprob_ids(a) is not None and _logprob_ids(b) is not None:
+        return "logprobs"
+    return "output_text"
+
+
+def _tokens(r: dict, what: str):
+    if what == "output_ids":
+        return r["output_ids"]
+    if what == "logprobs":
+        return _logprob_ids(r)
+    text = r.get("output_text")
+    return text if isinstance(text, str) else None
 
 
 def _candidates(r: dict, step: int) -> list[dict] | None:
@@ -187,10 +230,12 @@ def _logprob_of(r: dict, step: int, token) -> float | None:
 
 
 def compare_outputs(main: list[dict], replay: list[dict], ex: Explainer, ids: bool, start: int = 0,
-                    undefined: frozenset = frozenset()) -> list[Failure]:
+                    undefined: frozenset = frozenset(), used: dict | None = None,
+                    tally: dict | None = None) -> list[Failure]:
     """CR-OUT-1/2/3 from index `start` on: the run with reuse against its bypass replay, greedy decoding.
     `undefined`: requests whose outputs the semantics profile does not define (they reuse KV of
-    other media, spec/profiles.md), not compared."""
+    other media, spec/profiles.md), not compared. `used`, when given, collects which observable
+    each request was compared on ({observable: [request indices]})."""
     out = []
     for i, (a, b) in enumerate(zip(main, replay)):
         if i < start or i in undefined:
@@ -201,26 +246,53 @@ def compare_outputs(main: list[dict], replay: list[dict], ex: Explainer, ids: bo
                 out.append(Failure("CR-OUT-1", f"responses[{i}].finish_reason", b.get("finish_reason"),
                                    a.get("finish_reason"), "a batch fails or succeeds whatever the lookup policy", i))
             continue
-        ta, tb = _tokens(a, ids), _tokens(b, ids)
+        what = observable_of(a, b, ids)
+        if tally is not None:
+            _count(tally, "outputs")
+        if used is not None:
+            used.setdefault(what, []).append(i)
+        ta, tb = _tokens(a, what), _tokens(b, what)
         if ta == tb:
             if a.get("finish_reason") != b.get("finish_reason"):
                 out.append(Failure("CR-OUT-1", f"responses[{i}].finish_reason", b.get("finish_reason"),
                                    a.get("finish_reason"), ex.output(i, "equal tokens, different finish reason"), i))
-            out += _drift(i, a, b, ta if isinstance(ta, list) else None, ex)
+            out += _drift(i, a, b, ta if what != "output_text" else _logprob_ids(a), ex)
             continue
+        ta, tb = ta if ta is not None else [], tb if tb is not None else []
         t = next((k for k, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
-        what = f"responses[{i}].{'output_ids' if isinstance(ta, list) and ids else 'output_text'}"
-        near = _near_tie(a, b, t, ta, tb)
+        unit = "character" if what == "output_text" else "generated token"
+        near = _near_tie(a, b, t, ta, tb) if what != "output_text" else _text_near_tie(a, b, ex)
         expected, observed = _window(tb, t), _window(ta, t)
         if near is not None:
-            out.append(Failure("CR-OUT-1", what, expected, observed,
-                               ex.output(i, f"first difference at generated token {t} is a near-tie "
-                                            f"(bypass top-2 gap {near:.4f} < {NEAR_TIE_NATS} nats)"),
+            gap, step = near if isinstance(near, tuple) else (near, t)
+            out.append(Failure("CR-OUT-1", f"responses[{i}].{what}", expected, observed,
+                               ex.output(i, f"first difference at generated token {step} is a near-tie "
+                                            f"(bypass top-2 gap {gap:.4f} < {NEAR_TIE_NATS} nats)"),
                                i, Verdict.QUALITY_WARNING))
         else:
-            out.append(Failure("CR-OUT-1", what, expected, observed,
-                               ex.output(i, f"first difference at generated token {t}"), i))
+            out.append(Failure("CR-OUT-1", f"responses[{i}].{what}", expected, observed,
+                               ex.output(i, f"first difference at {unit} {t} (compared on {what})"), i))
     return out
+
+
+def _text_near_tie(a: dict, b: dict, ex: Explainer) -> tuple[float, int] | None:
+    """A text that differs from the replay's where the replay's ids are known (its `logprobs`):
+    a near-tie when the run's text is the replay's up to some step and then the replay's second
+    candidate there, with the replay's top-2 gap below tolerance (spec/RUNNING.md section 5)."""
+    tb, text = _logprob_ids(b), a.get("output_text")
+    decode = getattr(ex, "decode", None)
+    if tb is None or not isinstance(text, str) or decode is None:
+        return None
+    for t in range(len(tb)):
+        if not text.startswith(decode(tb[:t + 1])):
+            cb = _candidates(b, t)
+            if cb is None or cb[0]["token_id"] != tb[t]:
+                return None
+            if not text.startswith(decode(tb[:t] + [cb[1]["token_id"]])):
+                return None
+            gap = cb[0]["logprob"] - cb[1]["logprob"]
+            return (gap, t) if gap < NEAR_TIE_NATS else None
+    return None
 
 
 def _window(seq, t: int, width: int = 6):

@@ -23,10 +23,12 @@ from .cases import Case, bypass_replay_of, materialize, resolve_outputs, templat
 from .engines import cache_root, digest
 from .materialize import NotExpressible, materialize_for
 from .numerics import check_outputs
-from .compare import MISSING, check_shape, compare_outputs, compare_profile, compare_requests, dotted_get, leaves
+from .compare import (MISSING, REQUEST_FIELDS, check_shape, compare_outputs, compare_profile, compare_requests,
+                      dotted_get, leaves)
 from .errors import KvconformError
 from .explain import Explainer
 from .pagemap import case_page_map
+from .transcripts import Coverage, knowledge, predict_known
 from .verdicts import CaseResult, Failure, Verdict
 
 # Keys of an engine description the oracle reads (spec/engine.md section 2): a bundled build
@@ -360,19 +362,25 @@ class Runner:
         accepted = (oracle.accepted_counts(main.responses)
                     if observable(self.manifest, "last_verification_accepted") else None)
         try:
-            prediction = oracle.predict(engine, flags, doc, self.case.base_dir,
-                                        merged_transcripts(main, replay, engine), accepted)
-        except reference.NeedsTranscript as e:
-            self.settle(Verdict.ERROR, f"the counts depend on generated tokens the backend does not expose: {e}")
+            most = max_generate_length(engine, flags, doc, self.case.base_dir)
+            known = knowledge(main, replay, engine, most)
+            prediction, coverage = predict_known(engine, flags, doc, self.case.base_dir, known, most, accepted)
         except reference.Unreported as e:
             self.settle(Verdict.UNSPECIFIED, f"the counts depend on a fact the backend does not report: {e}")
         except reference.OutOfScope as e:
             self.settle(Verdict.UNSPECIFIED, f"the {flags.semantics_profile} profile leaves these counts undefined: {e}")
         except oracle.InputError as e:
             self.fail(prediction_refused(e))
-        self.check_expect(engine, flags, doc, prediction)
-        for f in judge(engine, flags, self.manifest, prediction, main, replay):
+        whole = coverage.complete or self.case.meta.get("generated") is not None
+        if not whole and self.case.meta.get("expect"):
+            coverage.reasons.append("the case's hand-derived counts (which check the oracle) are checked only "
+                                    "on a whole prediction")
+        if whole:
+            self.check_expect(engine, flags, doc, prediction)
+        judged: dict = {}
+        for f in judge(engine, flags, self.manifest, prediction, main, replay, coverage=coverage, record=judged):
             self.result.add(f)
+        self.result.details["judged"] = dict(judged, **coverage.to_json())
         handle = self.adapter.fixed_engine() or self.adapter.engine_for(self.case.engine_args)
         found, self.result.details["reference"] = check_outputs(      # against the numerical reference
             self.manifest, handle.directory, engine, doc, self.case.base_dir, prediction.parsed,
@@ -381,6 +389,20 @@ class Runner:
             self.result.add(f)
         self.result.details["page_map"] = case_page_map(engine, flags, prediction, main.responses, main.profile,
                                                         self.result.failures)
+        if not coverage.complete and not self.result.failures:
+            self.nothing_it_is_about(judged, coverage)
+
+    def nothing_it_is_about(self, judged: dict, coverage) -> None:
+        """A case none of whose counts could be predicted is NOT_SUPPORTED, even though its outputs
+        were compared (and agree): what it is about was not judged (spec/RUNNING.md section 6).
+        A case about outputs (CR-OUT) is judged by its outputs."""
+        about_outputs = any(r.startswith("CR-OUT-") for r in self.case.rules)
+        if judged.get("counts") or about_outputs and judged.get("outputs"):
+            return
+        self.settle(Verdict.NOT_SUPPORTED, "none of the counts this case is about could be predicted: "
+                    + "; ".join(coverage.reasons)
+                    + (f" (its {judged['outputs']} output(s) were compared with the bypass replay and agree)"
+                       if judged.get("outputs") else ""))
 
     def check_expect(self, engine, flags, doc: dict, prediction) -> None:
         """A case's hand-derived `expect` checks the oracle itself: a mismatch is the kit's ERROR."""
@@ -431,6 +453,11 @@ def merged_transcripts(main: RunResult, replay: RunResult | None, engine=None) -
     return generated
 
 
+def max_generate_length(engine, flags, doc: dict, base_dir: str) -> int:
+    """The number of tokens a request generates at most: the flag, else the file's value."""
+    return flags.max_generate_length or oracle.parse(doc, base_dir, engine, flags).max_generate_length
+
+
 def prediction_refused(e) -> Failure:
     """The oracle refused the file or the transcript the backend produced."""
     if e.path.startswith("$.generated["):
@@ -448,27 +475,55 @@ def prediction_refused(e) -> Failure:
 
 
 def judge(engine, flags, manifest: dict, prediction, main: RunResult, replay: RunResult | None,
-          start: int = 0, failed_before: int = 0) -> list[Failure]:
+          start: int = 0, failed_before: int = 0, coverage: Coverage | None = None,
+          record: dict | None = None) -> list[Failure]:
     """Every comparison of a finished run with the oracle and the bypass replay (RUNNING.md step 7).
 
     `start`: compare requests from this index on (earlier ones were judged already);
-    `failed_before`: batches of earlier request files that failed, for the backend's count.
+    `failed_before`: batches of earlier request files that failed, for the backend's count;
+    `coverage`: which counts the prediction covers (conformance/transcripts.py; None: all).
+    `record`, when given, receives what was judged: "counts" and "outputs" compared, the
+    observable of each output comparison ("outputs_compared_on") and, under "not_judged", the
+    counts the prediction does not cover with the reason.
     """
     ex = Explainer(engine, flags, prediction)
-    out = compare_requests(prediction.responses, main.responses, ex, observable(manifest, "per_request_metrics"),
-                           True, start)
+    tally: dict = {}
+    per_request = observable(manifest, "per_request_metrics")
+    out = compare_requests(prediction.responses, main.responses, ex, per_request, True, start, tally)
+    covered = len(prediction.responses) if coverage is not None and not coverage.complete else None
+    if covered is not None:
+        out += _input_tokens_beyond(prediction, main.responses, ex, max(start, covered), tally)
+    used: dict = {}
     if replay is not None:
         undefined = frozenset(i for i, p in enumerate(prediction.responses) if p.get("outputs_defined") is False)
+        if covered is not None:
+            undefined |= _outputs_undefined_beyond(prediction, flags, covered)
         out += compare_outputs(main.responses, replay.responses, ex, observable(manifest, "output_ids"), start,
-                               undefined)
+                               undefined, used, tally)
+    if coverage is None or coverage.aggregates:
+        out += _aggregates(engine, flags, manifest, prediction, main, ex, failed_before, tally)
+    if record is not None:
+        record.update(counts=tally.get("counts", 0), outputs=tally.get("outputs", 0))
+        if used:
+            record["outputs_compared_on"] = used
+        if covered is not None:
+            record["not_judged"] = _not_judged(prediction, main.responses, coverage, per_request,
+                                               max(start, covered))
+    return out
+
+
+def _aggregates(engine, flags, manifest, prediction, main: RunResult, ex, failed_before: int,
+                tally: dict) -> list[Failure]:
+    """The profile's counters (CR-MET) and the count of failed batches (CR-CAP-8)."""
     profile = flags.semantics
     always = profile.prefill_section == "profile-output-file"
-    out += compare_profile(prediction.profile, main.profile, ex,
-                           (flags.dump_profile or always) and observable(manifest, "prefill_profile"),
-                           record_internals=profile.record_internals == "mandatory"
-                           or observable(manifest, "record_internals"),
-                           prefill_required=always and not flags.dump_profile)
+    out = compare_profile(prediction.profile, main.profile, ex,
+                          (flags.dump_profile or always) and observable(manifest, "prefill_profile"),
+                          record_internals=profile.record_internals == "mandatory"
+                          or observable(manifest, "record_internals"),
+                          prefill_required=always and not flags.dump_profile, tally=tally)
     failed = sum(1 for b in prediction.batches if b.get("status") != "ok") - failed_before
+    tally["counts"] = tally.get("counts", 0) + 1
     if main.failed_batches is not None:
         if failed != main.failed_batches:
             out.append(Failure("CR-CAP-8", "failed_batches", failed, main.failed_batches,
@@ -476,6 +531,52 @@ def judge(engine, flags, manifest: dict, prediction, main: RunResult, replay: Ru
     elif bool(failed) != bool(main.exit_code):
         out.append(Failure("CR-CAP-8", "exit code", "non-zero" if failed else 0, main.exit_code,
                            f"{failed} batch(es) of this file fail; the exit code is non-zero exactly then"))
+    return out
+
+
+def _input_tokens_beyond(prediction, responses: list, ex, first: int, tally: dict) -> list[Failure]:
+    """n of the requests whose cache facts are not predicted: the tokenization alone decides it."""
+    out = []
+    for i in range(first, min(len(responses or []), len(prediction.parsed.requests))):
+        r = responses[i]
+        if isinstance(r, dict) and "input_tokens" in r and r.get("finish_reason") != "error":
+            tally["counts"] = tally.get("counts", 0) + 1
+            n = len(prediction.parsed.requests[i].tokens)
+            if r["input_tokens"] != n:
+                out.append(Failure(None, f"responses[{i}].input_tokens", n, r["input_tokens"], ex.input_tokens(i), i))
+    return out
+
+
+def _outputs_undefined_beyond(prediction, flags, first: int) -> frozenset:
+    """Requests beyond the predicted ones whose outputs the profile might leave undefined (they
+    could reuse KV of other media, spec/profiles.md): not compared, since that is not known."""
+    profile = flags.semantics
+    if profile.media_items == "per-item" and profile.media_digest != "raw-bytes":
+        return frozenset()
+    return frozenset(i for i in range(first, len(prediction.parsed.requests)) if prediction.parsed.requests[i].spans)
+
+
+def _not_judged(prediction, responses: list, coverage: Coverage, per_request: bool, first: int) -> list[dict]:
+    """The counts the prediction does not cover, each entry with how many values and why."""
+    reason = "; ".join(coverage.reasons)
+    out = []
+    partly = [p["request_idx"] for p in coverage.admission]
+    if partly:
+        rest = [k for k in ("publications", "snapshot_pressure_skips") if per_request]
+        out.append({"what": f"responses[{partly[0]}..{partly[-1]}]: finish_reason" + "".join(f", context_cache.{k}" for k in rest),
+                    "requests": partly, "values": (1 + len(rest)) * len(partly), "reason": reason})
+    later = list(range(first, coverage.total))
+    if later:
+        fields = 1 + (len(REQUEST_FIELDS) if per_request else 0)
+        out.append({"what": f"responses[{later[0]}..{later[-1]}]: finish_reason"
+                            + (", context_cache" if per_request else ""),
+                    "requests": later, "values": fields * len(later), "reason": reason})
+    if not coverage.aggregates:
+        entry = {"what": "profile.context_cache, profile.prefill, the failed-batch count", "reason": reason}
+        cc = (prediction.profile or {}).get("context_cache")
+        if cc:                          # the counters the head of the file predicts have the same keys
+            entry["values"] = sum(1 for _ in leaves(cc)) + 1
+        out.append(entry)
     return out
 
 

@@ -56,6 +56,14 @@ class Explainer:
                      for j, common, _, same_adapter, _ in self.sources(i))
         return Verdict.UNSPECIFIED if shares else Verdict.FAIL
 
+    def decode(self, ids: list) -> str:
+        """The text generated ids print as, the end-of-sequence token left out: bytes for bytes-v1
+        (spec/tokenizer.md section 4), the engine's tokenizer's decode for an `hf` one."""
+        ids = [t for t in ids if t != self.engine.eos_token_id]
+        if not self.engine.hf:
+            return bytes(t for t in ids if 0 <= t < 256).decode("latin-1")
+        return self.engine.hf_tokenizer().decode(ids, skip_special_tokens=True)
+
     # --- positions --------------------------------------------------------------------------------
     def ids(self, i: int) -> list:
         """Position identities of request i's input: token ids, or (item digest, offset) (CR-MEDIA-1)."""

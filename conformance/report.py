@@ -33,7 +33,8 @@ from .numerics.judge import TOLERANCES as REFERENCE_TOLERANCES
 from .errors import KvconformError
 from .html_report import write_html
 from .schemas import schema_errors
-from .verdicts import CaseResult, Verdict, headline_note, summarize
+from .secrets import mask
+from .verdicts import CaseResult, Verdict, headline_note, judged_line, summarize
 
 SHORT = {"PASS": "PASS", "NOT_SUPPORTED": "N/S", "UNSPECIFIED": "UNSPEC", "QUALITY_WARNING": "QW",
          "TIMEOUT": "TIMEOUT", "FAIL": "FAIL", "ERROR": "ERROR"}
@@ -72,6 +73,22 @@ def make_folder(folder: Path) -> None:
         raise KvconformError("the folder is not writable", str(folder))
 
 
+CREATED: list[Path] = []
+"""Report folders this process created (with the parents it created), newest last: a run that
+ends with bad input before writing anything removes them again (`remove_created_folders`)."""
+
+
+def remove_created_folders() -> None:
+    """Remove the folders this process created that are still empty: an exit-2 run leaves nothing
+    behind. A folder something was written into is kept."""
+    while CREATED:
+        folder = CREATED.pop()
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+
+
 def claim_report_folder(folder: Path, force: bool,
                         hint: str = "pass --force to replace it or --resume to continue an interrupted run") -> None:
     """A report folder is never overwritten by accident: one that exists and is not empty is
@@ -79,7 +96,9 @@ def claim_report_folder(folder: Path, force: bool,
     if folder.exists() and not folder.is_dir():
         raise KvconformError("exists and is not a folder", str(folder))
     if not folder.exists():
+        missing = [p for p in [folder, *folder.parents] if not p.exists()]
         make_folder(folder)          # checked now, before any case runs
+        CREATED.extend(reversed(missing))
         return
     if not any(folder.iterdir()):
         make_folder(folder)
@@ -147,7 +166,9 @@ class Report:
 
     def json(self, complete: bool) -> dict:
         return dict(self.doc, complete=complete, finished=now() if complete else None,
-                    summary=summarize(self.results, complete, self.self_check, self.doc.get("stopped_early")),
+                    summary=summarize(self.results, complete, self.self_check, group=_group, order=_group_order,
+                                      selection=(self.doc.get("plan") or {}).get("selection"),
+                                      stopped=self.doc.get("stopped_early")),
                     cases=[r.to_json() for r in self.results])
 
     def write(self, complete: bool) -> None:
@@ -167,6 +188,9 @@ def write_json_atomic(path: Path, doc: dict) -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    """Every file of the report folder goes through here: the secrets the kit knows are masked
+    (conformance/secrets.py)."""
+    text = mask(text)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -207,6 +231,15 @@ def verdict_table(results: list[CaseResult], fmt: str = "simple") -> str:
     rows.append(["total"] + [totals[v] for v in columns] + [len(results)])
     headers = ["section"] + [SHORT[str(v)] for v in columns] + ["cases"]
     return tabulate(rows, headers=headers, tablefmt=fmt)
+
+
+def section_of(r: CaseResult) -> str:
+    """The row of a result in the verdict table: its spec section, or `generated`."""
+    return _group(r)
+
+
+def section_order(name: str):
+    return _group_order(name)
 
 
 def _group(r: CaseResult) -> str:
@@ -282,6 +315,23 @@ def junit(doc: dict, results: list[CaseResult]) -> str:
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
 
+def _judged_in_part(results: list[CaseResult], limit: int = 40) -> list[str]:
+    """The cases some of whose counts were NOT_SUPPORTED, each with what was not judged and why."""
+    partly = [r for r in results if r.verdict not in (Verdict.NOT_SUPPORTED, Verdict.TIMEOUT, Verdict.ERROR)
+              and ((r.details or {}).get("judged") or {}).get("not_judged")]
+    if not partly:
+        return []
+    lines = ["## Cases judged in part", "", "Counts the oracle could not predict are NOT_SUPPORTED by themselves "
+             "(spec/RUNNING.md section 6); the rest of each case was judged.", ""]
+    for r in partly[:limit]:
+        judged = r.details["judged"]
+        lines.append(f"- `{r.id}` ({r.verdict}, {judged.get('counts', 0)} value(s) judged): "
+                     + "; ".join(f"{e['what']} not judged: {_clip(e['reason'], 200)}" for e in judged["not_judged"]))
+    if len(partly) > limit:
+        lines.append(f"- ... and {len(partly) - limit} more in report.json")
+    return lines + [""]
+
+
 def summary_markdown(doc: dict, results: list[CaseResult]) -> str:
     s = doc["summary"]
     caps = doc["backend"].get("capabilities") or {}
@@ -294,8 +344,12 @@ def summary_markdown(doc: dict, results: list[CaseResult]) -> str:
     if stop:
         lines += [f"**Stopped early** at the first failure, `{stop['at']}` (`--fail-fast`): {stop['not_run']} "
                   "item(s) of the plan were not run, so this report says what failed, not what else would.", ""]
+    if s.get("sections"):
+        lines += ["judged / cases per section: " + ", ".join(
+            f"{x['section']} {x['judged']}/{x['cases']}" + (" (thin)" if x["section"] in s.get("thin_sections", [])
+                                                              else "") for x in s["sections"]), ""]
     lines += [
-        f"- {s['judged']} of {len(results)} case(s) judged (the rest NOT_SUPPORTED)",
+        f"- {judged_line(s, len(results))}",
         f"- {s.get('reference_checked', 0)} greedy request(s) checked against the numerical reference "
         f"(spec/RUNNING.md section 5)",
         f"- backend: `{doc['backend']['adapter']}` ({caps.get('backend', '?')} {caps.get('version', '')})".rstrip(),
@@ -310,6 +364,7 @@ def summary_markdown(doc: dict, results: list[CaseResult]) -> str:
         f"counters exact", "",
         "## Verdicts per spec section", "", verdict_table(results, "github"), "",
     ]
+    lines += _judged_in_part(results)
     bad = [r for r in results if r.verdict not in (Verdict.PASS, Verdict.NOT_SUPPORTED)]
     if bad:
         lines += ["## Cases that need attention", ""]
@@ -362,7 +417,7 @@ def write_reproducer(doc: dict, base_dir: str, folder: Path, name: str) -> Path:
                             shutil.copyfile(src, target)
                         item[kind] = f"media/{target.name}"
     path = folder / f"{_safe(name)}.json"
-    path.write_text(json.dumps(out, indent=1) + "\n")
+    path.write_text(mask(json.dumps(out, indent=1) + "\n"))
     return path
 
 
@@ -394,10 +449,10 @@ def write_evidence(invocations: list, folder: Path) -> None:
                    "profile": got.profile}
         for role, doc in written.items():
             if role not in copied and doc is not None:
-                Path(f"{stem}.{role}.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+                Path(f"{stem}.{role}.json").write_text(mask(json.dumps(doc, indent=1, default=str) + "\n"))
         if "stderr" not in copied and got.stderr_tail:
-            Path(f"{stem}.stderr.txt").write_text(got.stderr_tail + "\n")
+            Path(f"{stem}.stderr.txt").write_text(mask(got.stderr_tail + "\n"))
         summary = {"invocation": label, "outcome": got.outcome, "exit_code": got.exit_code,
                    "message": got.message, "command": got.files.get("command")}
-        Path(f"{stem}.summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        Path(f"{stem}.summary.json").write_text(mask(json.dumps(summary, indent=1) + "\n"))
 

@@ -8,6 +8,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from .commands.validate import check_case
 from .engines import digest
 from .errors import KvconformError
 from .execute import run_case
-from .generate import MIN_BATCHES, run_generated
+from .generate import MIN_BATCHES, cannot_run, run_generated
 from .rules import spec_rule_ids
 from .generate.draw import FAMILIES
 from .report import EVIDENCE_SUFFIX, Report, write_evidence, write_reproducer
@@ -84,8 +85,26 @@ def make_plan(paths: list[str] | None, keywords: list[str] | None, sections: lis
     identity = {"items": len(items), "digest": digest(
         {"items": [[kind, key, digest(c.doc) if kind == "case" else None] for kind, key, c in items],
          "generation": {k: v for k, v in generation.items() if k != "save_regressions"}})}
+    identity["selection"] = _selection(len(items), paths, keywords, sections, rules, slow, generated, curated,
+                                       families, cases)
     return Plan([t[2] for t in mine if t[0] == "case"], [t[2] for t in mine if t[0] == "family"],
                 identity=identity, **generation)
+
+
+def _selection(selected: int, paths, keywords, sections, rules, slow, generated, curated, families,
+               cases: list[Case]) -> dict:
+    """Whether the plan is narrower than the default run (every case but the slow ones, every
+    family), by which options, and how many items of how many: a CONFORMANT of a selection says
+    so (spec/RUNNING.md section 6)."""
+    filters = ([f"--case {p}" for p in paths or []] + [f"-k {k}" for k in keywords or []]
+               + [f"--section {x}" for x in sections or []] + [f"--rule {x}" for x in rules or []]
+               + ([f"--families {','.join(families)}"] if families and generated else [])
+               + (["--no-generated"] if not generated else []) + (["--generated-only"] if not curated else []))
+    default = cases if curated and not (paths or keywords or sections or rules or slow) else \
+        select(discover(None), None, None, None, False)
+    available = len(default) + len(FAMILIES)
+    narrowed = bool(filters) and selected < available
+    return {"narrowed": narrowed, "selected": selected, "available": available, "filters": filters}
 
 
 def _check_names(sections: list[str] | None, rules: list[str] | None, families: list[str] | None) -> None:
@@ -154,14 +173,19 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
         manifest, manifest_error = adapter.capabilities(), ""
     except Exception as e:  # a broken adapter: every case becomes an ERROR, none escapes
         manifest, manifest_error = None, f"{type(e).__name__}: {e}"
+    bar_wanted = progress and sys.stderr.isatty()       # a bar's carriage returns do not belong in a CI log
     if manifest is not None:
-        prebuild(adapter, plan.cases, progress)
-    bar = tqdm(total=plan.size, desc="cases", unit="case", disable=not progress, file=sys.stderr, mininterval=0.5)
+        prebuild(adapter, plan.cases, bar_wanted)
+    bar = tqdm(total=plan.size, desc="cases", unit="case", disable=not bar_wanted, file=sys.stderr, mininterval=0.5)
+    sections = SectionLog(plan.cases)
     results = []
     cases = sorted(plan.cases, key=case_cost) if fail_fast else plan.cases
 
     def one(case: Case) -> CaseResult:
-        return with_rerun(run_one_case(case, adapter, manifest, manifest_error, report.folder), report.folder, rerun)
+        result = with_rerun(run_one_case(case, adapter, manifest, manifest_error, report.folder), report.folder, rerun)
+        if not bar_wanted:
+            sections.finished(result)
+        return result
 
     def settled(result: CaseResult, done: int) -> bool:
         report.add(result)
@@ -188,15 +212,23 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
                     return results
         workdir = Path(tempfile.mkdtemp(prefix="kvconform-generated-"))
         started = time.monotonic()
+        runnable = [f for f in plan.families if not cannot_run(f, adapter, manifest)]
+        share = plan.budget_s / max(1, len(runnable))
+        done: set = set()
         try:
             for k, family in enumerate(plan.families):
                 bar.set_postfix_str(f"generated/{family}")
-                # the budget left, shared by the families left (one that cannot run passes its share
-                # on), and never less than an even share (one that shrank a failure may overrun)
+                # the budget left, shared by the families left that can run here (one that cannot
+                # takes none), never less than an even share (one that shrank a failure may overrun)
+                ahead = sum(1 for f in runnable if f not in done)
                 left = plan.budget_s - (time.monotonic() - started)
-                budget = max(left / (len(plan.families) - k), plan.budget_s / len(plan.families))
+                budget = max(left / max(1, ahead), share)
+                done.add(family)
                 result = run_one_family(family, plan, budget, adapter, manifest, manifest_error, report.folder,
                                         workdir, REGRESSIONS_DIR if plan.save_regressions else None)
+                if not bar_wanted:
+                    print(f"kvconform run: {result.id}: {result.verdict} ({result.reason[:160]})", file=sys.stderr,
+                          flush=True)
                 if settled(with_rerun(result, report.folder, rerun), len(cases) + k + 1):
                     return results
         finally:
@@ -204,6 +236,38 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
     finally:
         bar.close()
     return results
+
+
+class SectionLog:
+    """Without a progress bar (`--no-progress`, or stderr not a terminal): one line on stderr per
+    finished spec section (when its last case ends) and per generated family, so that a long run
+    shows where it is without a bar's carriage returns."""
+
+    def __init__(self, cases: list[Case]):
+        self.left: dict[str, int] = {}
+        for c in cases:
+            self.left[c.section] = self.left.get(c.section, 0) + 1
+        self.done: dict[str, list] = {}
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+
+    def finished(self, result: CaseResult) -> None:
+        with self.lock:
+            section = result.section
+            self.done.setdefault(section, []).append(result)
+            self.left[section] = self.left.get(section, 1) - 1
+            if self.left[section] == 0:
+                self.line(SECTIONS.get(section or "", section or "?"), self.done[section],
+                          time.monotonic() - self.started)
+
+    @staticmethod
+    def line(name: str, results: list, seconds: float) -> None:
+        counts: dict[str, int] = {}
+        for r in results:
+            counts[str(r.verdict)] = counts.get(str(r.verdict), 0) + 1
+        tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: Verdict[kv[0]]))
+        print(f"kvconform run: {name}: {len(results)} case(s) done ({tally}) at {seconds:.0f} s", file=sys.stderr,
+              flush=True)
 
 
 # --- one unit of work, writing under a report folder -------------------------------------------------

@@ -138,20 +138,30 @@ HEADLINES = ("CONFORMANT", "NOT CONFORMANT", "INCOMPLETE", "NOTHING JUDGED", "SE
 PASSING_HEADLINES = frozenset({"CONFORMANT", "SELF-CHECK PASSED"})
 
 
+JUDGED = frozenset({Verdict.PASS, Verdict.UNSPECIFIED, Verdict.QUALITY_WARNING, Verdict.FAIL})
+"""Verdicts on the backend: a case ending so compared something the backend did with the spec.
+NOT_SUPPORTED, TIMEOUT and ERROR cases judged nothing and are counted apart."""
+THIN = 0.5
+"""A section where fewer than this share of the cases were judged is named in the headline."""
+
+
 def summarize(results: list[CaseResult], complete: bool = True, self_check: bool = False,
-              stopped: dict | None = None) -> dict:
+              group=None, selection: dict | None = None, order=None, stopped: dict | None = None) -> dict:
     """The verdict counts, how many cases were judged, and the run's one-word headline.
 
-    CONFORMANT needs evidence: a complete run in which at least one case was judged (anything
-    but NOT_SUPPORTED) and no mandatory case ended TIMEOUT, FAIL or ERROR. A run of the oracle
-    against itself (`self_check`) tests no backend, so it is never CONFORMANT: it passes or fails
-    as a self-check of the kit. `stopped`: the run stopped at its first failure (--fail-fast,
-    {"at": case id, "not_run": items left}); it is never CONFORMANT, and the summary says so.
+    CONFORMANT needs evidence: a complete run in which at least one case was judged (ended PASS,
+    UNSPECIFIED, QUALITY_WARNING or FAIL) and no mandatory case ended TIMEOUT, FAIL or ERROR. A run
+    of the oracle against itself (`self_check`) tests no backend, so it is never CONFORMANT: it
+    passes or fails as a self-check of the kit. `group(result)` names a result's section (the
+    per-section coverage, in `order`, and the sections judged thinly); `selection` says whether
+    the plan was a narrowed selection (spec/RUNNING.md section 6). `stopped`: the run stopped at
+    its first failure (--fail-fast, {"at": case id, "not_run": items left}); it is never
+    CONFORMANT, and the summary says so.
     """
     counts = {str(v): 0 for v in Verdict}
     for r in results:
         counts[str(r.verdict)] += 1
-    judged = sum(1 for r in results if r.verdict != Verdict.NOT_SUPPORTED)
+    judged = sum(1 for r in results if r.verdict in JUDGED)
     clean = all(r.conformant for r in results)
     if not complete:
         headline = "INCOMPLETE"
@@ -163,7 +173,8 @@ def summarize(results: list[CaseResult], complete: bool = True, self_check: bool
         headline = "NOTHING JUDGED"
     else:
         headline = "SELF-CHECK PASSED" if self_check else "CONFORMANT"
-    out = {"verdicts": counts, "judged": judged, "conformant": headline == "CONFORMANT", "headline": headline}
+    out = {"verdicts": counts, "judged": judged, "conformant": headline == "CONFORMANT", "headline": headline,
+           "not_judged": {k: counts[k] for k in ("NOT_SUPPORTED", "TIMEOUT", "ERROR")}}
     if stopped is not None:
         out["stopped_early"] = dict(stopped)
     # Outputs are judged against the numerical reference where the backend declares one
@@ -173,29 +184,67 @@ def summarize(results: list[CaseResult], complete: bool = True, self_check: bool
     if not self_check:
         out["outputs_judged_against"] = ("numerical reference and bypass replay" if checked
                                          else "bypass replay only")
+    partly = [r for r in results if r.verdict in JUDGED and ((r.details or {}).get("judged") or {}).get("not_judged")]
+    if partly:
+        out["partly_judged"] = {"cases": len(partly), "values_not_judged": sum(
+            int(e.get("values") or 0) for r in partly for e in r.details["judged"]["not_judged"])}
+    if group is not None:
+        sections: dict[str, list] = {}
+        for r in results:
+            sections.setdefault(group(r), [0, 0])
+            sections[group(r)][0] += r.verdict in JUDGED
+            sections[group(r)][1] += 1
+        out["sections"] = [{"section": name, "judged": sections[name][0], "cases": sections[name][1]}
+                           for name in sorted(sections, key=order)]
+        out["thin_sections"] = [x["section"] for x in out["sections"] if x["judged"] < THIN * x["cases"]]
+    if selection and selection.get("narrowed"):
+        out["selection"] = selection
     return out
 
 
 def headline_clauses(summary: dict) -> list[str]:
-    """What the headline does not say by itself: whether a backend was judged at all, and how
+    """What the headline does not say by itself: whether a backend was judged at all, whether the
+    run was a selection, which sections were judged thinly, what was judged only in part, and how
     its outputs were judged."""
-    out = {"NOTHING JUDGED": ["every case NOT_SUPPORTED: nothing was judged"],
+    out = {"NOTHING JUDGED": ["every case NOT_SUPPORTED, TIMEOUT or ERROR: nothing was judged"],
            "SELF-CHECK PASSED": ["no backend was tested: the oracle ran against itself"],
            "SELF-CHECK FAILED": ["no backend was tested: the oracle ran against itself"]}.get(summary.get("headline"), [])
     stop = summary.get("stopped_early")
     if stop:
         out = [f"stopped early at the first failure, {stop['at']} (--fail-fast): {stop['not_run']} item(s) "
                "not run"] + out
-    if summary.get("outputs_judged_against") == "bypass replay only" and summary.get("judged"):
-        out.append("outputs compared with the bypass replay only: no numerical reference checked them")
+    selection = summary.get("selection")
+    if selection:
+        by = f" ({', '.join(selection['filters'])})" if selection.get("filters") else ""
+        out.append(f"a selection: {selection['selected']} of {selection['available']} cases and families{by}")
+    thin = [x for x in summary.get("sections", []) if x["section"] in summary.get("thin_sections", [])]
+    if thin and summary.get("judged"):
+        out.append("thin coverage: " + ", ".join(f"{x['section']} {x['judged']} of {x['cases']} judged" for x in thin))
+    partly = summary.get("partly_judged")
+    if partly:
+        out.append(f"{partly['cases']} case(s) judged in part: {partly['values_not_judged']} value(s) NOT_SUPPORTED, "
+                   "each with its reason in report.json")
+    out += _output_clause(summary)
     return out
 
 
-def headline_note(summary: dict) -> str:
-    """The clauses of `headline_clauses` that concern outputs, as a parenthesis after the headline."""
+def _output_clause(summary: dict) -> list[str]:
     if summary.get("outputs_judged_against") == "bypass replay only" and summary.get("judged"):
-        return f" ({headline_clauses(summary)[-1]})"
-    return ""
+        return ["outputs compared with the bypass replay only: no numerical reference checked them"]
+    return []
+
+
+def headline_note(summary: dict) -> str:
+    """The clauses of `headline_clauses` past the first word, as a parenthesis after the headline."""
+    clauses = [c for c in headline_clauses(summary) if not c.startswith(("every case", "no backend"))]
+    return f" ({'; '.join(clauses)})" if clauses else ""
+
+
+def judged_line(summary: dict, cases: int) -> str:
+    """`N of M case(s) judged`, with what was not: a case that ended NOT_SUPPORTED, TIMEOUT or
+    ERROR produced no verdict on the backend."""
+    apart = [f"{n} {k}" for k, n in (summary.get("not_judged") or {}).items() if n]
+    return f"{summary['judged']} of {cases} case(s) judged" + (f" (not judged: {', '.join(apart)})" if apart else "")
 
 
 def _short(value: Any, limit: int = 80) -> str:

@@ -25,32 +25,52 @@ class _Parser(argparse.ArgumentParser):
         raise _Usage(message)
 
 
-def _bool_flag(p, name):
-    p.add_argument(f"--{name}", action="store_true", default=None)
+def _bool_flag(p, name, what=None):
+    p.add_argument(f"--{name}", action="store_true", default=None, help=what)
+
+
+REQUIRED_INT_FLAGS = ("maxInputLen", "maxKVCacheCapacity", "maxKVPoolPages")
+BUILD_INT_FLAGS = (
+    ("maxInputLen", "max_input_len: the longest input (below --maxKVCacheCapacity)"),
+    ("maxKVCacheCapacity", "max_kv_cache_capacity: tokens of KV one sequence may hold"),
+    ("maxKVPoolPages", "kv_pool_pages: the page pool; 0 resolves to the minimum (CR-CAP-1)"),
+    ("maxBatchSize", "max_batch_size (default 1)"),
+    ("tokensPerPage", "tokens_per_page P (default 128)"),
+    ("numLayers", "layers (default 2)"), ("hiddenSize", "hidden size (default 64)"),
+    ("numHeads", "attention heads (default 4)"), ("numKVHeads", "KV heads, dividing --numHeads (default 2)"),
+    ("headDim", "head dimension (default 16)"), ("intermediateSize", "MLP size (default 128)"),
+    ("stateSize", "recurrent state size (default 16)"), ("convKernel", "recurrent conv kernel (default 4)"),
+    ("loraRank", "rank of every LoRA adapter (default 4)"), ("seed", "weights seed (default 0)"),
+    ("maxDraftKVPoolPages", "draft KV pool of an attention-only eagle engine; 0: as the base pool (CR-SPEC-5)"))
+BUILD_SWITCHES = (
+    ("untiedEmbeddings", "a separate output head"), ("vision", "an image encoder"), ("audio", "an audio encoder"),
+    ("actionRunner", "deployment switch: an action runner"), ("blockDiffusion", "deployment switch: block diffusion"),
+    ("visionBidirectional", "deployment switch: bidirectional vision attention"))
 
 
 def _parser():
     top = _Parser(prog=PROG, allow_abbrev=False)
     sub = top.add_subparsers(dest="command", parser_class=_Parser)
-    b = sub.add_parser("build", allow_abbrev=False)
-    b.add_argument("--engineDir", required=True)
-    for name in ("maxInputLen", "maxKVCacheCapacity", "maxKVPoolPages"):
-        b.add_argument(f"--{name}", type=int, required=True)
-    for name in ("maxBatchSize", "tokensPerPage", "numLayers", "hiddenSize", "numHeads", "numKVHeads", "headDim",
-                 "intermediateSize", "stateSize", "convKernel", "loraRank", "seed", "maxDraftKVPoolPages"):
-        b.add_argument(f"--{name}", type=int)
-    b.add_argument("--model")
-    b.add_argument("--kvCacheDtype")
-    b.add_argument("--loraAdapters")
-    b.add_argument("--specDecode")
-    b.add_argument("--tokenizer", help="a Hugging Face tokenizer folder (spec/hf-tokenizer.md)")
+    b = sub.add_parser("build", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Build an engine folder: config.json (the description the kit's oracle reads), "
+                                   "the weights and the adapters. Every flag, its config key, default and limits: "
+                                   "spec/engine.md section 1.")
+    b.add_argument("--engineDir", required=True, metavar="D", help="the engine folder (created; see --force)")
+    for name, what in BUILD_INT_FLAGS:
+        b.add_argument(f"--{name}", type=int, required=name in REQUIRED_INT_FLAGS, metavar="N", help=what)
+    b.add_argument("--model", help="attention (default), recurrent or hybrid")
+    b.add_argument("--kvCacheDtype", help="fp16 (default) or fp8")
+    b.add_argument("--loraAdapters", metavar="A,B", help="LoRA adapter names (lora/NAME.safetensors)")
+    b.add_argument("--specDecode", help="eagle, mtp, dflash, dspark or gemma4-mtp (a deployment switch)")
+    b.add_argument("--tokenizer", metavar="DIR", help="a Hugging Face tokenizer folder (spec/hf-tokenizer.md), "
+                                                      "copied into D/tokenizer/")
     b.add_argument("--tokenizerLoader", help="tokenizers-raw (default) or transformers-auto")
-    b.add_argument("--chatTemplateKwargs", help="JSON object of chat template keywords")
+    b.add_argument("--chatTemplateKwargs", metavar="JSON", help="JSON object of chat template keywords")
     b.add_argument("--imageCounter", help="media token counter (spec/media-tokens.md)")
-    b.add_argument("--imageCounterSettings", help="JSON object of the counter's settings")
+    b.add_argument("--imageCounterSettings", metavar="JSON", help="JSON object of the counter's settings")
     b.add_argument("--force", action="store_true", help="replace whatever --engineDir holds")
-    for name in ("untiedEmbeddings", "vision", "audio", "actionRunner", "blockDiffusion", "visionBidirectional"):
-        _bool_flag(b, name)
+    for name, what in BUILD_SWITCHES:
+        _bool_flag(b, name, what)
 
     i = sub.add_parser("infer", allow_abbrev=False)
     for name in ("engineDir", "inputFile", "outputFile"):
@@ -114,7 +134,22 @@ def _build(a) -> int:
         if flag in args:
             args[flag] = _json_object(flag, args[flag])
     build_engine(a.engineDir, args, force=a.force)
+    _say(f"built {_summary(a.engineDir)}")
     return 0
+
+
+def _summary(engine_dir: str) -> str:
+    """What a build wrote, in one line: the folder and the description's main facts."""
+    with open(os.path.join(engine_dir, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    tok = cfg.get("tokenizer")
+    tokenizer = tok if isinstance(tok, str) else f"hf {tok.get('loader')} ({cfg.get('vocab_size')} ids)"
+    extras = [k for k in ("vision", "audio") if cfg.get(k)] + [f"LoRA {','.join(cfg['lora_adapters'])}"
+                                                              for _ in [0] if cfg.get("lora_adapters")]
+    return (f"{engine_dir}: {cfg['model']} model of {len(cfg['layer_kinds'])} layers, P = {cfg['tokens_per_page']}, "
+            f"pool {cfg['kv_pool_pages']} pages, max_input_len {cfg['max_input_len']}, capacity "
+            f"{cfg['max_kv_cache_capacity']}, batch {cfg['max_batch_size']}, tokenizer {tokenizer}"
+            + (f", {', '.join(extras)}" if extras else "") + " (config.json: spec/engine.md)")
 
 
 def _json_object(flag: str, text: str) -> dict:

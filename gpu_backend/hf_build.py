@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 
+from .chat_template import check_template, template_source
 from .hf_loader import FILES, LOADERS, TEMPLATE_FILE, TokenizerFolderError, load_tokenizer, read_config, spelling
 from .hf_prompt import image_convention
 from .image_counters import check_settings
@@ -64,6 +65,12 @@ def describe(a: dict, fail) -> dict:
         config = read_config(folder)
     except TokenizerFolderError as e:
         fail("tokenizer", str(e))
+    source = template_source(folder, config)
+    if source is not None:
+        try:
+            check_template(source)
+        except ValueError as e:
+            fail("tokenizer", f"{folder}: {e}")
     eos_name = spelling(config.get("eos_token"))
     eos = None if eos_name is None else tok.token_to_id(eos_name)
     if eos is None:

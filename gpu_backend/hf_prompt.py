@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from .chat_template import ChatTemplate, template_source
+from .limits import INPUT_TEXT_BYTES
 from .hf_loader import LOADERS, TokenizerFolderError, load_tokenizer, read_config
 from .identity import MediaSpan
 from .image_counters import check_settings, count_image
@@ -150,6 +151,9 @@ class HFText:
             text = self.template.render(flat, add_generation_prompt, {**self.kwargs, **(keywords or {})})
         else:
             text = "".join(m["content"] for m in flat)
+        if len(text.encode("utf-8", "surrogatepass")) > INPUT_TEXT_BYTES:
+            raise ValueError(f"the input text of this request is {len(text.encode('utf-8', 'surrogatepass'))} bytes, "
+                             f"above the {INPUT_TEXT_BYTES} a request may hold before tokenization")
         ids = self.tok.encode(text, add_special_tokens=False).ids
         return self._expand(ids, images) + (text,)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import BackendInputError
+from .limits import INPUT_TEXT_BYTES
 from .media import MediaError, decode_audio, decode_image
 from .tokenizer import VOCAB, encode_prompt, render
 
@@ -267,6 +268,10 @@ def parse_request_file(doc, *, engine: dict, base_dir: str, lora_check,
             parsed.append((m["role"], c.content(m["content"], f"{mp}.content")))
             content = m["content"] if isinstance(m["content"], list) else [{"type": "text", "text": m["content"]}]
             echo.append({"role": m["role"], "content": content})
+        size = sum(len(v.encode("utf-8")) for _, items in parsed for kind, v in items if kind == "text")
+        if size > INPUT_TEXT_BYTES:
+            c.fail(f"{p}.messages", f"the text of this request is {size} bytes, above the {INPUT_TEXT_BYTES} "
+                                    "a request may hold before tokenization")
         lora = r.get("lora_name")
         if lora is not None:
             if not isinstance(lora, str) or not lora:

@@ -61,7 +61,6 @@ class HFTokenizer:
         self.folder, self.loader, self.config = folder, loader, config
         self.chat_template = chat_template
         self._backend = backend
-        self._template = None
         specials = {key: _spelling(config.get(key)) for key in _NAMED}
         # What transformers passes to every template besides the caller's kwargs (its special_tokens_map).
         self.template_vars = {key: value for key, value in specials.items() if value is not None}
@@ -112,14 +111,15 @@ class HFTokenizer:
         """Render the chat template exactly as transformers' `apply_chat_template(tokenize=False)`
         does (TOK-HF-4): sandboxed jinja2 with trim_blocks/lstrip_blocks, its `tojson`,
         `raise_exception` and `strftime_now`, the config's special tokens as variables, and
-        `template_kwargs` (e.g. Qwen3's `enable_thinking=False`) on top."""
+        `template_kwargs` (e.g. Qwen3's `enable_thinking=False`) on top. The template runs in a
+        worker process, bounded in time, memory and output (reference/bounded_template.py):
+        ValueError when it does not compile, raises or exceeds a bound."""
+        from .bounded_template import render
         if self.chat_template is None:
             raise ValueError(f"{self.folder}: tokenizer_config.json has no chat_template")
-        if self._template is None:
-            self._template = _compile(self.chat_template)
         variables = {**self.template_vars, **template_kwargs}
-        return self._template.render(messages=self._flatten(messages), tools=None, documents=None,
-                                     add_generation_prompt=add_generation_prompt, **variables)
+        return render(self.chat_template, dict(variables, messages=self._flatten(messages), tools=None,
+                                               documents=None, add_generation_prompt=add_generation_prompt))
 
     def chat_ids(self, messages, add_generation_prompt: bool = True, **template_kwargs) -> list[int]:
         """The rendered chat, encoded as transformers' `apply_chat_template(tokenize=True)` does:
@@ -218,9 +218,16 @@ def tokenize_hf(messages, path: str, base_dir: str, chat_template: bool, generat
                                                    f"{engine.max_input_len}")
             counts.append(count)
             items.append(media)
+    from .requests import MAX_INPUT_TEXT_BYTES
     kwargs = {**(engine.tokenizer.get("chat_template_kwargs") or {}), **(keywords or {})}    # TOK-HF-4
     try:
-        ids = (tok.chat_ids(messages, generation_prompt, **kwargs) if chat_template else tok.plain_ids(messages))
+        text = (tok.apply_chat_template(messages, generation_prompt, **kwargs) if chat_template
+                else "".join(m["content"] for m in tok._flatten(messages)))          # TOK-HF-6, TOK-HF-8
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > MAX_INPUT_TEXT_BYTES:
+            raise ValueError(f"the input text of this request is {size} bytes, more than the {MAX_INPUT_TEXT_BYTES} "
+                             "a request may hold before tokenization (spec/RUNNING.md section 8)")
+        ids = tok.encode(text, add_special_tokens=False)
         ids = tok.expand_images(ids, counts) if counts else ids
     except ValueError as e:
         raise InputError(path, str(e)) from None
@@ -295,14 +302,23 @@ def load_hf_tokenizer(folder: str, loader: str = "transformers-auto") -> HFToken
 def _load(folder: str, loader: str, tokenizer_file: str, config_file: str, template_file: str) -> HFTokenizer:
     from tokenizers import Tokenizer
 
-    with open(config_file, encoding="utf-8") as f:
-        config = json.load(f)
-    if loader == "tokenizers-raw":
-        backend = Tokenizer.from_file(tokenizer_file)
-    else:
-        with open(tokenizer_file, encoding="utf-8") as f:
-            spec = json.load(f)
-        backend = Tokenizer.from_str(json.dumps(_transformers_auto(spec, config)))
+    try:
+        with open(config_file, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{config_file}: cannot read it as JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{config_file}: a tokenizer_config.json is a JSON object")
+    try:
+        if loader == "tokenizers-raw":
+            backend = Tokenizer.from_file(tokenizer_file)
+        else:
+            with open(tokenizer_file, encoding="utf-8") as f:
+                spec = json.load(f)
+            backend = Tokenizer.from_str(json.dumps(_transformers_auto(spec, config)))
+    except Exception as e:             # the `tokenizers` library raises its own exception types
+        raise ValueError(f"{tokenizer_file}: not a tokenizer the tokenizers library reads: "
+                         f"{' '.join(str(e).split())[:200]}") from None
     return HFTokenizer(folder, loader, backend, config, _chat_template(config, template_file))
 
 
@@ -382,8 +398,9 @@ def _chat_template(config: dict, template_file: str) -> str | None:
             return f.read()
     template = config.get("chat_template")
     if isinstance(template, list):
-        template = {t["name"]: t["template"] for t in template}.get("default")
-    return template
+        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"),
+                        None)
+    return template                # a value that is not a string is refused when it is rendered
 
 
 def _spelling(value):
@@ -423,3 +440,47 @@ def _compile(source: str):
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env.from_string(source)
+
+
+def _template_worker() -> None:
+    """`python hf_tokenizer.py --template-worker`: compile and render chat templates for
+    reference/bounded_template.py, one JSON request per line on stdin, one answer per line on
+    stdout, under the memory and output limits it passes in KVCONFORM_TEMPLATE_LIMITS."""
+    import resource
+    import sys
+    limits = json.loads(os.environ.get("KVCONFORM_TEMPLATE_LIMITS") or "{}")
+    memory, cap = limits.get("memory"), limits.get("output") or (16 << 20)
+    if memory:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    compiled = {}
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            if "source" in request:
+                try:
+                    compiled[request["id"]] = _compile(request["source"])
+                except Exception as e:                    # jinja2's syntax errors, and any other
+                    raise SyntaxError(f"the chat template does not compile: {type(e).__name__}: {e}") from None
+            template = compiled[request["id"]]
+            answer = {"text": ""}
+            if not request.get("compile"):
+                parts, size = [], 0
+                for piece in template.generate(**json.loads(request["variables"])):
+                    size += len(piece)
+                    if size > cap:
+                        raise OverflowError(f"the chat template renders more than {cap >> 20} Mi characters")
+                    parts.append(piece)
+                answer["text"] = "".join(parts)
+        except MemoryError:
+            answer = {"error": f"the chat template used more than {(memory or 0) >> 20} MiB of memory"}
+        except (SyntaxError, OverflowError) as e:
+            answer = {"error": str(e)}
+        except Exception as e:
+            answer = {"error": f"the chat template cannot render this conversation: {type(e).__name__}: {e}"}
+        del request
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    _template_worker()

@@ -157,6 +157,7 @@ def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: d
         stop = [stop]
     _check(isinstance(stop, list) and all(isinstance(s, str) and s for s in stop),
            f"{path}.stop", "must be a non-empty string or a list of them")
+    _check_input_size(messages, f"{path}.messages")
     if engine is not None and engine.hf:
         from .hf_tokenizer import tokenize_hf
         prompt = tokenize_hf(messages, f"{path}.messages", base_dir, template, gen_prompt, engine, keywords)
@@ -164,6 +165,22 @@ def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: d
         prompt = tokenize_messages(messages, f"{path}.messages", base_dir, template, gen_prompt, engine)
     _check(len(prompt.tokens) > 0, f"{path}.messages", "the input has 0 tokens (CR-BATCH-5)")
     return Request(i, prompt.tokens, prompt.spans, name, legacy, stop, no_spec)
+
+
+MAX_INPUT_TEXT_BYTES = 1 << 20
+"""The input text of one request, before tokenization (spec/RUNNING.md section 8): Edge-LLM's
+own bound, kMaxInputTextSizeBytes in cpp/common/inputLimits.h:66."""
+
+
+def _check_input_size(messages: list, path: str) -> None:
+    """A request's text is bounded before anything tokenizes it (spec/RUNNING.md section 8): a
+    longer one is refused at once, not tokenized for minutes before its length fails the batch."""
+    size = 0
+    for m in messages:
+        items = m["content"] if isinstance(m["content"], list) else [{"type": "text", "text": m["content"]}]
+        size += sum(len(i["text"].encode("utf-8")) for i in items if i.get("type") == "text")
+    _check(size <= MAX_INPUT_TEXT_BYTES, path, f"the text of this request is {size} bytes, more than the "
+                                               f"{MAX_INPUT_TEXT_BYTES} a request may hold before tokenization")
 
 
 def _lora_file(name: str, ref: str, base_dir: str) -> None:

@@ -215,7 +215,7 @@ class CommandAdapter(Adapter):
 
     def _setup(self, bundled: bool, engine_dir: str | None, engine_config: str | None,
                capabilities: str | None) -> None:
-        self.fixed = fixed_engine(engine_dir, engine_config) if engine_dir else None
+        self.fixed = fixed_engine(engine_dir, engine_config, bundled=bundled) if engine_dir else None
         if not self.fixed and not self.build_command:
             raise KvconformError("the command adapter needs --engine-dir or --build-command")
         self.manifest = self._manifest(capabilities, bundled)

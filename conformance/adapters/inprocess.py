@@ -147,7 +147,7 @@ class InprocessAdapter(Adapter):
         self.gb, self.device, self.timeout = gpu_backend, device, timeout
         self.salt = "gpu_backend:" + source_digest(Path(list(gpu_backend.__path__)[0]))
         self._manifest = None
-        self.fixed = fixed_engine(engine_dir) if engine_dir else None
+        self.fixed = fixed_engine(engine_dir, bundled=True) if engine_dir else None
         self.edits_descriptions = self.fixed is None
 
     def capabilities(self) -> dict:

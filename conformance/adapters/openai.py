@@ -20,6 +20,10 @@ from typing import Any
 import httpx
 
 from ..errors import KvconformError
+from ..secrets import display_url, mask, register
+
+MAX_BODY_BYTES = 16 << 20
+"""The most of one response body the kit reads (a chat completion of a few tokens is kilobytes)."""
 
 
 class ServerFailure(Exception):
@@ -57,12 +61,13 @@ def server_root(base_url: str) -> str:
 
 def check_base_url(base_url: str) -> str:
     """An http(s) URL with a host, else bad input (exit 2)."""
+    shown = display_url(base_url)                        # a password in it is never printed
     try:
         url = httpx.URL(base_url)
     except (httpx.InvalidURL, TypeError, ValueError) as e:
-        raise KvconformError(f"--base-url {base_url!r}: not a URL ({e})") from None
+        raise KvconformError(f"--base-url {shown!r}: not a URL ({mask(str(e))})") from None
     if url.scheme not in ("http", "https") or not url.host:
-        raise KvconformError(f"--base-url {base_url!r}: expected http://HOST:PORT or https://HOST:PORT")
+        raise KvconformError(f"--base-url {shown!r}: expected http://HOST:PORT or https://HOST:PORT")
     return base_url
 
 
@@ -71,6 +76,8 @@ class OpenAIClient:
                  timeout: float = 120.0, transport: httpx.BaseTransport | None = None):
         self.base_url = check_base_url(base_url)
         self.root = server_root(base_url)
+        self.shown_url = display_url(base_url)          # credentials stripped, the password masked
+        register(api_key)                                # never printed or written by the kit
         self.model = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0))
@@ -81,20 +88,23 @@ class OpenAIClient:
         self.http.close()
 
     def describe(self) -> dict:
-        return {"base_url": self.base_url, "model": self.model, "timeout_s": self.timeout.read}
+        return {"base_url": self.shown_url, "model": self.model, "timeout_s": self.timeout.read}
 
     # ------------------------------------------------------------------ transport
 
     def _request(self, method: str, path: str, body: dict | None = None) -> Any:
         url = self.root + path
         try:
-            response = self.http.request(method, url, json=body)
+            response = self._send(method, url, body)
         except httpx.TimeoutException as e:
             raise ServerFailure("timeout", f"{method} {path}: no answer within {self.timeout.read:g} s "
                                            f"({type(e).__name__})") from None
         except httpx.HTTPError as e:
-            raise ServerFailure("connection", f"{method} {path}: cannot reach {self.root}: "
-                                              f"{type(e).__name__}: {e}") from None
+            raise ServerFailure("connection", f"{method} {path}: cannot reach {display_url(self.root)}: "
+                                              f"{type(e).__name__}: {mask(str(e))}") from None
+        if response is None:
+            raise ServerFailure("malformed", f"{method} {path}: the body is larger than {MAX_BODY_BYTES >> 20} MiB, "
+                                             "more than any answer the peer suite asks for")
         if response.status_code in (404, 405, 501):
             raise NotOffered(f"{method} {path}: HTTP {response.status_code}{_reason(response)}")
         if response.status_code != 200:
@@ -105,6 +115,19 @@ class OpenAIClient:
         except (ValueError, UnicodeDecodeError) as e:
             raise ServerFailure("malformed", f"{method} {path}: the body is not JSON ({e}): "
                                              f"{response.text[:200]!r}", 200, response.text[:2000]) from None
+
+    def _send(self, method: str, url: str, body: dict | None) -> httpx.Response | None:
+        """The response with its body read, or None when the body is larger than MAX_BODY_BYTES
+        (read no further: a server cannot make the kit hold more than that)."""
+        with self.http.stream(method, url, json=body) as response:
+            chunks, size = [], 0
+            for chunk in response.iter_bytes():
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    return None
+                chunks.append(chunk)
+        return httpx.Response(response.status_code, headers=response.headers, content=b"".join(chunks),
+                              request=response.request)
 
     def get(self, path: str) -> Any:
         return self._request("GET", path)

@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--hours", type=hours, required=True, metavar="H",
                         help="how long to keep drawing new seeds (a fraction is fine: 0.1 is 6 minutes)")
-    add_backend_arguments(parser)
+    add_backend_arguments(parser, servers=False)
     parser.add_argument("--variant", metavar="NAME",
                         help="drive this faulty variant of the bundled backend (kvconform selftest --list)")
     gen = parser.add_argument_group("generated request sets")

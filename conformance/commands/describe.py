@@ -53,9 +53,15 @@ cpp/runtime/config/llmEngineConfig.cpp (below: llmEngineConfig).
     .block_diffusion       engine_role == "dllm"                            llmEngineConfig:554
     .vision_bidirectional  use_vision_bidirectional_attention (false)       llmEngineConfig:613
 
-The schema fixes `tokenizer` to bytes-v1 and an encoder block to the bytes-v1 geometry
-(`patch_size` 16, 320-sample audio frames); the encoder's own model type is kept beside it
-(`edge_llm_model_type`). spec/engine.md section 4 has the full account.
+    tokenizer              the folder's tokenizer.json / tokenizer_config.json  llmBuilder.cpp:1700-1735;
+                           as an hf profile (tokenizers-raw), vocab_size and    tokenizer.cpp:80-168, 467-468
+                           eos_token_id from them (describe_tokenizer.py)
+    vision.counter         edge-llm/qwen-vl or edge-llm/internvl, settings      qwenViTRunner.cpp:66-175;
+                           from visual/config.json, preprocessor_config.json    internViTRunner.cpp:76-99
+
+Audio input is defined for bytes-v1 only, so an audio encoder is noted, not described; the
+encoder's own model type is kept beside the counter (`edge_llm_model_type`). spec/engine.md
+section 4 has the full account.
 """
 from __future__ import annotations
 
@@ -70,6 +76,7 @@ from reference.engine import MAX_LAYERS, MAX_POOL_PAGES
 
 from .. import schemas
 from ..errors import KvconformError
+from .describe_tokenizer import image_counter, tokenizer_facts
 
 TOKENS_PER_PAGE = 128        # kTOKENS_PER_PAGE, cpp/common/pagedKvTypes.h:27
 OUR_FORMAT = "kvconform-engine-v1"
@@ -202,7 +209,9 @@ def _engine_config(engine_dir: str) -> Config:
     if not os.path.isdir(engine_dir):
         raise KvconformError(f"--engineDir {engine_dir}: not a directory")
     names = ("config.json", "base_config.json")
-    path = next((os.path.join(engine_dir, n) for n in names if os.path.exists(os.path.join(engine_dir, n))), None)
+    path = next((os.path.join(engine_dir, n) for n in names if os.path.lexists(os.path.join(engine_dir, n))), None)
+    if path is not None and not os.path.exists(path):
+        raise KvconformError("a link that leads nowhere (dangling, or a loop)", path)
     if path is None:
         raise KvconformError("no engine config: looked for config.json (Edge-LLM llm_build or "
                              f"{OUR_FORMAT}) and base_config.json (Edge-LLM speculative base)", engine_dir)
@@ -249,6 +258,7 @@ def describe_edge_llm(cfg: Config, engine_dir: str, multimodal_dir: str | None,
     limits = _limits(cfg, findings)
     kinds, kv_layers = _layers(cfg, findings)
     heads = _integer(findings, cfg, "num_kv_heads", ("num_key_value_heads",))
+    _check_head_counts(cfg, findings, heads)
     head_dim = _head_dim(cfg, findings)
     attention = kinds is not None and "attention" in kinds
     dtype = _kv_cache_dtype(cfg, findings)
@@ -259,12 +269,20 @@ def describe_edge_llm(cfg: Config, engine_dir: str, multimodal_dir: str | None,
         _note_media_hints(cfg, findings)
     deployment = _deployment(cfg, findings, action)
     _note_lora(cfg, findings)
+    tokenizer = tokenizer_facts(engine_dir, cfg, findings)
+    if tokenizer is not None and vision is not None and tokenizer["image_token_id"] is None:
+        findings.errors.append(f"image_token_id: the tokenizer of {engine_dir} has no image token (<|image_pad|> "
+                               "or <|image|>, spec/hf-tokenizer.md TOK-HF-7) for the visual engine's images")
+    if audio is not None:
+        findings.note("audio: null: the folder has an audio encoder, but the kit defines audio input for the "
+                      "bytes-v1 tokenizer only (spec/hf-tokenizer.md); audio cases are NOT_SUPPORTED")
+        audio = None
     if findings.errors:
         return {}, [cfg.path, *encoder_files]
     if kv_layers and heads is not None and head_dim is not None:
         _note_uneven_layers(kv_layers, heads, head_dim, findings)
     doc = {
-        "format": OUR_FORMAT, "tokenizer": "bytes-v1", "model": _model_kind(kinds), "layer_kinds": kinds,
+        "format": OUR_FORMAT, **tokenizer, "model": _model_kind(kinds), "layer_kinds": kinds,
         **_optional_sizes(cfg),
         "num_kv_heads": heads, "head_dim": head_dim, "recurrent": recurrent, "vision": vision, "audio": audio,
         "tokens_per_page": page, **limits, "kv_pool_pages": pool, "kv_cache_dtype": dtype,
@@ -321,9 +339,13 @@ def _layers(cfg: Config, findings: Findings) -> tuple[list | None, list]:
     if layers > MAX_LAYERS:
         return findings.invalid("layer_kinds", cfg.path, "num_hidden_layers",
                                 f"{layers} layers is above the {MAX_LAYERS} a description can list"), []
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and len(types) != layers:
+        return findings.invalid("layer_kinds", cfg.path, "layer_types",
+                                f"{len(types)} entries for num_hidden_layers {layers}: the runtime routes each layer "
+                                "by its entry (llmEngineConfig.cpp:428-522), so the two must agree"), []
     if "kv_layer_configs" in cfg.doc:
         return _layer_table(cfg, findings)
-    types = cfg.get("layer_types")
     if isinstance(types, list) and types and all(t in ("sliding_attention", "full_attention") for t in types):
         return ["attention"] * len(types), []
     return _layer_counts(cfg, findings, layers), []
@@ -366,6 +388,15 @@ def _layer_counts(cfg: Config, findings: Findings, layers: int) -> list | None:
                   f"and num_linear_attn_layers in {cfg.path} (no layer_types/kv_layer_configs table: the "
                   "order is the runtime's attention-first fallback, llmEngineConfig.cpp:499-510)")
     return ["attention"] * attention + ["recurrent"] * linear
+
+
+def _check_head_counts(cfg: Config, findings: Findings, kv_heads: int | None) -> None:
+    """Grouped-query attention: each KV head serves a whole group of query heads, so the KV heads
+    divide the attention heads (an export of 64 KV heads for 32 query heads is no model)."""
+    heads = cfg.get("num_attention_heads")
+    if kv_heads is not None and _positive(heads) and heads % kv_heads:
+        findings.invalid("num_kv_heads", cfg.path, "num_key_value_heads",
+                         f"{kv_heads} does not divide num_attention_heads {heads} (grouped-query attention)")
 
 
 def _positive(value) -> bool:
@@ -498,18 +529,26 @@ def _multimodal(folder: str | None, findings: Findings) -> tuple[dict | None, di
     if action:
         findings.note(f"deployment.action_runner = true: {os.path.join(folder, 'action', 'action.engine')} exists "
                       "(the runtime loads it, llmInferenceRuntime.cpp:505-518)")
-    vision = None if visual is None else {"patch_size": 16, **visual[0]}
+    vision = None if visual is None or visual[2] is None else {**visual[2], **visual[0]}
     sound = None if audio is None else {"frame_samples": 320, "sample_rate": 16000, **audio[0]}
     files = [f for enc in (visual, audio) if enc is not None for f in enc[1]]
     return vision, sound, action, files
 
 
-def _encoder(folder: str, places, findings: Findings, fact: str) -> tuple[dict, list[str]] | None:
-    """({edge_llm_* details}, files read) of the first place holding the engine file, else None."""
+def _encoder(folder: str, places, findings: Findings, fact: str) -> tuple[dict, list[str], dict | None] | None:
+    """({edge_llm_* details}, files read, the image counter for vision) of the first place holding
+    the engine file, else None."""
     for sub, engine in places:
         where = os.path.join(folder, sub)
         if os.path.isfile(os.path.join(where, engine)):
-            return _encoder_details(os.path.join(where, "config.json"), findings, fact)
+            details, files = _encoder_details(os.path.join(where, "config.json"), findings, fact)
+            counter = None
+            if fact == "vision" and files:
+                counter = image_counter(where, schemas.read_json(files[0]), findings)
+            elif fact == "vision":
+                findings.errors.append(f"missing vision.counter: no {os.path.join(where, 'config.json')}, from which "
+                                       "Edge-LLM's vision runner reads its model type and image-token bounds")
+            return details, files, counter
     return None
 
 
@@ -526,9 +565,6 @@ def _encoder_details(config_path: str, findings: Findings, fact: str) -> tuple[d
     key, model_type = cfg.first(("vision_config.model_type", "audio_config.model_type", "model_type"))
     if isinstance(model_type, str):
         details["edge_llm_model_type"] = model_type
-    for budget in ("min_image_tokens", "max_image_tokens", "max_image_tokens_per_image"):
-        if _positive(cfg.get(f"builder_config.{budget}")):
-            details[budget] = cfg.get(f"builder_config.{budget}")
     return details, [config_path]
 
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..errors import KvconformError
-from ..report import check_report, claim_report_folder, verdict_table, write_json_atomic, write_outputs
+from ..report import check_report, claim_report_folder, section_of, section_order, verdict_table, write_json_atomic, write_outputs
 from ..schemas import read_json
 from ..verdicts import PASSING_HEADLINES, CaseResult, summarize
 
@@ -60,7 +60,9 @@ def merge(docs: list[dict]) -> dict:
     stopped = ({"at": ", ".join(s["at"] for s in stops), "not_run": sum(s["not_run"] for s in stops)}
                if stops else None)
     merged = dict(first, shard=None, cases=cases, complete=complete,
-                  summary=summarize(results, complete, bool(first["backend"].get("self_check")), stopped),
+                  summary=summarize(results, complete, bool(first["backend"].get("self_check")), group=section_of,
+                                    order=section_order, selection=(first.get("plan") or {}).get("selection"),
+                                    stopped=stopped),
                   started=min(d.get("started") or "" for d in docs),
                   finished=max(d.get("finished") or "" for d in docs) or None)
     merged.pop("stopped_early", None)

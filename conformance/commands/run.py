@@ -37,7 +37,7 @@ from ..report import Report, check_report, claim_report_folder, problems_table, 
 from ..schemas import read_json
 from ..suite import execute, make_plan
 from ..generate import MIN_BATCHES
-from ..verdicts import PASSING_HEADLINES, headline_clauses
+from ..verdicts import PASSING_HEADLINES, headline_clauses, judged_line
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,27 +46,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_case_arguments(parser)
 
 
-def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
-    """The adapter and its options (`kvconform campaign` takes the same)."""
+def add_backend_arguments(parser: argparse.ArgumentParser, servers: bool = True) -> None:
+    """The adapter and its options (`kvconform campaign` takes the same, without `servers`: the
+    options of `--backend openai`, which it does not drive)."""
     g = parser.add_argument_group("backend")
-    g.add_argument("--backend", choices=NAMES,
+    g.add_argument("--backend", choices=NAMES if servers else [n for n in NAMES if n != "openai"],
                    help="adapter (default: command when a command option is given, else inprocess)")
     g.add_argument("--device", choices=("auto", "cpu", "cuda"), help="bundled backend device (default auto)")
     g.add_argument("--timeout", type=seconds, default=120.0, metavar="S", help="seconds per invocation (default 120)")
     g.add_argument("--executable", metavar="CMD",
                    help="command adapter: an llm_inference-compatible command line (default: the bundled CLI)")
-    g.add_argument("--engine-dir", metavar="DIR", help="command adapter: one fixed engine folder for every case")
+    g.add_argument("--engine-dir", metavar="DIR",
+                   help="command and inprocess adapters: one fixed engine folder for every case (each case is laid "
+                        "out for it); alone, the bundled backend runs in process on it")
     g.add_argument("--engine-config", metavar="FILE",
-                   help="command adapter: the fixed engine's description (spec/engine.md) if DIR has none")
+                   help="command adapter: the fixed engine's description (spec/engine.md), for a folder whose "
+                        "config.json is none (an Edge-LLM folder: write it with `kvconform describe`); refused "
+                        "where it contradicts DIR/config.json")
     g.add_argument("--build-command", metavar="CMD",
                    help="command adapter: builds an engine per case with the flags of spec/engine.md")
     g.add_argument("--capabilities", metavar="FILE", help="command adapter: the backend's capability manifest")
     g.add_argument("--profile", metavar="NAME",
                    help="semantics profile to judge against (spec/profiles.md): kvconform-1 or edge-llm-0.10; "
-                        "default: the first the backend's capability manifest declares. With --backend openai: "
-                        "a peer profile (spec/peer-profiles.md): llama.cpp-server, vllm-apc, sglang-radix or trtllm-kv-reuse")
+                        "default: the first the backend's capability manifest declares"
+                        + (". With --backend openai: a peer profile (spec/peer-profiles.md): llama.cpp-server, "
+                           "vllm-apc, sglang-radix or trtllm-kv-reuse" if servers else ""))
     g.add_argument("--backend-arg", action="append", default=[], metavar="ARG",
                    help="command adapter: an extra argument for every invocation (repeatable)")
+    if not servers:
+        parser.set_defaults(base_url=None, api_key_env=None, model=None, tokenizer=None, peer_setting=[])
+        return
     o = parser.add_argument_group("openai backend (an OpenAI-compatible server, spec/peer-profiles.md)")
     o.add_argument("--base-url", metavar="URL", help="openai: the server, e.g. http://127.0.0.1:8080")
     o.add_argument("--api-key-env", metavar="VAR", help="openai: the environment variable holding the API key")
@@ -289,6 +298,21 @@ def _execute_on_ray(args, backend: str, plan, adapter, report: Report, pool) -> 
         pool.close()
 
 
+def _refuse_server_options(args) -> None:
+    """An option of `--backend openai` without `--base-url` or `--backend`: the run would drive the
+    bundled backend, which takes none of them; and a peer profile names a server's runtime."""
+    given = [k for k in ("api_key_env", "model", "tokenizer") if getattr(args, k, None)]
+    if given and args.backend is None:
+        flag = option_flag(given[0])
+        raise KvconformError(f"{flag} applies to --backend openai, which judges an OpenAI-compatible server at "
+                             f"--base-url URL; without them the run drives the bundled backend, which takes no {flag}")
+    from ..peers import PEER_PROFILES
+    if args.profile in PEER_PROFILES:
+        raise KvconformError(f"--profile {args.profile}: a peer profile, for an OpenAI-compatible server (--backend "
+                             f"openai --base-url URL); this backend runs request files and is judged against a "
+                             f"semantics profile ({', '.join(reference.PROFILE_NAMES)})")
+
+
 def resolve_profile(requested: str | None, manifest: dict | None) -> str:
     """The semantics profile of a run (spec/profiles.md): `--profile`, which the backend must
     implement, else the first profile its capability manifest declares."""
@@ -317,6 +341,7 @@ def main(args) -> int:
     if args.backend == "openai" or (args.backend is None and (args.base_url or args.peer_setting)):
         from ..peers.runner import main as run_peers        # the peer suite (conformance/peers)
         return run_peers(args)
+    _refuse_server_options(args)
     if args.fail_fast and args.executor == "ray":
         raise KvconformError("--fail-fast stops at the first failure of a run in this process, not with --executor ray")
     executors.check(args)
@@ -419,6 +444,6 @@ def main(args) -> int:
     note = "; ".join([f"profile {profile}"] + headline_clauses(summary))
     checked = (f", {summary['reference_checked']} greedy request(s) checked against the numerical reference"
                if summary.get("reference_checked") else "")
-    print(f"\n{summary['headline']} ({note}): {summary['judged']} of {len(results)} case(s) judged{checked} "
+    print(f"\n{summary['headline']} ({note}): {judged_line(summary, len(results))}{checked} "
           f"in {time.monotonic() - start:.0f} s; report in {report.folder}/ (report.json, junit.xml, summary.md)")
     return 0 if summary["headline"] in PASSING_HEADLINES else 1

@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 import reference
-from reference.engine import MAX_WARMUP
+from reference.engine import MAX_WARMUP, resolve_paths
 
 from .. import schemas
 from ..errors import KvconformError
@@ -134,12 +134,20 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _engine(file: str):
+    """The description, its `hf` tokenizer folder resolved against the file's own folder (as
+    validate and the runtime resolve it, TOK-HF-1) and loaded now, so that a tokenizer the
+    library cannot read is named against the engine file."""
     config = schemas.read_json(file)
     schemas.check(config, "engine", file)
     try:
-        return reference.engine_from_config(config)
+        engine = reference.engine_from_config(resolve_paths(config, os.path.dirname(os.path.abspath(file))))
+        if engine.hf:
+            engine.hf_tokenizer()
+        return engine
     except reference.InputError as e:
         raise KvconformError(e.message, file, e.path) from None
+    except (OSError, ValueError) as e:
+        raise KvconformError(str(e), file, "$.tokenizer.files") from None
 
 
 def _transcript(file: str, count: int) -> list:

@@ -22,6 +22,7 @@ from typing import Callable
 
 from tqdm import tqdm
 
+from ..generate import cannot_run
 from ..report import Report, write_reproducer
 from ..suite import REGRESSIONS_DIR, Plan, with_rerun
 from ..verdicts import CaseResult
@@ -29,11 +30,12 @@ from .local import TaskFailed
 from .units import AdapterSpec, CaseUnit, FamilyUnit, failed_unit, run_unit, unpack
 
 
-def units_of(plan: Plan) -> list:
+def units_of(plan: Plan, runnable: list[str] | None = None) -> list:
     """The plan's curated cases, then its families, as units (paths absolute: workers have their
-    own working directory)."""
+    own working directory). The budget is shared by the families that can run here (`runnable`,
+    default all)."""
     cases = [CaseUnit(dataclasses.replace(c, path=c.path.resolve())) for c in plan.cases]
-    share = plan.budget_s / max(1, len(plan.families))
+    share = plan.budget_s / max(1, len(plan.families if runnable is None else runnable))
     return cases + [FamilyUnit(f, share, plan.seed) for f in plan.families]
 
 
@@ -46,7 +48,7 @@ def execute_distributed(plan: Plan, spec: AdapterSpec, adapter, pool, report: Re
     except Exception as e:  # a broken adapter: every unit ends ERROR on the workers, as locally
         manifest, manifest_error = None, f"{type(e).__name__}: {e}"
     settings = dataclasses.replace(plan, cases=[], families=[])
-    units = units_of(plan)
+    units = units_of(plan, [f for f in plan.families if not cannot_run(f, adapter, manifest)])
     order = {u.key: k for k, u in enumerate(units)}
     report.doc["executor"] = dict(pool.describe(), retried=[])
     first_new = len(report.results)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..engines import digest
 from ..generate import RULES
+from ..numerics import merge_facts
 from ..verdicts import CaseResult, Failure, Verdict
 
 
@@ -176,6 +177,12 @@ class Findings:
         if tally.batches < self.min_batches:
             return entry.settle(Verdict.TIMEOUT, f"{counted}: fewer than the {self.min_batches} batches a family "
                                                  "must judge, in the campaign's time")
+        checked = None                 # outputs checked against the numerical reference, as `run` counts them
+        for r in units:
+            if (r.details or {}).get("reference"):
+                checked = merge_facts(checked, r.details["reference"])
+        if checked:
+            entry.details["reference"] = checked
         warnings = [f for r in units for f in r.failures if f.verdict < Verdict.TIMEOUT][:5]
         for f in warnings:
             entry.add(Failure.from_json(f.to_json()))

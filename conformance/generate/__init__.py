@@ -55,6 +55,19 @@ def supported(family: str, manifest: dict) -> list[str]:
     return missing
 
 
+def cannot_run(family: str, adapter: Adapter, manifest: dict | None) -> str:
+    """Why the family cannot run on this backend and engine ("" when it can): what the manifest
+    lacks, or what the engine under test lacks."""
+    if manifest is None:
+        return ""                                # an ERROR, decided when the family runs
+    missing = supported(family, manifest)
+    if missing:
+        return f"the backend does not declare {', '.join(missing)}"
+    fixed = adapter.fixed_engine()
+    gaps = fixed_engine_gaps(family, fixed.config) if fixed is not None else []
+    return f"the engine under test lacks {' and '.join(gaps)}" if gaps else ""
+
+
 MIN_BATCHES = 25
 """Batches a family must judge before it can PASS (fewer when fewer examples are asked for)."""
 
@@ -83,14 +96,11 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
     started = time.monotonic()
     if manifest is None:
         return result.settle(Verdict.ERROR, "no capability manifest")
-    missing = supported(family, manifest)
-    if missing:
-        return result.settle(Verdict.NOT_SUPPORTED, f"the backend does not declare {', '.join(missing)}")
+    why = cannot_run(family, adapter, manifest)
+    if why:
+        return result.settle(Verdict.NOT_SUPPORTED, why)
     fixed = adapter.fixed_engine()
     engine = fixed.config if fixed is not None else None
-    gaps = fixed_engine_gaps(family, engine) if engine is not None else []
-    if gaps:
-        return result.settle(Verdict.NOT_SUPPORTED, f"the engine under test lacks {' and '.join(gaps)}")
     media_dir, base_dir = workdir / "media", str(workdir)
     state = _Progress()
     deadline = started + budget_s
@@ -230,7 +240,8 @@ def _verdict_without_failure(result: CaseResult, state: _Progress, required: int
     if state.batches < required:
         if state.after_budget or state.examples == 0:
             return result.settle(Verdict.TIMEOUT, f"{counted}: fewer than the {required} batches a family must "
-                                                  f"judge within its {budget_s:g} s budget")
+                                                  f"judge within its {budget_s:g} s budget; "
+                                                  + _remedy(state.batches, required, result.duration_s, budget_s))
         return result.settle(Verdict.NOT_SUPPORTED, f"{counted}: fewer than the {required} batches a family must "
                                                     "judge; the examples could not be judged here"
                                                     + (f" ({state.unsupported})" if state.unsupported else ""))
@@ -239,6 +250,14 @@ def _verdict_without_failure(result: CaseResult, state: _Progress, required: int
     result.reason = f"{counted}, " + ("no disagreement" if not state.warnings
                                       else "warnings only (first example shown)")
     return result
+
+
+def _remedy(batches: int, required: int, elapsed: float, budget_s: float) -> str:
+    """What to change when a family ran out of time: the measured rate, and the options."""
+    rate = 60.0 * batches / elapsed if elapsed > 0 else 0.0
+    need = (f", so about {required * elapsed / batches:.0f} s would judge {required}" if batches else "")
+    return (f"measured {rate:.1f} batches per minute over {elapsed:.0f} s{need}: raise --budget-seconds (the "
+            "budget of all families together)" + ("" if batches else " or --timeout") + " or lower --min-batches")
 
 
 def _tail(text: str, lines: int = 12) -> str:

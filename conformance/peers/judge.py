@@ -96,5 +96,8 @@ def explain(profile: str, sim, req: oracle.PeerRequest) -> str:
     if profile == "trtllm-kv-reuse":
         return (f"{sim.predict(req)} of the {n - 1} looked-up tokens match stored blocks of {sim.T}{keyed}, the "
                 f"last of them in part where partial reuse allows (PEER-TRT-1, PEER-TRT-2, PEER-TRT-3)")
-    return (f"longest cached prefix in the namespace{keyed}, capped at N - 1 = {n - 1} and rounded down to pages "
-            f"of {sim.P}: {sim.predict(req)} (PEER-SGL-1, PEER-SGL-2)")
+    if not sim.on:
+        return "the radix cache is disabled: nothing is cached (PEER-SGL-6)"
+    return (f"the cache holds whole pages of {sim.P} only: the first N - 1 = {n - 1} ids of the prompt match "
+            f"{sim.predict(req)} cached ids in whole pages of the namespace{keyed} (a prefix in common that ends "
+            f"inside a page counts to that page's start) (PEER-SGL-1, PEER-SGL-2)")

@@ -22,6 +22,7 @@ from ..adapters import choose_backend
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
 from ..errors import KvconformError
 from ..report import claim_report_folder, problems_table, verdict_table, write_json_atomic
+from ..secrets import display_url
 from ..verdicts import PASSING_HEADLINES, Verdict
 from .run_case import PeerContext, run_case
 from .server_info import merge_settings, read_facts
@@ -87,6 +88,9 @@ def check_options(args) -> str:
         raise KvconformError("--jobs does not apply to --backend openai: requests are sent one at a time")
     if not args.base_url:
         raise KvconformError("--backend openai needs --base-url (e.g. http://127.0.0.1:8080)")
+    if args.profile is None:
+        raise KvconformError(f"--backend openai needs --profile, the peer profile of the server's runtime (one of "
+                             f"{', '.join(oracle.PROFILES)}; spec/peer-profiles.md)")
     if args.profile not in oracle.PROFILES:
         raise KvconformError(f"--profile {args.profile}: --backend openai needs a peer profile (one of "
                              f"{', '.join(oracle.PROFILES)})")
@@ -97,13 +101,16 @@ def api_key(args) -> str | None:
     if not args.api_key_env:
         return None
     key = os.environ.get(args.api_key_env)
-    if not key:
+    if key is None:
         raise KvconformError(f"--api-key-env {args.api_key_env}: the environment variable is not set")
+    if not key.strip():
+        raise KvconformError(f"--api-key-env {args.api_key_env}: the environment variable is set but empty")
     return key
 
 
 def rerun_command(args, case_id: str) -> str:
-    argv = ["kvconform", "run", "--backend", "openai", "--base-url", args.base_url, "--profile", args.profile]
+    argv = ["kvconform", "run", "--backend", "openai", "--base-url", display_url(args.base_url), "--profile",
+            args.profile]
     if args.model:
         argv += ["--model", args.model]
     if args.api_key_env:
@@ -168,6 +175,7 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
         return 0
     claim_report_folder(Path(args.report), args.force)
     options = {k: v for k, v in vars(args).items() if k != "func" and not callable(v)}
+    options["base_url"] = display_url(args.base_url)        # stored without its credentials
     report = PeerReport(Path(args.report), "openai", None, {**client.describe(), **tokens.describe()}, options,
                     profile=profile)
     report.doc["peer"] = {"profile": profile, "settings": settings, "settings_origin": origin,
@@ -175,7 +183,7 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
                           "spec": "spec/peer-profiles.md", "token_source": tokens.describe()}
     ctx = PeerContext(client, tokens, profile, settings, facts)
     start = time.monotonic()
-    print(f"kvconform run: backend openai at {args.base_url}, peer profile {profile} {settings}, "
+    print(f"kvconform run: backend openai at {display_url(args.base_url)}, peer profile {profile} {settings}, "
           f"{len(plan)} case(s)", file=sys.stderr)
     try:
         for case in plan:

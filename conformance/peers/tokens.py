@@ -37,6 +37,7 @@ class TokenSource:
                 raise KvconformError(f"--tokenizer: {e}", tokenizer) from None
             if self.kit.chat_template is None:
                 raise KvconformError("--tokenizer: the folder has no chat template", tokenizer)
+            _preflight(self.kit, tokenizer)
         self.offered = self.crosscheck is not None
         self._server: dict = {}
         self._kit: dict = {}
@@ -56,7 +57,10 @@ class TokenSource:
     def kit_ids(self, messages: list) -> list:
         key = json.dumps(messages, sort_keys=True)
         if key not in self._kit:
-            self._kit[key] = list(self.kit.chat_ids(messages, add_generation_prompt=True))
+            try:
+                self._kit[key] = list(self.kit.chat_ids(messages, add_generation_prompt=True))
+            except ValueError as e:          # the template refuses this conversation, or exceeds a bound
+                raise KvconformError(f"--tokenizer: {e}", self.kit.folder) from None
         return self._kit[key]
 
     def server_ids(self, messages: list) -> list | None:
@@ -97,3 +101,12 @@ class TokenSource:
         if self.kit is not None:
             return self.kit_ids(messages)
         return self.ids(messages)
+
+
+def _preflight(kit, folder: str) -> None:
+    """The chat template is untrusted code: it must compile and render a one-message
+    conversation within the bounds of reference/bounded_template.py before any request is sent."""
+    try:
+        kit.chat_ids([{"role": "user", "content": "hello"}], add_generation_prompt=True)
+    except ValueError as e:
+        raise KvconformError(f"--tokenizer: {e}", folder) from None

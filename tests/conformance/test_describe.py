@@ -78,10 +78,34 @@ def hybrid_config():
                         recurrent_state_dtype="fp32", conv_state_dtype="fp16")
 
 
-def engine_folder(tmp_path: Path, config: dict, name="config.json") -> Path:
+TINY_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>")
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def tiny_tokenizer(folder: Path) -> None:
+    """A byte-level tokenizer of 256 bytes and Qwen's special tokens (no merges), written as
+    tokenizer.json / tokenizer_config.json the way `llm_build` leaves them in the engine folder
+    (cpp/builder/llmBuilder.cpp copyTokenizerFiles)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    vocab = {c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True) for t in TINY_SPECIALS])
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    write_json(folder / "tokenizer_config.json", {"eos_token": "<|im_end|>", "chat_template": CHATML,
+                                                  "tokenizer_class": "Qwen2Tokenizer"})
+    write_json(folder / "processed_chat_template.json", {"roles": {}})
+
+
+def engine_folder(tmp_path: Path, config: dict, name="config.json", tokenizer=True) -> Path:
     folder = tmp_path / "engine"
     write_json(folder / name, config)
     (folder / "llm.engine").write_bytes(b"")          # the serialized engine: never read
+    if tokenizer:
+        tiny_tokenizer(folder)
     return folder
 
 
@@ -151,19 +175,31 @@ def test_recorded_build_flag_zero_is_resolved_and_said(capsys, tmp_path):
 
 def test_vlm_with_multimodal_folder(capsys, tmp_path):
     llm = qwen3_config(model="qwen2_5_vl", image_token_id=151655, use_vision_bidirectional_attention=True)
-    mm = tmp_path / "multimodal"
-    write_json(mm / "visual" / "config.json", {        # visual_build: <engineDir>/visual, config + builder_config
-        "model_type": "qwen2_5_vl", "vision_config": {"model_type": "qwen2_5_vl", "patch_size": 14},
-        "builder_config": {"min_image_tokens": 4, "max_image_tokens": 1024, "max_image_tokens_per_image": 512,
-                           "max_cu_seqlen_groups": 2, "use_trt_native_vit_attn": False}})
-    (mm / "visual" / "visual.engine").write_bytes(b"")
-    doc, engine, _ = described(capsys, "--engineDir", engine_folder(tmp_path, llm),
-                               "--multimodalEngineDir", mm)
-    assert engine.vision == {"patch_size": 16, "edge_llm_model_type": "qwen2_5_vl", "min_image_tokens": 4,
-                             "max_image_tokens": 1024, "max_image_tokens_per_image": 512}
+    mm = visual_folder(tmp_path)
+    doc, engine, err = described(capsys, "--engineDir", engine_folder(tmp_path, llm),
+                                 "--multimodalEngineDir", mm)
+    # qwenViTRunner.cpp validateAndFillConfig: bounds from builder_config (the per-image maximum),
+    # patch and merge from preprocessor_config.json
+    assert engine.vision == {"counter": "edge-llm/qwen-vl", "edge_llm_model_type": "qwen2_5_vl",
+                             "settings": {"patch": 14, "merge": 2, "min_image_tokens": 4, "max_image_tokens": 512}}
+    assert engine.image_token_id == TINY_SPECIALS.index("<|image_pad|>") + 256
+    assert any("vision.counter = edge-llm/qwen-vl" in line for line in err)
     assert engine.audio is None
     assert engine.deployment["vision_bidirectional"] is True and engine.deployment["action_runner"] is False
     assert str(mm / "visual" / "config.json") in doc["described_from"]["files"]
+
+
+def visual_folder(tmp_path: Path, model_type="qwen2_5_vl", preprocessor=True) -> Path:
+    mm = tmp_path / "multimodal"
+    write_json(mm / "visual" / "config.json", {        # visual_build: <engineDir>/visual, config + builder_config
+        "model_type": model_type, "vision_config": {"model_type": model_type, "patch_size": 14},
+        "builder_config": {"min_image_tokens": 4, "max_image_tokens": 1024, "max_image_tokens_per_image": 512,
+                           "max_cu_seqlen_groups": 2, "use_trt_native_vit_attn": False}})
+    if preprocessor:
+        write_json(mm / "visual" / "preprocessor_config.json", {"patch_size": 14, "merge_size": 2,
+                                                                "temporal_patch_size": 2})
+    (mm / "visual" / "visual.engine").write_bytes(b"")
+    return mm
 
 
 def test_audio_encoder_and_action_runner(capsys, tmp_path):
@@ -173,11 +209,11 @@ def test_audio_encoder_and_action_runner(capsys, tmp_path):
     (mm / "audio" / "audio_encoder.engine").write_bytes(b"")
     (mm / "action").mkdir()
     (mm / "action" / "action.engine").write_bytes(b"")
-    _, engine, _ = described(capsys, "--engineDir", engine_folder(tmp_path, qwen3_config()),
-                             "--multimodalEngineDir", mm)
+    _, engine, err = described(capsys, "--engineDir", engine_folder(tmp_path, qwen3_config()),
+                               "--multimodalEngineDir", mm)
     assert engine.vision is None
-    assert engine.audio == {"frame_samples": 320, "sample_rate": 16000,
-                            "edge_llm_model_type": "qwen3_omni_audio_encoder"}
+    assert engine.audio is None, "audio input is defined for bytes-v1 only: said, not described"
+    assert any(line.startswith("kvconform: note: describe: audio: null") for line in err)
     assert engine.deployment["action_runner"] is True
 
 
@@ -313,3 +349,71 @@ def test_bundled_backend_folder_is_read_as_it_is(capsys, tmp_path):
     assert engine.kind == "hybrid" and engine.vision == {"patch_size": 16} and "a" in engine.lora_adapters
     assert err == [f"kvconform: note: describe: {folder / 'config.json'} is already a kvconform-engine-v1 "
                    "description; written unchanged"]
+
+
+# -- the folder's own tokenizer --------------------------------------------------------------------
+
+def test_the_folders_tokenizer_is_described_as_an_hf_profile(capsys, tmp_path):
+    """llm_build copies tokenizer.json and tokenizer_config.json into the engine folder, and the
+    runtime tokenizes with them: the description names that folder, not bytes-v1."""
+    folder = engine_folder(tmp_path, qwen3_config())
+    doc, engine, err = described(capsys, "--engineDir", folder)
+    assert doc["tokenizer"] == {"profile": "hf", "files": str(folder), "loader": "tokenizers-raw"}
+    assert engine.hf and engine.vocab_size == 256 + len(TINY_SPECIALS)
+    assert engine.eos_token_id == 256 + TINY_SPECIALS.index("<|im_end|>")
+    notes = [line for line in err if "note: describe: " in line]
+    assert any("tokenizer: the folder's own" in line and "TOK-HF-2" in line for line in notes)
+    assert any("vocab_size = 262" in line and "151936" in line for line in notes)
+    assert any("chat template:" in line and "processed_chat_template.json" in line for line in notes)
+    # the description runs: the oracle tokenizes a chat request with the folder's files
+    parsed = reference.requests.parse_request_file(
+        {"requests": [{"messages": [{"role": "user", "content": "hi"}]}]}, ".", engine, 1)
+    # <|im_start|> "user\nhi" <|im_end|> "\n" <|im_start|> "assistant\n": 3 special tokens and 18 bytes
+    assert len(parsed.requests[0].tokens) == 3 + 18
+
+
+def test_phi3_tokenizer_notes_every_way_edge_llms_reader_may_differ(capsys, tmp_path):
+    folder = engine_folder(tmp_path, qwen3_config(), tokenizer=False)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).write_bytes((ROOT / "spec" / "tokenizers" / "phi-3-mini" / name).read_bytes())
+    doc, engine, err = described(capsys, "--engineDir", folder)
+    assert engine.vocab_size == 32011 and engine.eos_token_id == 32000
+    assert any("normalizer steps Prepend" in line for line in err)
+    assert any("strip flags" in line and "<|assistant|>" in line for line in err)
+    assert any("processed_chat_template.json is missing" in line for line in err)
+
+
+def test_a_folder_without_its_tokenizer_is_refused(capsys, tmp_path):
+    code, out, err = kv(capsys, "describe", "--engineDir", engine_folder(tmp_path, qwen3_config(), tokenizer=False))
+    assert code == 2 and out == ""
+    one_error(err, "missing tokenizer", "tokenizer.json", "tokenizer.cpp")
+
+
+def test_a_broken_tokenizer_is_one_line(capsys, tmp_path):
+    folder = engine_folder(tmp_path, qwen3_config())
+    (folder / "tokenizer.json").write_text('{"model": 3}')
+    code, out, err = kv(capsys, "describe", "--engineDir", folder)
+    assert code == 2 and out == ""
+    one_error(err, "cannot read the tokenizer", str(folder / "tokenizer.json"))
+
+
+def test_a_visual_engine_without_a_counter_is_refused(capsys, tmp_path):
+    llm = qwen3_config(image_token_id=151655)
+    code, _, err = kv(capsys, "describe", "--engineDir", engine_folder(tmp_path, llm), "--multimodalEngineDir",
+                      visual_folder(tmp_path, model_type="phi4mm"))
+    assert code == 2
+    one_error(err, "vision.counter", "phi4mm", "without --multimodalEngineDir")
+    code, _, err = kv(capsys, "describe", "--engineDir", tmp_path / "engine", "--multimodalEngineDir",
+                      visual_folder(tmp_path / "b", preprocessor=False))
+    assert code == 2
+    one_error(err, "preprocessor_config.json", "qwenViTRunner.cpp")
+
+
+@pytest.mark.parametrize("over, words", [
+    ({"layer_types": ["full_attention"] * 3}, ("layer_types", "3 entries for num_hidden_layers 28")),
+    ({"num_key_value_heads": 64, "num_attention_heads": 32}, ("num_key_value_heads", "64 does not divide", "32")),
+])
+def test_a_contradictory_config_is_refused(capsys, tmp_path, over, words):
+    code, out, err = kv(capsys, "describe", "--engineDir", engine_folder(tmp_path, qwen3_config(**over)))
+    assert code == 2 and out == ""
+    one_error(err, *words)

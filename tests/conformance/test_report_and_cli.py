@@ -24,7 +24,12 @@ def test_report_files_are_valid(tmp_path, reference_adapter, reference_manifest)
     # the oracle's manifest declares no numerical reference: outputs against the bypass replay only
     assert doc["summary"] == {"verdicts": {**{v.name: 0 for v in Verdict}, "PASS": 3}, "conformant": True,
                               "judged": 3, "headline": "CONFORMANT", "reference_checked": 0,
-                              "outputs_judged_against": "bypass replay only"}
+                              "outputs_judged_against": "bypass replay only",
+                              "not_judged": {"NOT_SUPPORTED": 0, "TIMEOUT": 0, "ERROR": 0},
+                              "sections": [{"section": "2 Planning", "judged": 1, "cases": 1},
+                                           {"section": "3 Media spans", "judged": 1, "cases": 1},
+                                           {"section": "9 Support matrix", "judged": 1, "cases": 1}],
+                              "thin_sections": []}
     assert doc["tolerances"]["near_tie_top2_gap_nats"] == 0.05
     suites = ET.parse(tmp_path / "r" / "junit.xml").getroot()
     assert sum(int(s.get("tests")) for s in suites) == 3

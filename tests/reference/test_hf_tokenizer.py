@@ -201,8 +201,8 @@ def test_template_helpers_match_transformers(tmp_path):
     # tojson keeps non-ASCII and "<"; the None-valued key is dropped; a four-digit year; kwargs reach the template.
     assert t.apply_chat_template(messages, add_generation_prompt=False, custom="X") == \
         '{"role": "user", "content": "héllo <b>"}|False4X'
-    import jinja2
-    with pytest.raises(jinja2.TemplateError, match="no gen: <\\|endoftext\\|>"):
+    # the template runs in its bounded worker (reference/bounded_template.py): its error comes back as a ValueError
+    with pytest.raises(ValueError, match="TemplateError: no gen: <\\|endoftext\\|>"):
         t.apply_chat_template(messages, custom="X")
 
 

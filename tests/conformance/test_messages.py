@@ -1,0 +1,68 @@
+"""Messages that say what is wrong and what to do, in one line (the README's exit-code table)."""
+from __future__ import annotations
+
+import pytest
+
+from conformance.cli import main as kvconform
+
+
+def error_line(capsys, *argv) -> str:
+    code = kvconform([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.startswith("kvconform")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in out + err, (code, err)
+    return lines[0]
+
+
+def test_openai_without_a_profile_asks_for_one(capsys):
+    line = error_line(capsys, "run", "--backend", "openai", "--base-url", "http://127.0.0.1:9")
+    assert "needs --profile" in line and "None" not in line and "llama.cpp-server" in line
+
+
+def test_a_peer_profile_for_a_request_file_backend_says_what_it_is(capsys):
+    line = error_line(capsys, "run", "--profile", "vllm-apc", "--no-generated", "-k", "plan-kinds")
+    assert "peer profile" in line and "--backend openai --base-url" in line and "kvconform-1" in line
+
+
+@pytest.mark.parametrize("option", [["--api-key-env", "KEY"], ["--tokenizer", "spec/tokenizers/phi-3-mini"],
+                                    ["--model", "m"]])
+def test_a_server_option_on_the_default_backend_names_the_server_backend(capsys, option):
+    line = error_line(capsys, "run", *option)
+    assert "applies to --backend openai" in line and "--base-url" in line and "peer suite" not in line
+
+
+def test_an_empty_api_key_variable_is_not_called_unset(capsys, monkeypatch):
+    monkeypatch.setenv("EMPTY_KEY", "")
+    line = error_line(capsys, "run", "--backend", "openai", "--base-url", "http://127.0.0.1:9", "--profile",
+                      "llama.cpp-server", "--api-key-env", "EMPTY_KEY")
+    assert "set but empty" in line
+    monkeypatch.delenv("EMPTY_KEY")
+    line = error_line(capsys, "run", "--backend", "openai", "--base-url", "http://127.0.0.1:9", "--profile",
+                      "llama.cpp-server", "--api-key-env", "EMPTY_KEY")
+    assert "is not set" in line
+
+
+def test_campaign_help_lists_no_option_it_refuses(capsys):
+    with pytest.raises(SystemExit):
+        kvconform(["campaign", "--help"])
+    out = capsys.readouterr().out
+    for flag in ("--base-url", "--api-key-env", "--peer-setting", "--tokenizer", "openai"):
+        assert flag not in out, flag
+
+
+def test_run_help_gives_engine_dir_to_both_adapters_that_take_it(capsys):
+    with pytest.raises(SystemExit):
+        kvconform(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--engine-dir DIR command and inprocess adapters" in out
+    assert "refused where it contradicts" in out
+
+
+def test_the_radix_explanation_does_not_call_a_page_count_the_common_prefix():
+    from conformance.peers.judge import explain
+    from reference import peers
+    sim = peers.simulator("sglang-radix", {"page_size": 16})
+    first = peers.PeerRequest(list(range(40)))
+    sim.commit(first, [99])
+    why = explain("sglang-radix", sim, peers.PeerRequest(list(range(40)) + [7]))
+    assert "longest common prefix" not in why and "share 32 ids" in why and "whole pages of 16" in why
