@@ -161,6 +161,31 @@ def test_the_suite_catches_admission_without_room(monkeypatch):
     assert any(p.startswith("test_basic_prefix_caching_disabled") for p in problems)
 
 
+def test_a_deliberate_difference_needs_its_paragraph(tmp_path, monkeypatch):
+    """The vLLM EAGLE version difference is explained by the paragraph of spec/peer-profiles.md
+    that names each test with its file; without it those assertions are unexplained."""
+    spec = tmp_path / "spec"
+    spec.mkdir()
+    text = (parity.ROOT / "spec" / "peer-profiles.md").read_text(encoding="utf-8")
+    start = text.index("**EAGLE across vLLM versions")
+    end = text.index("\n---", start)
+    (spec / "peer-profiles.md").write_text(text[:start] + text[end:], encoding="utf-8")
+    monkeypatch.setattr(parity, "ROOT", tmp_path)
+    bad = parity.unexplained(parity.evaluate([d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]))
+    assert {o.test for o in bad} == {
+        "test_eagle_identical_prompt_hits_last_safe_block", "test_eagle_with_partial_blocks",
+        "test_eagle_successor_token_controls_last_block_hit",
+        "test_eagle_blocks_are_published_only_after_draft_materialization"}
+
+
+def test_a_paragraph_documents_a_test_only_with_its_file(tmp_path):
+    doc = tmp_path / "d.md"
+    doc.write_text("`test_prefill` differs (tests/a.py:3).\n\n`test_evict` differs.\n\nsee tests/b.py\n")
+    assert parity.documents(doc, "test_prefill", "tests/a.py")
+    assert not parity.documents(doc, "test_evict", "tests/b.py")          # named apart from its file
+    assert not parity.documents(doc, "test_pre", "tests/a.py")            # a whole name, not a prefix
+
+
 def _peer_entry(scenario, observe, expected=0):
     return {"format": "kvconform-parity-v1", "runtime": "X", "repository": "a/b", "commit": "0" * 40,
             "kind": "peer", "profile": scenario.pop("profile"), "entries": [
