@@ -16,8 +16,8 @@ Ids are the upstream test's own: a peer profile speaks of token ids as the serve
 What a step can be observed for (`observe.value`): `cached`, `prompt_n`, and what the profile's
 pool publishes through its documented accessors, read after the step: `free_queue` (block ids,
 head first), `free_blocks` (its length), `blocks` (the blocks the step's request took, in
-order; on vLLM also `hit_blocks` and `new_blocks`), `admitted` (whether a held request fitted), `reset` (whether the reset was accepted),
-`slot_tokens` (llama.cpp's slot).
+order; on vLLM also `hit_blocks` and `new_blocks`), `admitted` (whether a held request
+fitted), `reset` (whether the reset was accepted), `slot_tokens` (llama.cpp's slot).
 """
 from __future__ import annotations
 
@@ -64,7 +64,8 @@ class Run:
             return self._state(**seen)
         run = self.sim.hold(request, sampled)
         if run is None:
-            raise NotExpressible(f"step {k}: the request does not fit the pool and nothing else holds blocks")
+            raise NotExpressible(f"step {k}: the request does not fit the free queue (PEER-VLLM-9), "
+                                 "and a committed request cannot wait")
         blocks = _blocks(run)
         self.sim.release(run)
         return self._state(**blocks, **seen)
@@ -90,7 +91,8 @@ class Run:
         """What the step leaves observable beyond the count: the free queue of a bounded block
         pool (vLLM, TensorRT-LLM), the tokens llama.cpp's slot holds (what
         /slots/N?action=save reports as n_saved)."""
-        queue = self.sim.free_queue() if getattr(self.sim, "K", None) is not None else None
+        bounded = hasattr(self.sim, "free_queue") and self.sim.K is not None
+        queue = self.sim.free_queue() if bounded else None
         tokens = getattr(self.sim, "tokens", None)
         return dict(seen, free_queue=queue, free_blocks=None if queue is None else len(queue),
                     slot_tokens=len(tokens) if tokens is not None else None)
