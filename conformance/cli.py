@@ -1,12 +1,15 @@
 """The `kvconform` command: a thin dispatcher over conformance/commands/*.
 
 Each command module provides `add_arguments(parser)` and `main(args) -> int`. Bad input in
-any command becomes one line on stderr and exit code 2, never a traceback.
+any command becomes one line on stderr and exit code 2, never a traceback. A reader that goes
+away (`kvconform parity | head -1`) ends the command quietly with 141, as a command the
+SIGPIPE signal stopped: its output was not wanted, which is no error of the command.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from .errors import KvconformError
@@ -31,7 +34,32 @@ class _Parser(argparse.ArgumentParser):
         raise KvconformError(f"{self.prog}: {message}")
 
 
+EXIT_BROKEN_PIPE = 128 + 13
+"""What a shell reports for a command stopped by SIGPIPE."""
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _dispatch(argv)
+        finally:
+            sys.stdout.flush()                  # a pipe closed early fails here, not at exit
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's own flush at exit finds no broken
+    pipe to report."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _dispatch(argv: list[str] | None) -> int:
     parser = _Parser(prog="kvconform", description="KV-cache context-reuse conformance kit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     modules = {}

@@ -10,8 +10,10 @@ When a request finishes its computed sequence is stored, a partial last block in
 blocks go back to the free queue last block first; a block taken from the queue's head leaves
 the tree with everything below it (`getFreeBlock`, `freeChildren`, evictionPolicy.cpp LRU).
 
-Requests may overlap (`admit` several, then `release` them), so the runtime's own
-BlockManagerReuseTest translates step for step; the peer suite uses `commit`.
+Requests may overlap (`hold` several, then `release` them), so the runtime's own
+BlockManagerReuseTest translates step for step; the peer suite uses `commit`. What such a test
+may observe of the pool, as the spec defines it: `free_queue()` (PEER-TRT-6) and the blocks a
+held request took (`Running.blocks`, numbered as the queue numbers them).
 """
 from __future__ import annotations
 
@@ -74,6 +76,8 @@ class Running:
     request: PeerRequest
     blocks: list
     matched: int
+    tokens: list = field(default_factory=list)
+    """Its computed tokens so far (the prompt, then what `hold` added): what `release` stores."""
 
 
 class TrtllmBlockPool:
@@ -142,9 +146,13 @@ class TrtllmBlockPool:
         if b in self.free:
             self.free.remove(b)
 
-    def hold(self, run: Running, b: int) -> None:
+    def _hold_block(self, run: Running, b: int) -> None:
         self.blocks[b].refs += 1
         run.blocks.append(b)
+
+    def free_queue(self) -> list:
+        """The free queue from head (taken first) to tail (PEER-TRT-6)."""
+        return list(self.free)
 
     # --- requests --------------------------------------------------------------------------------
     def predict(self, request: PeerRequest) -> int:
@@ -187,7 +195,8 @@ class TrtllmBlockPool:
                     self.detach(b)                           # a private leaf: out of the tree, reused
                     self.claim(b)
                     parent = None
-            self.hold(run, b)
+            self._hold_block(run, b)
+        run.tokens = list(request.ids)
         return run
 
     def grow(self, run: Running, tokens: int) -> None:
@@ -195,11 +204,13 @@ class TrtllmBlockPool:
         while len(run.blocks) < -(-tokens // self.T):
             b = self.take()
             self.blocks[b].key = None
-            self.hold(run, b)
+            self._hold_block(run, b)
 
-    def release(self, run: Running, tokens: list) -> None:
-        """`releaseBlocks`: store the blocks of `tokens` but the last (PEER-TRT-4), then free the
-        request's blocks last first to the tail of the queue."""
+    def release(self, run: Running, tokens: list | None = None) -> None:
+        """`releaseBlocks`: store the blocks of `tokens` (default: the request's computed tokens)
+        but the last (PEER-TRT-4), then free the request's blocks last first to the tail of the
+        queue."""
+        tokens = run.tokens if tokens is None else tokens
         if self.reuse:
             self.store(block_keys(tokens[:-1], self.T, run.request), run.blocks)
         for b in reversed(run.blocks):
@@ -221,10 +232,15 @@ class TrtllmBlockPool:
             parent = b
 
     def commit(self, request: PeerRequest, sampled) -> None:
+        self.release(self.hold(request, sampled))
+
+    def hold(self, request: PeerRequest, sampled=()) -> Running:
+        """`addSequence`, then the sampled tokens added (a token that starts a block takes one);
+        the request holds its blocks until `release`."""
         run = self.admit(request)
-        tokens = list(request.ids) + list(sampled)
-        self.grow(run, len(tokens))
-        self.release(run, tokens)
+        run.tokens = list(request.ids) + list(sampled)
+        self.grow(run, len(run.tokens))
+        return run
 
     def tree_tokens(self, b: int) -> tuple:
         """A stored block's tokens (for tests)."""

@@ -1,9 +1,12 @@
 """`vllm-apc`: vLLM's automatic prefix caching in full blocks (spec/peer-profiles.md section 3).
 
 One function per rule and the block pool a sequence of requests leaves behind. Requests may
-overlap (`admit` several, then `release` them), so that the runtime's own tests, which hold two
+overlap (`hold` several, then `release` them), so that the runtime's own tests, which hold two
 requests at once, translate step for step (vllm tests/v1/core/test_prefix_caching.py); the
-peer suite sends one request at a time and uses `commit`.
+peer suite sends one request at a time and uses `commit`. What such a test may observe of the
+pool, as the spec defines it: `free_queue()` (PEER-VLLM-5), the blocks a held request took
+(`Running.blocks`, numbered as the queue numbers them), whether it was admitted at all
+(PEER-VLLM-9) and whether a reset was accepted (`reset_prefix_cache`, PEER-API-4).
 """
 from __future__ import annotations
 
@@ -109,26 +112,58 @@ class VllmBlockPool:
     def commit(self, request: PeerRequest, sampled) -> None:
         """Run the request through the cache: hits, prompt blocks, one step per fed-back sampled
         token, then free (PEER-VLLM-4, -5)."""
-        run = self.admit(request, sampled)
-        for _ in range(len(sampled) - 1):
-            self.feed(run)
+        run = self.hold(request, sampled)
+        if run is None:
+            raise PeerProfileError(f"vllm-apc: a request needs more than cache_blocks={self.K} blocks; "
+                                   "the profile does not define what the server does then")
         self.release(run)
 
-    def admit(self, request: PeerRequest, sampled=()) -> Running:
+    def hold(self, request: PeerRequest, sampled=()) -> Running | None:
+        """Admit the request and compute its sampled tokens but the last; it holds its blocks
+        until `release`. None when it does not fit (PEER-VLLM-9): nothing changed."""
+        run = self.admit(request, sampled)
+        if run is not None:
+            for _ in range(len(sampled) - 1):
+                self.feed(run)
+        return run
+
+    def admit(self, request: PeerRequest, sampled=()) -> Running | None:
         """Touch the hits (out of the free queue), allocate the prompt's blocks, cache the full
-        ones. `sampled`: the ids the request will sample, for the keys of its later blocks."""
+        ones. `sampled`: the ids the request will sample, for the keys of its later blocks.
+        None, and nothing changed, when the prompt's blocks do not fit (PEER-VLLM-9)."""
         seq = computed_sequence(request.ids, sampled) if sampled else list(request.ids)
         keys = vllm_block_keys(seq, self.B, replace(request, ids=seq))
         hits = self.hit_blocks(request)
+        hit_blocks = [self.key_blocks[key][0] for key in keys[:hits]]
+        if not self.fits(len(request.ids), hit_blocks):
+            return None
         run = Running(keys, [], len(request.ids), hits)
-        for key in keys[:hits]:
-            block = self.key_blocks[key][0]
+        for block in hit_blocks:
             if self.refs.get(block, 0) == 0 and block in self.free:
                 self.free.remove(block)
             self.refs[block] = self.refs.get(block, 0) + 1
             run.blocks.append(block)
         self._grow(run)
         return run
+
+    def fits(self, n: int, hit_blocks: list) -> bool:
+        """PEER-VLLM-9: the new blocks of an n-token prompt, plus its hit blocks that sit in the
+        free queue (touching them takes them out), must not exceed the free queue."""
+        if self.K is None:
+            return True
+        evictable = sum(1 for b in hit_blocks if self.refs.get(b, 0) == 0)
+        return -(-n // self.B) - len(hit_blocks) + evictable <= len(self.free)
+
+    def reset_prefix_cache(self) -> bool:
+        """PEER-API-4 on vLLM (block_pool.py `reset_prefix_cache`): refused, nothing changed,
+        while a request holds a block; else every key is dropped and the free queue keeps its
+        order (`reset` instead starts a fresh pool: the order of blocks without a key changes no
+        count)."""
+        if any(self.refs.values()):
+            return False
+        self.key_blocks.clear()
+        self.block_key.clear()
+        return True
 
     def feed(self, run: Running) -> None:
         """One sampled token fed back: computed, and a block taken when it starts one."""

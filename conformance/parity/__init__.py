@@ -12,6 +12,7 @@ the runtime, to be fixed or documented as a deliberate profile difference.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,7 +93,7 @@ def evaluate_file(doc: dict) -> list[Outcome]:
             agrees = compare(observed, a.get("op", "=="), a["expected"])
             explained = ""
             if not agrees:
-                explained = _explanation(a, entry["test"])
+                explained = _explanation(a, entry["test"], entry["file"])
             marked = bool(a.get("deliberate") or a.get("known_disagreement"))
             out.append(Outcome(status=AGREE if agrees else DISAGREE, observed=observed, explained=explained,
                                marked=marked, **base))
@@ -113,15 +114,23 @@ def compare(observed, op: str, expected) -> bool:
     return observed > 0 and observed % expected == 0
 
 
-def _explanation(assertion: dict, test: str) -> str:
-    """A disagreement is explained only by a document that names the test (a deliberate profile
-    difference, with its source lines) or by an open fix named in the entry."""
+def _explanation(assertion: dict, test: str, file: str) -> str:
+    """A disagreement is explained only by a document that documents it (a deliberate profile
+    difference: one paragraph of it names the test and the test's file, where its source lines
+    are cited) or by an open fix named in the entry."""
     doc = assertion.get("deliberate")
-    if doc and test in (ROOT / doc).read_text(encoding="utf-8"):
+    if doc and documents(ROOT / doc, test, file):
         return f"deliberate: {doc}"
     if assertion.get("known_disagreement"):
         return f"known: {assertion['known_disagreement']}"
     return ""
+
+
+def documents(path: Path, test: str, file: str) -> bool:
+    """Whether one paragraph of `path` names `test` (as a whole word) and `file`: the text that
+    makes a disagreement a documented profile difference, which cannot then vanish unnoticed."""
+    name = re.compile(rf"(?<![\w.]){re.escape(test)}(?!\w)")
+    return any(name.search(p) and file in p for p in re.split(r"\n\s*\n", path.read_text(encoding="utf-8")))
 
 
 @dataclass

@@ -1,11 +1,23 @@
 """Peer scenarios of the parity suite: request sequences through `reference.peers.simulator`.
 
-A scenario names the profile's settings and a list of steps. A step is a request (its prompt
-ids, the ids it samples, and what keys its cache entries: LoRA adapter, salt, extra key, images,
-and the fields later profiles add), or a reset of the cache. Each request is first predicted
-(the count the server reports, `cached`) and then, unless the step says `commit: false`,
-committed (what it leaves cached). Ids are the upstream test's own: a peer profile speaks of
-token ids as the server sees them.
+A scenario names the profile's settings and a list of steps (docs/parity.md section 2):
+
+- a request (its prompt ids, the ids it samples, and what keys its cache entries: LoRA adapter,
+  salt, extra key, images, and the fields later profiles add). It is first predicted (the count
+  the server reports, `cached`) and then, unless the step says `commit: false`, committed (what
+  it leaves cached). With `hold: NAME` it is admitted and keeps its blocks until a later
+  `{"release": NAME}` step, so that another request can run while it holds them (the runtimes'
+  own block-pool tests do; the vLLM and TensorRT-LLM pools of the oracle define it);
+- `{"release": NAME}`, optionally with `tokens`: the tokens TensorRT-LLM's `releaseBlocks` is
+  given (a request released with fewer tokens than it computed);
+- `{"reset": true}`: the profile's reset (on vLLM, refused while a request holds blocks).
+
+Ids are the upstream test's own: a peer profile speaks of token ids as the server sees them.
+What a step can be observed for (`observe.value`): `cached`, `prompt_n`, and what the profile's
+pool publishes through its documented accessors, read after the step: `free_queue` (block ids,
+head first), `free_blocks` (its length), `blocks` (the blocks the step's request took, in
+order; on vLLM also `hit_blocks` and `new_blocks`), `admitted` (whether a held request
+fitted), `reset` (whether the reset was accepted), `slot_tokens` (llama.cpp's slot).
 """
 from __future__ import annotations
 
@@ -23,44 +35,91 @@ class Run:
             self.sim = peers.simulator(profile, merged)
         except peers.PeerProfileError as e:
             raise NotExpressible(f"reference.peers.simulator: {e}") from None
-        self.cached: list = []
-        self.lengths: list = []
-        self.states: list = []
+        self.held: dict = {}
+        self.steps: list[dict] = []
         for k, step in enumerate(scenario["steps"]):
-            if step.get("reset"):
-                self.sim.reset()
-                self.cached.append(None)
-                self.lengths.append(None)
-                self.states.append(self._state())
-                continue
-            request = _request(step, k)
-            self.lengths.append(len(request.ids))
             try:
-                self.cached.append(self.sim.predict(request))
-                if step.get("commit", True):
-                    self.sim.commit(request, expand(step.get("sampled", [0])))
+                self.steps.append(self._step(step, k))
             except peers.PeerProfileError as e:
                 raise NotExpressible(f"step {k}: {e}") from None
-            self.states.append(self._state())
 
-    def _state(self) -> dict:
-        """What the profile's simulator exposes beyond the count: vLLM's free block queue, the
-        tokens llama.cpp's slot holds (what /slots/N?action=save reports as n_saved)."""
-        free = getattr(self.sim, "free", None)
+    def _step(self, step: dict, k: int) -> dict:
+        if step.get("reset"):
+            accepted = self.sim.reset_prefix_cache() if hasattr(self.sim, "reset_prefix_cache") else _reset(self.sim)
+            return self._state(reset=accepted)
+        if "release" in step:
+            return self._release(step, k)
+        request = _request(step, k)
+        seen = {"cached": self.sim.predict(request), "length": len(request.ids)}
+        sampled = expand(step.get("sampled", [0]))
+        if "hold" in step:
+            run = self._hold(request, sampled, k)
+            if run is not None:
+                self.held[step["hold"]] = run
+            return self._state(admitted=run is not None, **_blocks(run), **seen)
+        if not step.get("commit", True):
+            return self._state(**seen)
+        if not hasattr(self.sim, "hold"):
+            self.sim.commit(request, sampled)
+            return self._state(**seen)
+        run = self.sim.hold(request, sampled)
+        if run is None:
+            raise NotExpressible(f"step {k}: the request does not fit the free queue (PEER-VLLM-9), "
+                                 "and a committed request cannot wait")
+        blocks = _blocks(run)
+        self.sim.release(run)
+        return self._state(**blocks, **seen)
+
+    def _hold(self, request, sampled, k: int):
+        if not hasattr(self.sim, "hold"):
+            raise NotExpressible(f"step {k}: the {type(self.sim).__name__} simulator runs one request at a time")
+        return self.sim.hold(request, sampled)
+
+    def _release(self, step: dict, k: int) -> dict:
+        run = self.held.pop(step["release"], None)
+        if run is None:
+            raise NotExpressible(f"step {k}: no held request named {step['release']!r}")
+        if "tokens" in step:
+            if not isinstance(self.sim, peers.TrtllmBlockPool):
+                raise NotExpressible(f"step {k}: only TensorRT-LLM releases a request with other tokens")
+            self.sim.release(run, expand(step["tokens"]))
+        else:
+            self.sim.release(run)
+        return self._state()
+
+    def _state(self, **seen) -> dict:
+        """What the step leaves observable beyond the count: the free queue of a bounded block
+        pool (vLLM, TensorRT-LLM), the tokens llama.cpp's slot holds (what
+        /slots/N?action=save reports as n_saved)."""
+        bounded = hasattr(self.sim, "free_queue") and self.sim.K is not None
+        queue = self.sim.free_queue() if bounded else None
         tokens = getattr(self.sim, "tokens", None)
-        return {"free_queue": list(free) if free is not None else None,
-                "slot_tokens": len(tokens) if tokens is not None else None}
+        return dict(seen, free_queue=queue, free_blocks=None if queue is None else len(queue),
+                    slot_tokens=len(tokens) if tokens is not None else None)
 
     def observe(self, what: dict):
-        step, value = what["step"], what.get("value", "cached")
-        if value == "cached":
-            return self.cached[step]
+        step, value = self.steps[what["step"]], what.get("value", "cached")
         if value == "prompt_n":                 # llama.cpp timings.prompt_n: the prompt less what was cached
-            return self.lengths[step] - self.cached[step]
-        state = self.states[step][value]
-        if state is None:
-            raise NotExpressible(f"the {type(self.sim).__name__} simulator has no {value}")
-        return state
+            return step["length"] - step["cached"]
+        if value not in step or step[value] is None:
+            raise NotExpressible(f"step {what['step']} of the {type(self.sim).__name__} simulator has no {value}")
+        return step[value]
+
+
+def _blocks(run) -> dict:
+    """The blocks a request took, in order, and (vLLM, whose pool counts its hits in blocks) which
+    of them were hits and which new: what `get_computed_blocks` and `allocate_slots` return."""
+    if run is None:
+        return {}
+    out = {"blocks": list(run.blocks)}
+    if hasattr(run, "hits"):
+        out.update(hit_blocks=run.blocks[:run.hits], new_blocks=run.blocks[run.hits:])
+    return out
+
+
+def _reset(sim) -> bool:
+    sim.reset()
+    return True
 
 
 def _request(step: dict, k: int):

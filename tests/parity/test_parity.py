@@ -94,3 +94,117 @@ def test_the_suite_catches_the_old_eagle_and_hybrid_readings(monkeypatch):
     tests = {o.test for o in bad}
     assert {"FirstVerificationPublishesPairAndNextRequestUsesFullPageReplay",
             "PrefillOnlyCompletionSynchronizesDraftBeforePublishingAndCompaction"} <= tests
+
+
+# --- requests that hold blocks at once (vLLM's free queue, TensorRT-LLM's BlockManagerReuseTest) ---
+
+HELD_AT_ONCE = {
+    "vLLM": {"test_prefill", "test_prefill_plp", "test_evict", "test_basic_prefix_caching_disabled",
+             "test_prefill_not_enough_free_blocks_with_computed_blocks", "test_reset_prefix_cache"},
+    "TensorRT-LLM": {"BlockManagerReuseTest", "BlockManagerReuseWithLoraTaskIdTest"},
+}
+POOL_OBSERVABLES = {"free_queue", "free_blocks", "blocks", "hit_blocks", "new_blocks", "admitted", "reset"}
+INTERNAL = ("block hash values", "reference counts", "linked-list links", "compares two requests' block lists")
+
+
+def _observed(doc, entry_test):
+    entry = next(e for e in doc["entries"] if e["test"] == entry_test)
+    return {a["observe"]["value"] for a in entry["assertions"] if "observe" in a}
+
+
+def held_at_once_problems(outcomes) -> list[str]:
+    """What keeps a test that holds two requests at once from being judged step for step: an
+    assertion not expressible for any reason but a value the spec leaves to the pool (hashes,
+    reference counts, queue links), one that does not agree, no pool observable asserted at all,
+    or a free-queue test without a free-queue order."""
+    docs = {d["runtime"]: d for d in parity.load(SUITE)}
+    problems = []
+    for runtime, tests in HELD_AT_ONCE.items():
+        for test in sorted(tests):
+            mine = [o for o in outcomes if o.runtime == runtime and o.test == test]
+            problems += [f"{test}: {o.what}: {o.reason}" for o in mine
+                         if o.status == parity.NOT_EXPRESSIBLE and not any(why in o.reason for why in INTERNAL)]
+            problems += [f"{test}: {o.what}: observed {o.observed!r}" for o in mine if o.status == parity.DISAGREE]
+            if not mine or not _observed(docs[runtime], test) & POOL_OBSERVABLES:
+                problems.append(f"{test}: no block-pool observable")
+    problems += [f"{t}: no free-queue order" for t in ("test_prefill", "test_prefill_plp", "test_evict")
+                 if "free_queue" not in _observed(docs["vLLM"], t)]
+    return problems
+
+
+def test_tests_that_hold_requests_at_once_are_expressed(outcomes):
+    assert not held_at_once_problems(outcomes)
+
+
+def test_the_suite_catches_the_old_free_queue_reading(monkeypatch):
+    """Freed blocks all appended to the tail (before PEER-VLLM-5 put those without a key at the
+    head) disagree with vLLM's own free-queue orders again."""
+    import reference.peer_vllm as peer_vllm
+
+    def release_to_tail(self, run):
+        for block in reversed(run.blocks):
+            self.refs[block] -= 1
+            if self.refs[block] == 0 and self.K is not None:
+                self.free.append(block)
+    monkeypatch.setattr(peer_vllm.VllmBlockPool, "release", release_to_tail)
+    bad = parity.unexplained(parity.evaluate([d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]))
+    assert {"test_prefill", "test_prefill_plp", "test_evict"} <= {o.test for o in bad}
+
+
+def test_the_suite_catches_admission_without_room(monkeypatch):
+    """A pool that admits a request its free queue cannot hold (PEER-VLLM-9 ignored) no longer runs
+    the two tests whose last request must wait."""
+    import reference.peer_vllm as peer_vllm
+    monkeypatch.setattr(peer_vllm.VllmBlockPool, "fits", lambda self, n, hit_blocks: True)
+    problems = held_at_once_problems(parity.evaluate(parity.load(SUITE)))
+    assert any(p.startswith("test_prefill_not_enough_free_blocks_with_computed_blocks") for p in problems)
+    assert any(p.startswith("test_basic_prefix_caching_disabled") for p in problems)
+
+
+def test_a_deliberate_difference_needs_its_paragraph(tmp_path, monkeypatch):
+    """The vLLM EAGLE version difference is explained by the paragraph of spec/peer-profiles.md
+    that names each test with its file; without it those assertions are unexplained."""
+    spec = tmp_path / "spec"
+    spec.mkdir()
+    text = (parity.ROOT / "spec" / "peer-profiles.md").read_text(encoding="utf-8")
+    start = text.index("**EAGLE across vLLM versions")
+    end = text.index("\n---", start)
+    (spec / "peer-profiles.md").write_text(text[:start] + text[end:], encoding="utf-8")
+    monkeypatch.setattr(parity, "ROOT", tmp_path)
+    bad = parity.unexplained(parity.evaluate([d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]))
+    assert {o.test for o in bad} == {
+        "test_eagle_identical_prompt_hits_last_safe_block", "test_eagle_with_partial_blocks",
+        "test_eagle_successor_token_controls_last_block_hit",
+        "test_eagle_blocks_are_published_only_after_draft_materialization"}
+
+
+def test_a_paragraph_documents_a_test_only_with_its_file(tmp_path):
+    doc = tmp_path / "d.md"
+    doc.write_text("`test_prefill` differs (tests/a.py:3).\n\n`test_evict` differs.\n\nsee tests/b.py\n")
+    assert parity.documents(doc, "test_prefill", "tests/a.py")
+    assert not parity.documents(doc, "test_evict", "tests/b.py")          # named apart from its file
+    assert not parity.documents(doc, "test_pre", "tests/a.py")            # a whole name, not a prefix
+
+
+def _peer_entry(scenario, observe, expected=0):
+    return {"format": "kvconform-parity-v1", "runtime": "X", "repository": "a/b", "commit": "0" * 40,
+            "kind": "peer", "profile": scenario.pop("profile"), "entries": [
+                {"id": "e", "file": "f", "test": "t", "line": 1, "scenario": scenario,
+                 "assertions": [{"line": 1, "what": "w", "observe": observe, "expected": expected}]}]}
+
+
+@pytest.mark.parametrize("scenario, why", [
+    ({"profile": "sglang-radix", "steps": [{"prompt": [1, 2], "hold": "a"}]}, "one request at a time"),
+    ({"profile": "vllm-apc", "steps": [{"release": "a"}]}, "no held request named 'a'"),
+    ({"profile": "vllm-apc", "settings": {"cache_blocks": 4}, "steps": [
+        {"prompt": [1, 2], "hold": "a"}, {"release": "a", "tokens": [1]}]}, "only TensorRT-LLM"),
+])
+def test_a_scenario_the_pool_cannot_run_is_not_expressible(scenario, why):
+    [outcome] = parity.evaluate_file(_peer_entry(scenario, {"step": 0, "value": "cached"}))
+    assert outcome.status == parity.NOT_EXPRESSIBLE and why in outcome.reason
+
+
+def test_an_unbounded_pool_has_no_free_queue():
+    scenario = {"profile": "vllm-apc", "steps": [{"prompt": [1, 2, 3]}]}
+    [outcome] = parity.evaluate_file(_peer_entry(scenario, {"step": 0, "value": "free_queue"}, []))
+    assert outcome.status == parity.NOT_EXPRESSIBLE and "has no free_queue" in outcome.reason

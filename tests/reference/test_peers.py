@@ -267,6 +267,50 @@ def test_vllm_8_eagle_of_test_eagle_with_partial_blocks():
     assert pool.predict(PeerRequest(tokens)) == 1 * 16        # "2 full blocks -> Eagle removes 1"
 
 
+def test_vllm_9_a_request_that_does_not_fit_waits():
+    # test_prefill_not_enough_free_blocks_with_computed_blocks (B = 16, K = 10)
+    pool = peers.VllmBlockPool(16, 10)
+    assert pool.hold(PeerRequest(common_blocks())) is not None                  # holds 3 blocks
+    pool.release(pool.hold(PeerRequest(common_blocks() * 2)))                  # 3 more, then freed
+    assert pool.hold(PeerRequest([7] * 32)) is not None                        # holds 2 new blocks
+    assert len(pool.free_queue()) == 5
+    before = (pool.free_queue(), dict(pool.refs))
+    req3 = PeerRequest(common_blocks() * 3)
+    assert pool.predict(req3) == 6 * 16
+    assert pool.hold(req3) is None                                             # 3 new + 3 free hits > 5
+    assert (pool.free_queue(), dict(pool.refs)) == before                      # nothing changed
+
+
+def test_vllm_9_caching_off_a_full_pool_admits_nothing():
+    # test_basic_prefix_caching_disabled: 4 blocks of 4, all held by a 16-token request
+    pool = peers.VllmBlockPool(4, 4, enable_prefix_caching=False)
+    assert pool.hold(PeerRequest(list(range(16)))).blocks == [1, 2, 3, 4]
+    assert pool.hold(PeerRequest(list(range(4)))) is None
+
+
+def test_vllm_reset_is_refused_while_a_request_holds_blocks():
+    # test_reset_prefix_cache; PEER-API-4: vLLM answers success false while blocks are held
+    pool = peers.VllmBlockPool(16, 10)
+    run = pool.hold(PeerRequest(common_blocks() + [3] * 7))
+    assert pool.reset_prefix_cache() is False
+    assert pool.predict(PeerRequest(common_blocks() + [4] * 7)) == 48       # still cached
+    pool.release(run)
+    queue = pool.free_queue()
+    assert pool.reset_prefix_cache() is True
+    assert pool.predict(PeerRequest(common_blocks() + [3] * 7)) == 0
+    assert pool.free_queue() == queue                                       # the queue keeps its order
+
+
+def test_vllm_commit_is_hold_then_release():
+    a, b = peers.VllmBlockPool(16, 6), peers.VllmBlockPool(16, 6)
+    for prompt, sampled in ((list(range(40)), [7, 8, 9]), (list(range(20)) + [5] * 30, [1])):
+        a.commit(PeerRequest(prompt), sampled)
+        b.release(b.hold(PeerRequest(prompt), sampled))
+    assert a.free_queue() == b.free_queue() and a.key_blocks == b.key_blocks
+    with pytest.raises(peers.PeerProfileError):
+        a.commit(PeerRequest(list(range(7 * 16))), [0])                     # beyond the pool
+
+
 def test_vllm_6_prefix_caching_off_caches_nothing():
     # enable_caching=False: get_computed_blocks returns nothing (kv_cache_manager.py), no block
     # is hashed; by hand: the same 53 tokens twice report 0 both times
@@ -350,6 +394,19 @@ def test_trt_block_manager_reuse_test():
     # one token: nothing to reuse (the last token is always computed)
     run6 = pool.admit(trt_request([0]))
     assert run6.matched == 0 and len(run6.blocks) == 1
+
+
+def test_trt_hold_stores_what_it_computed_unless_released_with_other_tokens():
+    pool = peers.TrtllmBlockPool(4, max_blocks=8)
+    run = pool.hold(trt_request(range(9)), [9, 10])
+    assert run.blocks == [0, 1, 2] and run.tokens == list(range(11))
+    assert pool.free_queue() == [3, 4, 5, 6, 7]
+    pool.release(run)                                         # stores [0-3], [4-7], [8, 9]
+    assert pool.free_queue() == [3, 4, 5, 6, 7, 2, 1, 0]      # freed last block first, to the tail
+    assert pool.predict(trt_request(range(11))) == 10
+    pool.release(pool.hold(trt_request(list(range(10)) + [12]), []), list(range(9)))
+    # released with [0 .. 8]: [8, 9] was taken out of the tree and only [0-3], [4-7] are stored
+    assert pool.predict(trt_request(list(range(10)) + [12])) == 8
 
 
 def test_trt_predict_agrees_with_admit_and_caps_below_n():
