@@ -163,9 +163,10 @@ class Runner:
         fixed = self.adapter.fixed_engine()
         if fixed is not None:                 # materialized for it: its own description is the truth
             if self.case.meta.get("description_edits"):
-                self.settle(Verdict.NOT_SUPPORTED, "the case hands the runtime a hand-written engine "
-                                                   "description (description_edits); the engine under test is "
-                                                   "not the kit's to edit")
+                self.settle(Verdict.NOT_SUPPORTED, "cannot be expressed on this engine: the case hands the "
+                                                   "runtime a hand-written engine description "
+                                                   "(description_edits), and the engine under test is not the "
+                                                   "kit's to edit")
             return fixed, self.engine_of(fixed)
         try:
             derived = oracle.derive_engine(args)

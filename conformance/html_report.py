@@ -17,7 +17,7 @@ import html
 import json
 from pathlib import Path
 
-from .verdicts import headline_clauses
+from .verdicts import headline_clauses, judged_line
 
 ASSETS = Path(__file__).with_name("html")
 ORDER = ("PASS", "QUALITY_WARNING", "UNSPECIFIED", "NOT_SUPPORTED", "TIMEOUT", "FAIL", "ERROR")
@@ -27,7 +27,9 @@ QUIET = ("PASS", "NOT_SUPPORTED")
 OPEN_CASES = 25
 """Cases that need attention shown open at load; the others open on a click."""
 MAX_FAILURES = 40
-KNOWN_SUMMARY = {"verdicts", "judged", "conformant", "headline", "reference_checked", "outputs_judged_against"}
+KNOWN_SUMMARY = {"verdicts", "judged", "conformant", "headline", "reference_checked", "outputs_judged_against",
+                 "not_judged", "sections", "thin_sections", "partly_judged", "selection", "stopped_early"}
+"""Summary fields the headline shows in words (`headline_clauses`, `judged_line`); any other is shown as it is."""
 SHOWN_DETAILS = {"page_map", "steps", "materialized", "reference", "examples", "shrink_steps", "batches_checked",
                  "batches_required", "calls_after_budget", "seed", "max_examples", "budget_s", "reproduced",
                  "reproducer_verdict", "reproducer_requests"}
@@ -71,7 +73,7 @@ def _headline(doc: dict) -> str:
     what = f"{caps.get('backend', '')} {caps.get('version', '')}".strip()
     facts = [f"{'peer' if peer else 'semantics'} profile <code>{_e(profile)}</code>",
              f"backend <code>{_e(backend.get('adapter'))}</code>" + (f" ({_e(what)})" if what else ""),
-             f"{_e(s.get('judged', 0))} of {len(doc.get('cases') or [])} case(s) judged"]
+             _e(judged_line(dict(s, judged=s.get("judged", 0)), len(doc.get("cases") or [])))]
     if s.get("reference_checked"):
         facts.append(f"{_e(s['reference_checked'])} greedy request(s) checked against the numerical reference")
     notes = [_e(c) for c in headline_clauses(s)]

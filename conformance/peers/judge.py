@@ -98,6 +98,6 @@ def explain(profile: str, sim, req: oracle.PeerRequest) -> str:
                 f"last of them in part where partial reuse allows (PEER-TRT-1, PEER-TRT-2, PEER-TRT-3)")
     if not sim.on:
         return "the radix cache is disabled: nothing is cached (PEER-SGL-6)"
-    return (f"the cache holds whole pages of {sim.P} only: the first N - 1 = {n - 1} ids of the prompt match "
-            f"{sim.predict(req)} cached ids in whole pages of the namespace{keyed} (a prefix in common that ends "
-            f"inside a page counts to that page's start) (PEER-SGL-1, PEER-SGL-2)")
+    return (f"the cache holds whole pages of {sim.P} only: its pages of the namespace{keyed} share {sim.predict(req)} "
+            f"ids with the first N - 1 = {n - 1} ids of the prompt (a prefix in common that ends inside a page "
+            f"counts to that page's start) (PEER-SGL-1, PEER-SGL-2)")
