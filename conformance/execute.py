@@ -149,6 +149,10 @@ class Runner:
     # --- step 1b: materialization for a fixed engine -------------------------------------------------------
     def materialized(self, fixed: Engine) -> Case:
         """The case laid out for the one engine under test (spec/RUNNING.md section 4 step 2)."""
+        if self.case.meta.get("description_edits"):
+            self.settle(Verdict.NOT_SUPPORTED, "cannot be expressed on this engine: the case hands the runtime a "
+                                               "hand-written engine description (description_edits), and the "
+                                               "engine under test is not the kit's to edit")
         try:
             made = materialize_for(self.case, fixed.config, cache_root() / "materialized-media")
         except NotExpressible as e:
@@ -162,11 +166,6 @@ class Runner:
         args = self.case.engine_args
         fixed = self.adapter.fixed_engine()
         if fixed is not None:                 # materialized for it: its own description is the truth
-            if self.case.meta.get("description_edits"):
-                self.settle(Verdict.NOT_SUPPORTED, "cannot be expressed on this engine: the case hands the "
-                                                   "runtime a hand-written engine description "
-                                                   "(description_edits), and the engine under test is not the "
-                                                   "kit's to edit")
             return fixed, self.engine_of(fixed)
         try:
             derived = oracle.derive_engine(args)
