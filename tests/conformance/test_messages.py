@@ -58,6 +58,29 @@ def test_run_help_gives_engine_dir_to_both_adapters_that_take_it(capsys):
     assert "refused where it contradicts" in out
 
 
+def _groups(command) -> dict[str, str]:
+    """option -> the title of the --help group it is listed under."""
+    import argparse
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    return {flag: group.title for group in parser._action_groups for action in group._group_actions
+            for flag in action.option_strings}
+
+
+def test_run_help_lists_each_option_under_its_own_concern():
+    from conformance.commands import campaign, run
+    groups = _groups(run)
+    where = {flag: groups[flag] for flag in ("--jobs", "--shard", "--executor", "--ray-address")}
+    assert set(where.values()) == {"where the work runs"}, where
+    assert groups["--timing"] == groups["--timing-fraction"] == groups["--fail-fast"] == "verdicts"
+    assert groups["--case"] == groups["--rule"] == groups["--list"] == "case selection"
+    assert groups["--examples"] == groups["--seed"] == "generated request sets"
+    assert groups["--executable"] == groups["--engine-dir"] == groups["--capabilities"] != groups["--backend"]
+    groups = _groups(campaign)
+    assert groups["--jobs"] == groups["--executor"] == "where the work runs"
+    assert groups["--variant"] == groups["--backend"] == "backend"
+
+
 def test_the_radix_explanation_does_not_call_a_page_count_the_common_prefix():
     from conformance.peers.judge import explain
     from reference import peers
