@@ -1,4 +1,4 @@
-"""Messages that say what is wrong and what to do, in one line (the README's exit-code table)."""
+"""Messages that say what is wrong and what to do, in one line (the exit-code table of docs/verdicts.md)."""
 from __future__ import annotations
 
 import pytest
