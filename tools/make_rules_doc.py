@@ -2,7 +2,7 @@
 """Write docs/rules.md, the rule map: for each rule id the spec defines, where it is written,
 which code decides and implements it, which cases cite it, which faulty variants break it, and
 which profiles set it differently; then the gaps (rules no oracle function, case or variant
-covers).
+covers, and ids the code cites that the spec no longer defines).
 
     python tools/make_rules_doc.py          # rewrite docs/rules.md
     python tools/make_rules_doc.py --check  # exit 1 if docs/rules.md is out of date
@@ -122,10 +122,14 @@ def _ignored(root: Path) -> list[str]:
 
 def walk(root: Path, suffix: str, top: str | None = None):
     """Files ending in `suffix` under root (or root/top), sorted; hidden folders, folders
-    .gitignore names and report evidence (`NAME.files/`) skipped; links to folders not followed."""
+    .gitignore names and report folders (a `report.json` at their top: their reproducers and
+    materialized files still carry a case block) skipped; links to folders not followed."""
     ignored = _ignored(root)
     start = root / top if top else root
     for folder, dirs, files in os.walk(start):
+        if "report.json" in files:
+            dirs[:] = []
+            continue
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not d.endswith(".files")
                          and not any(fnmatch.fnmatch(d, p) for p in ignored))
         for name in sorted(files):
@@ -172,7 +176,8 @@ def citations(source: str) -> dict[str, set[str]]:
 
     constants = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+        value = getattr(node, "value", None)
+        if isinstance(node, ast.Assign) and isinstance(value, ast.Constant) and isinstance(value.value, str):
             for target in node.targets:
                 if isinstance(target, ast.Name) and cited(node.value.value):
                     constants[target.id] = cited(node.value.value)
@@ -197,7 +202,6 @@ class Variant:
     rules: list
     file: str
     profile: str | None
-    cls: str
 
 
 def variants_in(source: str, file: str) -> list[Variant]:
@@ -216,14 +220,13 @@ def variants_in(source: str, file: str) -> list[Variant]:
             violates = re.search(r"Violates: (.+?)(?= (?:Bug class|Mirrors): |$)", doc)
             profile = next((k.value.value for k in dec.keywords if k.arg == "profile"
                             and isinstance(k.value, ast.Constant)), None)
-            out.append(Variant(dec.args[0].value, cited(violates.group(1)) if violates else [], file, profile,
-                               node.name))
+            out.append(Variant(dec.args[0].value, cited(violates.group(1)) if violates else [], file, profile))
     return out
 
 
 def scan_code(root: Path):
-    """(part -> {rule: {file: [names]}}, variants, the ids cited that the spec does not define:
-    {id: [file]})."""
+    """(part -> {rule id: {file: [names]}}, the variants): every package's modules but tests' and
+    benchmarks'; a module that registers variants breaks rules and decides none."""
     parts, variants, sources = {"oracle": {}, "backend": {}, "kit": {}}, [], {}
     for pkg in packages(root):
         if pkg in NOT_KIT - {ORACLE, BACKEND}:
@@ -268,10 +271,12 @@ def json_cases(root: Path) -> list[tuple[str, str, list]]:
 
 
 def peer_cases(root: Path) -> tuple[str | None, list[tuple[str, str, list]]]:
-    """The peer suite's case builder (its file) and (case id, peer profile, rules) of its cases: the module that defines `PeerCase` and
-    `cases(profile, settings, ids)`, asked for each peer profile at its default settings and with
-    each number doubled (a case that exists only at other settings, such as several slots),
-    with a stand-in tokenizer (one id per byte: the rules a case cites do not depend on it)."""
+    """The peer suite's case builder (its file) and (case id, peer profile, rules) of its cases.
+
+    The builder is the module that defines `PeerCase` and `cases(profile, settings, ids)`; it is
+    asked for each peer profile at its default settings and with each number doubled (a case that
+    exists only at other settings, such as several slots), with a stand-in tokenizer (one id per
+    byte: the rules a case cites do not depend on it)."""
     module = None
     for pkg in packages(root):
         for path in walk(root, ".py", pkg):
@@ -285,8 +290,8 @@ def peer_cases(root: Path) -> tuple[str | None, list[tuple[str, str, list]]]:
     from reference.peers import SETTINGS, check_settings
 
     def ids(messages) -> list[int]:
-        text = "".join(m["content"] if isinstance(m["content"], str) else json.dumps(m["content"]) for m in messages)
-        return list(text.encode())
+        return list("".join(m["content"] if isinstance(m["content"], str) else json.dumps(m["content"])
+                            for m in messages).encode())
     out = {}
     for profile, defaults in SETTINGS.items():
         tries = [dict(defaults)] + [dict(defaults, **{k: 2 * v}) for k, v in defaults.items()
@@ -326,9 +331,19 @@ def profile_lines(root: Path, rules: dict[str, Rule]) -> None:
 
 # -- the document --------------------------------------------------------------------------
 
-def collect(root: Path) -> dict[str, Rule]:
-    rules = spec_rules(root)
+class RuleMap(dict):
+    """rule id -> Rule, and `undefined`: ids the code cites that no spec file defines -> files."""
+    undefined: dict
+
+
+def collect(root: Path) -> RuleMap:
+    rules = RuleMap(spec_rules(root))
     parts, variants = scan_code(root)
+    rules.undefined = {}
+    for by_rule in parts.values():
+        for rule_id, files in by_rule.items():
+            if rule_id not in rules:
+                rules.undefined.setdefault(rule_id, set()).update(files)
     for part, by_rule in parts.items():
         for rule_id, files in by_rule.items():
             if rule_id in rules:
@@ -387,7 +402,8 @@ def render(rules: dict[str, Rule]) -> str:
     by_file: dict[str, list[Rule]] = {}
     for r in rules.values():
         by_file.setdefault(r.file, []).append(r)
-    out += ["| spec file | rules | with an oracle function | with a case | with a variant |", "|---|---:|---:|---:|---:|"]
+    out += ["| spec file | rules | with an oracle function | with a case | with a variant |",
+            "|---|---:|---:|---:|---:|"]
     for file, rs in by_file.items():
         out.append(f"| [{file}](../{file}) | {len(rs)} | {sum(bool(r.oracle) for r in rs)} | "
                    f"{sum(bool(r.cases or r.peer_cases) for r in rs)} | {sum(bool(r.variants) for r in rs)} |")
@@ -404,12 +420,17 @@ def render(rules: dict[str, Rule]) -> str:
             "Rules that no oracle function cites, that no case cites, that no faulty variant breaks. A rule "
             "judged only by the kit (outputs, the peer suite's own checks) has no oracle function; a rule "
             "about the kit itself may need no variant. Each is a place to look first.", ""]
-    for label, missing in (("no oracle function", lambda r: not r.oracle), ("no case", lambda r: not r.cases and not r.peer_cases),
+    for label, missing in (("no oracle function", lambda r: not r.oracle),
+                           ("no case", lambda r: not r.cases and not r.peer_cases),
                            ("no faulty variant", lambda r: not r.variants)):
         gaps = [r for r in rules.values() if missing(r)]
         out += [f"### {label} ({len(gaps)})", ""]
         out += [f"- [{r.id}](#{anchor(f'{r.id} ({r.title})')}) {r.title}" for r in gaps] or ["none"]
         out.append("")
+    undefined = getattr(rules, "undefined", {})
+    out += [f"### ids the code cites that no spec file defines ({len(undefined)})", ""]
+    out += [f"- {rule_id}: " + ", ".join(f"[{f}](../{f})" for f in sorted(files))
+            for rule_id, files in sorted(undefined.items())] or ["none"]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -58,7 +58,8 @@ def _tree(root: Path) -> None:
                              'def other(trace):\n    trace.step(rule=TRIM)\n\n\n'
                              'def elsewhere():\n    """Not a citation of CR-T-3 by decide."""\n',
         "gpu_backend/__init__.py": "",
-        "gpu_backend/run.py": "class Runtime:\n    def go(self):\n        return 1  # CR-T-1: the same reading\n",
+        "gpu_backend/run.py": "class Runtime:\n    def go(self):\n        return 1  # CR-T-1: the same reading\n\n"
+                              "    def stale(self):\n        \"\"\"CR-T-9 is cited but no longer defined.\"\"\"\n",
         "breakers/__init__.py": "",
         "breakers/faults.py": '@variant("off-by-one", "group")\nclass OffByOne:\n    """Wrong.\n\n'
                               '    Bug class: x. Violates: CR-T-1.\n    Mirrors: y.\n    """\n'
@@ -67,6 +68,8 @@ def _tree(root: Path) -> None:
         "tests/meta/fixtures/case.json": json.dumps({"_conformance": {"id": "fixture", "rules": ["CR-T-3"]}}),
         "kvconform-report/reproducers/one.json": json.dumps({"_conformance": {"id": "x", "rules": ["CR-T-3"]}}),
         ".gitignore": "/kvconform-report*/\n",
+        "my-run/report.json": "{}",
+        "my-run/materialized/one.json": json.dumps({"_conformance": {"id": "y", "rules": ["CR-T-3"]}}),
     }
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -92,6 +95,8 @@ def test_the_scanner_finds_each_part_wherever_it_stands(tmp_path):
     assert "### no case (1)" in gaps and "[CR-T-3](#cr-t-3-three)" in gaps.split("### no faulty variant")[0]
     assert "### no faulty variant (2)" in gaps and "[CR-T-1]" not in gaps
     assert "[spec/rules.md, 2. More](../spec/rules.md#2-more)" in text
+    assert rules.undefined == {"CR-T-9": {"gpu_backend/run.py"}}
+    assert "- CR-T-9: [gpu_backend/run.py](../gpu_backend/run.py)" in text
 
 
 def test_the_check_fails_when_the_map_is_stale(tmp_path, capsys):
