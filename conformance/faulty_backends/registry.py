@@ -8,7 +8,7 @@ whose `identity_class`, `cache_class` or `model_class` is the faulty component (
 switch: a variant exists only as its class here.
 
 Every variant's docstring starts with a one-line summary and carries three lines the kill matrix
-and the README table read back:
+and the table of docs/selftest.md read back:
 
     Bug class: <tag from peer-systems-and-bug-classes.md section F, or an edge-llm-0.10 quirk>
     Violates: <CR-* rule ids>

@@ -221,7 +221,7 @@ def test_a_case_that_switches_policy_runs_its_batches_as_files_on_one_instance(t
 
 def test_the_catalogue_tables_are_generated_from_the_registry():
     """The list in the package docstring, the kill matrix of faulty_backends/README.md and the
-    table of README.md are what tools/make_catalogue_doc.py writes from the registry and the
+    table of docs/selftest.md are what tools/make_catalogue_doc.py writes from the registry and the
     measured kills (kills.json), and kills.json measures exactly the registered variants."""
     import subprocess
     import sys
@@ -241,4 +241,4 @@ def test_a_variant_without_a_measured_kill_fails_the_catalogue_check():
     assert [p.split(":")[0] for p in tool.registry_problems(gone)] == ["lora-not-in-key"]
     extra = dict(kills, variants=dict(kills["variants"], **{"no-such-variant": {}}))
     assert [p.split(":")[0] for p in tool.registry_problems(extra)] == ["no-such-variant"]
-    assert "`lora-not-in-key`" in tool.readme_table(CATALOGUE, kills)
+    assert "`lora-not-in-key`" in tool.short_table(CATALOGUE, kills)

@@ -145,7 +145,7 @@ def test_a_correct_wrapper_passes_the_same_selection(engines, manifest, tmp_path
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(ENGINES))
 def test_the_whole_suite_through_the_command_adapter_on_each_fixed_engine(name, engines, manifest, tmp_path):
-    """The README's external-runtime numbers: a wrapper around `python -m gpu_backend infer`, one
+    """The fixed-engine numbers of docs/running-a-backend.md: a wrapper around `python -m gpu_backend infer`, one
     fixed engine, every curated case and the generated families, under 10 minutes on 2 cores."""
     exe = wrapper(tmp_path, "llm_inference", CORRECT)
     started = time.monotonic()

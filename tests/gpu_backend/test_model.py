@@ -92,7 +92,7 @@ PROMPTS = ["the quick brown fox", "Hello there, how are", "1, 2, 3, 4,", "Once u
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_model_is_confident_and_not_degenerate(engine, kind):
-    """Greedy choices are far from ties and generations are varied text (README numbers)."""
+    """Greedy choices are far from ties and generations are varied text (the numbers of docs/bundled-backend.md)."""
     rt = Runtime(engine(model=kind, maxInputLen=60, maxKVCacheCapacity=100, maxBatchSize=8))
     res = rt.infer({"temperature": 0, "max_generate_length": 24, "num_logprobs": 2, "batch_size": 8,
                     "requests": [{"messages": [{"role": "user", "content": p}]} for p in PROMPTS]}, MEDIA)
