@@ -277,6 +277,7 @@ def _open(browser, path: Path):
 
 
 def test_the_failing_request_is_drawn_in_a_browser(failing, browser):
+    from playwright.sync_api import expect
     doc, _ = _load(failing)
     k, case = _case(doc, FAILING)
     fd = case["details"]["page_map"]["requests"][1]["first_difference"]
@@ -299,14 +300,17 @@ def test_the_failing_request_is_drawn_in_a_browser(failing, browser):
     assert page.locator(f'#case-{k} .req[data-request="0"]').count() == 0
     page.locator(f"#case-{k} button.more-requests").click()
     other = page.locator(f'#case-{k} .req[data-request="0"]')
-    assert other.count() == 1 and other.locator(".diff-page").count() == 0
+    expect(other).to_have_count(1)  # drawn by the click handler; expect waits for it
+    assert other.locator(".diff-page").count() == 0
     # a passing case, in a section that starts closed, is drawn when it is opened
     p, _ = _case(doc, PASSING)
     assert not page.locator(f"#case-{p}").is_visible()
     assert page.locator(f"#case-{p} .pagemap .req").count() == 0
     page.locator("#open-all").click()
     page.locator(f"#case-{p} > summary").click()
-    assert page.locator(f"#case-{p} .pagemap .req").count() == len(doc["cases"][p]["details"]["page_map"]["requests"])
+    # a <details> "toggle" event is dispatched after the click returns: wait for the drawing it starts
+    expect(page.locator(f"#case-{p} .pagemap .req")).to_have_count(
+        len(doc["cases"][p]["details"]["page_map"]["requests"]))
     assert problems == []
     page.close()
 
