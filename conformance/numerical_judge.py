@@ -1,7 +1,9 @@
 """Outputs judged against the numerical reference (spec/RUNNING.md section 5, CR-OUT-1, CR-OUT-2).
 
-For each greedy request that generated tokens, the reference scores the backend's own
-generation teacher-forced (scoring.py), so every step is judged on the backend's prefix:
+The numbers come from `numerical_reference/` (the float64 forward, or a reference command the
+manifest names); here they become Failures and verdicts. The runner's one entry point is
+`check_outputs`. For each greedy request that generated tokens, the reference scores the
+backend's own generation teacher-forced, so every step is judged on the backend's prefix:
 
 - the token: it must be the reference's most likely token, unless the reference's gap between
   its top token and the backend's is within the near-tie allowance (QUALITY_WARNING);
@@ -24,8 +26,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..compare import NEAR_TIE_NATS
-from ..verdicts import Failure, Verdict
+from numerical_reference import ReferenceUnavailable, reference_for
+
+from . import oracle
+from .compare import NEAR_TIE_NATS
+from .verdicts import Failure, Verdict
 
 NOISE_FLOOR = 0.005     # nats: float32 compute and FP16 rounding flips (spec/RUNNING.md section 5)
 NOISE_KV = 2.0          # a flipped rounding moves an element by twice the largest rounding error
@@ -121,3 +126,60 @@ def _tokens(scored, s: int, reference: bool = False):
 
 def _nats(x: float) -> str:
     return f"{x:.4f} nats" if math.isfinite(x) else "an infinite amount (a token it never emits)"
+
+
+def check_outputs(manifest: dict | None, engine_dir: str | None, engine, doc: dict, base_dir: str, parsed,
+                  predicted: list, responses: list, offset: int = 0) -> tuple[list[Failure], dict]:
+    """Judge the greedy responses of one request file against the declared reference.
+
+    `doc` is the file as the backend received it, `parsed` the oracle's parse of it, `predicted`
+    the oracle's per-request predictions (a request whose outputs the semantics profile leaves
+    undefined is skipped), `offset` the index of the file's first request in its case or example.
+    Returns (failures, facts); facts["requests"] counts the requests checked."""
+    source = reference_for(manifest)
+    facts = {"source": source.kind if source else None, "requests": 0, "steps": 0, "worst_drift": None,
+             "kv_rounding": 0.0}
+    greedy = doc.get("temperature", 1.0) == 0 or doc.get("top_k", 50) == 1
+    if source is None or not greedy or parsed is None:
+        return [], facts
+    items = []
+    for k, response in enumerate(responses or []):
+        if not isinstance(response, dict) or response.get("finish_reason") == "error":
+            continue
+        if k < len(predicted) and predicted[k].get("outputs_defined") is False:
+            continue
+        tokens = oracle.transcript(response, engine)
+        if tokens:
+            items.append((k, parsed.requests[k], doc["requests"][k], tokens))
+    if not items:
+        return [], facts
+    try:
+        scored = source.score_all(engine_dir, engine, [(p, r, t) for _, p, r, t in items], doc, base_dir)
+    except ReferenceUnavailable as e:
+        return [Failure(None, "numerical reference", "teacher-forced log-probabilities", None,
+                        f"the declared {source.kind} reference could not score this file: {e}",
+                        verdict=Verdict.ERROR)], facts
+    failures = []
+    for (k, _, _, _), s in zip(items, scored):
+        found, judged = judge_request(offset + k, responses[k], s, source.label)
+        failures += found
+        facts["requests"] += 1
+        facts["steps"] += judged["steps"]
+        if judged["worst_drift"] is not None:
+            facts["worst_drift"] = max(facts["worst_drift"] or 0.0, judged["worst_drift"])
+        facts["kv_rounding"] = max(facts["kv_rounding"], judged["kv_rounding"])
+    return failures, facts
+
+
+def merge_facts(total: dict | None, facts: dict) -> dict:
+    """Facts of several request files of one case or example added up."""
+    if not total:
+        return dict(facts)
+    out = dict(total)
+    out["source"] = out.get("source") or facts.get("source")
+    for key in ("requests", "steps"):
+        out[key] = out.get(key, 0) + facts.get(key, 0)
+    drifts = [d for d in (out.get("worst_drift"), facts.get("worst_drift")) if d is not None]
+    out["worst_drift"] = max(drifts) if drifts else None
+    out["kv_rounding"] = max(out.get("kv_rounding", 0.0), facts.get("kv_rounding", 0.0))
+    return out

@@ -7,7 +7,7 @@ capabilities.schema.json `numerical_reference`).
     command   `CMD --engineDir D --inputFile IN --outputFile OUT`: IN is the request file as the
               backend received it, each request to score carrying `teacher_forced_ids`; OUT holds,
               per scored request, one entry per generated token (spec/RUNNING.md section 5).
-              `python -m conformance.numerics` is such a command (the kit's forward).
+              `python -m numerical_reference` is such a command (the kit's forward).
 """
 from __future__ import annotations
 

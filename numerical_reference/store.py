@@ -1,4 +1,6 @@
-"""The result cache of the numerical reference: one SQLite file under the kit's cache folder.
+"""The result cache of the numerical reference: one SQLite file under the kit's cache folder
+(`$KVCONFORM_REFERENCE_CACHE`, else `reference-v{VERSION}.sqlite` in `$KVCONFORM_CACHE`, default
+`.kvconform-cache/` at the repository root: the folder the runner keeps its engines in).
 
 A reference result is a pure function of its key (scoring.Inputs.key: the digest of the engine's
 description and weights, the adapter file's digest, the input tokens and media identities, the
@@ -15,10 +17,13 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from ..engines import cache_root
-
 _LOCAL = threading.local()
 VERSION = 1      # bump when the forward or the scoring changes what a key means
+
+
+def cache_root() -> Path:
+    """The kit's cache folder, found as the runner finds it (conformance/engines.py)."""
+    return Path(os.environ.get("KVCONFORM_CACHE") or Path(__file__).resolve().parent.parent / ".kvconform-cache")
 
 
 def _db() -> sqlite3.Connection | None:

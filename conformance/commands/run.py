@@ -417,7 +417,7 @@ def main(args) -> int:
             execute(plan, adapter, report, progress=not args.no_progress, jobs=args.jobs,
                     rerun=lambda path: rerun_command(args, backend, path), fail_fast=args.fail_fast)
         if args.timing and not self_check and "timing/reuse-is-real" not in {r.id for r in report.results}:
-            from ..numerics.timing import timing_verdict                 # "reuse is real", optional
+            from ..reuse_timing import timing_verdict                       # "reuse is real", optional
             report.add(timing_verdict(adapter, manifest, fraction=args.timing_fraction))
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)

@@ -2,7 +2,7 @@
 
 The bypass replay cannot see a model that is wrong the same way twice (garbage logits, attention
 that never reads its cache, a LoRA delta at the wrong scale), and sees a small perturbation of
-reused KV only as log-probability drift. The numerical reference (conformance/numerics) judges
+reused KV only as log-probability drift. The numerical reference (numerical_reference/) judges
 every greedy request against what the engine's weights say, so these are caught there (CR-OUT-1
 when a token is not the reference's, CR-OUT-2 when log-probabilities drift beyond the tolerance).
 """

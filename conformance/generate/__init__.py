@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from ..adapters.base import Adapter, AdapterError, BuildRefused
 from ..cases import load_case
 from ..engines import digest
-from ..numerics import merge_facts
+from ..numerical_judge import merge_facts
 from ..report import write_reproducer
 from ..verdicts import CaseResult, Failure, Verdict
 from .draw import FAMILIES, draw_setup, fixed_engine_gaps, policy_switch, recipes
