@@ -72,7 +72,7 @@ def code_provenance() -> dict:
     except (OSError, subprocess.SubprocessError):
         pass
     import importlib.util
-    for pkg in ("gpu_backend", "reference", "conformance"):
+    for pkg in ("gpu_backend", "reference", "conformance", "numerical_reference", "faulty_backends"):
         spec = importlib.util.find_spec(pkg)
         out[pkg] = os.path.dirname(spec.origin) if spec and spec.origin else None
     return out

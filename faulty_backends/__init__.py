@@ -6,8 +6,16 @@ the model or the runtime) and is injected through the runtime's component seams
 production code has no fault switch. `kvconform selftest` runs the conformance suite against
 each one and requires every variant to be caught (a FAIL or an ERROR).
 
-    from conformance.faulty_backends import CATALOGUE
-    adapter = CATALOGUE["lora-not-in-key"].adapter()      # an `inprocess` adapter on that runtime
+    from faulty_backends import CATALOGUE
+    runtime_class = CATALOGUE["lora-not-in-key"].factory   # in place of gpu_backend.Runtime
+
+    from conformance.adapters.faulty import FaultyAdapter
+    adapter = FaultyAdapter("lora-not-in-key")             # the runner's `inprocess` adapter on it
+
+Its dependency rule (tests/test_boundaries.py): the bundled backend (`gpu_backend`), torch,
+numpy and the standard library only. Never the oracle (`reference`): a faulty backend is a
+mutated bundled backend, as independent of the oracle as the backend itself; never the runner
+(`conformance`): the adapter that wraps a variant is the runner's (conformance/adapters/faulty.py).
 
 The catalogue (variant, the first rule it violates, what it does):
 
@@ -159,11 +167,11 @@ from __future__ import annotations
 
 from . import (batching, boundaries, capacity, compute, identity, metrics, numerics, planning,  # noqa: F401
                publication, speculative, support, tokenizer)
-from .registry import CATALOGUE, GROUPS, FaultyAdapter, Variant
+from .registry import CATALOGUE, GROUPS, Variant
 
 # catalogue order: by group as listed above, then by definition order within the group
 _ordered = sorted(CATALOGUE.values(), key=lambda v: GROUPS.index(v.group))
 CATALOGUE.clear()
 CATALOGUE.update((v.name, v) for v in _ordered)
 
-__all__ = ["CATALOGUE", "GROUPS", "FaultyAdapter", "Variant"]
+__all__ = ["CATALOGUE", "GROUPS", "Variant"]

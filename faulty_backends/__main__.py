@@ -1,8 +1,8 @@
-"""`python -m conformance.faulty_backends VARIANT infer ...`: one faulty variant behind the
+"""`python -m faulty_backends VARIANT infer ...`: one faulty variant behind the
 command contract of spec/RUNNING.md section 2, for judging it through `--backend command`
 (a fixed engine, a wrapper script, another machine).
 
-    python -m conformance.faulty_backends partial-page-reuse infer --engineDir D --inputFile IN ...
+    python -m faulty_backends partial-page-reuse infer --engineDir D --inputFile IN ...
 
 It is the bundled backend's own CLI (`python -m gpu_backend infer`) with the variant's runtime in
 place of `gpu_backend.Runtime`; every flag and exit code is the bundled CLI's.

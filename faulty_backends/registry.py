@@ -24,8 +24,6 @@ from gpu_backend.model import Model
 from gpu_backend.prefix_cache import ContextCache
 from gpu_backend.runtime import Runtime
 
-from ..adapters.inprocess import InprocessAdapter
-
 GROUPS = ("identity", "planning", "publication", "capacity", "batching", "compute", "support", "metrics",
           "tokenizer")
 _FIELDS = {"bug_class": "Bug class", "rules": "Violates", "mirrors": "Mirrors"}
@@ -49,10 +47,6 @@ class Variant:
     @property
     def rule(self) -> str:
         return self.rules[0]
-
-    def adapter(self, device: str = "auto", timeout: float | None = 120.0,
-                engine_dir: str | None = None) -> "FaultyAdapter":
-        return FaultyAdapter(self, device=device, timeout=timeout, engine_dir=engine_dir)
 
 
 CATALOGUE: dict[str, Variant] = {}
@@ -98,18 +92,3 @@ def variant(name: str, group: str, profile: str | None = None):
         return cls
     return register
 
-
-class FaultyAdapter(InprocessAdapter):
-    """The `inprocess` adapter driving a faulty variant's runtime instead of `gpu_backend.Runtime`.
-
-    Engines are the bundled backend's (the same build tool and cache): only the runtime differs.
-    """
-
-    def __init__(self, v: Variant, device: str = "auto", timeout: float | None = 120.0,
-                 engine_dir: str | None = None):
-        super().__init__(device=device, timeout=timeout, runtime_factory=v.factory, engine_dir=engine_dir)
-        self.variant = v
-        self.name = f"faulty:{v.name}"
-
-    def describe(self) -> dict:
-        return dict(super().describe(), variant=self.variant.name, bug_class=self.variant.bug_class)

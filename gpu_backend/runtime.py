@@ -144,7 +144,7 @@ def check_warmup(warmup) -> None:
 
 class Runtime:
     # The components a runtime builds, as class attributes so a subclass can substitute one
-    # (conformance/faulty_backends/ injects single defects this way; behaviour is unchanged).
+    # (faulty_backends/ injects single defects this way; behaviour is unchanged).
     model_class = Model
     cache_class = ContextCache
     identity_class = SequenceIdentity

@@ -591,7 +591,7 @@ def negative_cases() -> list[dict]:
 
 def catalogue_cases() -> list[dict]:
     """Cases added so that the suite catches every variant of the faulty-backend catalogue
-    (conformance/faulty_backends/, `kvconform selftest`); each says which defect needs it."""
+    (faulty_backends/, `kvconform selftest`); each says which defect needs it."""
     import random
     b3 = dict(VISION4, maxBatchSize=3)
     birthday_engine = {"maxInputLen": 48, "maxKVCacheCapacity": 52, "maxKVPoolPages": 2700, "tokensPerPage": 4,
@@ -869,7 +869,7 @@ def large_image_cases() -> list[dict]:
 
 def reach_cases() -> list[dict]:
     """Cases that stand on boundaries the other cases missed, each found by a faulty backend
-    written outside the project that the default run let through (conformance/faulty_backends/
+    written outside the project that the default run let through (faulty_backends/
     boundaries.py has one variant per class)."""
     hyb = {"maxInputLen": 40, "maxKVCacheCapacity": 48, "maxKVPoolPages": 0, "tokensPerPage": 4, "model": "hybrid",
            "loraAdapters": ["a"]}

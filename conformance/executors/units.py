@@ -60,10 +60,9 @@ class AdapterSpec:
     def build(self):
         kwargs = self.kwargs
         if self.variant:
-            from ..faulty_backends import CATALOGUE
-            return CATALOGUE[self.variant].adapter(device=kwargs.get("device") or "auto",
-                                                   timeout=kwargs.get("timeout", 120.0),
-                                                   engine_dir=kwargs.get("engine_dir"))
+            from ..adapters.faulty import FaultyAdapter
+            return FaultyAdapter(self.variant, device=kwargs.get("device") or "auto",
+                                 timeout=kwargs.get("timeout", 120.0), engine_dir=kwargs.get("engine_dir"))
         from ..adapters import make_adapter
         return make_adapter(self.backend, **kwargs)
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from conformance.adapters.faulty import FaultyAdapter
 from conformance.cases import discover
 from conformance.execute import run_case
-from conformance.faulty_backends import CATALOGUE
 from conformance.numerical_judge import Bounds, check_outputs, judge_request
 from conformance.verdicts import Verdict, headline_note, summarize
 from numerical_reference import reference_for
@@ -168,7 +168,7 @@ def test_the_bundled_backend_passes_and_a_wrong_lora_scale_fails_against_the_ref
     with the reference on every greedy request (each counted); a LoRA delta applied twice agrees
     with its own bypass replay but not with the weights."""
     case = _case("golden/id-lora-isolation")
-    faulty = CATALOGUE["wrong-lora-scale"].adapter(device="cpu")
+    faulty = FaultyAdapter("wrong-lora-scale", device="cpu")
     from conformance.adapters import make_adapter
     bundled = make_adapter("inprocess", device="cpu")
     result = run_case(case, bundled, bundled.capabilities())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.adapters.openai import OpenAIClient
-from conformance.faulty_backends.servers import SERVER_VARIANTS
+from faulty_backends.servers import SERVER_VARIANTS
 from conformance.peers.run_case import PeerContext, run_case
 from conformance.peers.scenarios import PeerCase, Step, chat
 from conformance.peers.server_info import ServerFacts, read_facts, vllm_cache_config

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from conformance.cli import main as kvconform
 from conformance.commands.selftest import check_of, observable_of
-from conformance.faulty_backends import CATALOGUE
-from conformance.faulty_backends.registry import variant
+from faulty_backends import CATALOGUE
+from faulty_backends.registry import variant
 from conformance.verdicts import Failure, Verdict
 from gpu_backend.prefix_cache import ContextCache
 
