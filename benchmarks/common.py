@@ -60,19 +60,22 @@ def machine() -> dict:
     return info
 
 
+PACKAGES = ("gpu_backend", "reference", "conformance", "numerical_reference", "faulty_backends")
+
+
 def code_provenance() -> dict:
-    """Which commit, and where gpu_backend / reference / conformance were imported from."""
+    """Which commit, whether the packages have uncommitted changes, and where each was imported from."""
     out = {}
     try:
         out["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                                        timeout=10).stdout.strip() or None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "gpu_backend", "reference", "conformance"],
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *PACKAGES],
                                cwd=ROOT, capture_output=True, text=True, timeout=10).stdout
         out["uncommitted_files"] = len(dirty.splitlines())
     except (OSError, subprocess.SubprocessError):
         pass
     import importlib.util
-    for pkg in ("gpu_backend", "reference", "conformance", "numerical_reference", "faulty_backends"):
+    for pkg in PACKAGES:
         spec = importlib.util.find_spec(pkg)
         out[pkg] = os.path.dirname(spec.origin) if spec and spec.origin else None
     return out

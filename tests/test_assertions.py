@@ -19,8 +19,7 @@ Key = tuple  # (module path, function name)
 
 
 def _modules() -> dict[Path, ast.Module]:
-    return {path: ast.parse(path.read_text(encoding="utf-8"), str(path)) for path in sorted(TESTS.rglob("*.py"))
-            if "test_cases" not in path.parts}
+    return {path: ast.parse(path.read_text(encoding="utf-8"), str(path)) for path in sorted(TESTS.rglob("*.py"))}
 
 
 def _helper_file(module: str | None, level: int, here: Path) -> Path | None:

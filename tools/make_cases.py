@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Write the runner's curated cases: tests/test_cases/{llm,vlm}_context_reuse.json and
-tests/test_cases/sections/<section>/*.json.
+"""Write the runner's curated cases: cases/{llm,vlm}_context_reuse.json and
+cases/sections/<section>/*.json.
 
     python tools/make_cases.py            # rewrite them (they are committed)
     python tools/make_cases.py --check    # exit 1 if a committed case differs from what this writes
 
-The cases complement the oracle's golden cases (tests/test_cases/golden/, hand-derived counts,
+The cases complement the oracle's golden cases (cases/golden/, hand-derived counts,
 mostly one generated token): they decode greedily for several tokens, so every case also
 checks CR-OUT-1 against a bypass replay, and they cover what needs a whole scenario: page
 boundaries at k*P-1, k*P, k*P+1, exact replays, multi-turn conversations that feed generated
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ROOT / "tests" / "test_cases"
+CASES = ROOT / "cases"
 sys.path.insert(0, str(ROOT))
 
 from conformance import scenarios  # noqa: E402
@@ -710,7 +710,7 @@ def tokenizer_cases() -> list[dict]:
 
 def template_and_emission_cases() -> list[dict]:
     """The request file's template switches and the tokens a sampler may emit, on the
-    `qwen3-bytes` tokenizer (tests/test_cases/media: Qwen3's chat template over one token per
+    `qwen3-bytes` tokenizer (cases/media: Qwen3's chat template over one token per
     byte, specials <|endoftext|> 256, <|im_start|> 257, <|im_end|> 258 (the EOS), <think> 259,
     </think> 260), so every count is the rendered text's bytes plus its specials."""
     engine = {"maxInputLen": 256, "maxKVCacheCapacity": 320, "maxKVPoolPages": 0, "tokensPerPage": 16,
@@ -958,7 +958,7 @@ def main(argv: list[str]) -> int:
         path.write_text(text)
     if check:
         for rel in stale:
-            print(f"stale: tests/test_cases/{rel} (run python tools/make_cases.py)")
+            print(f"stale: cases/{rel} (run python tools/make_cases.py)")
         return 1 if stale else 0
     print(f"wrote {len(all_cases())} cases under {CASES}")
     return 0

@@ -1,7 +1,7 @@
 """`kvconform run`: the conformance run (the kit's main job, spec/RUNNING.md).
 
 With no arguments: the bundled backend through its Python API (`inprocess`), every curated case
-under tests/test_cases, and the generated families, then a verdict table per spec section and a
+under cases/, and the generated families, then a verdict table per spec section and a
 report folder. The oracle is never a fallback backend: when the bundled backend cannot be
 imported the run stops (exit 2) with the import error; `--backend reference` runs the oracle
 against itself as an explicit self-check of the kit, and its report says that no backend was
@@ -90,7 +90,7 @@ def add_backend_arguments(parser: argparse.ArgumentParser, servers: bool = True)
 def _add_case_arguments(parser: argparse.ArgumentParser) -> None:
     c = parser.add_argument_group("cases")
     c.add_argument("--case", action="append", metavar="PATH",
-                   help="a case file or folder (repeatable; default: tests/test_cases)")
+                   help="a case file or folder (repeatable; default: cases/)")
     c.add_argument("-k", "--keyword", action="append", metavar="TEXT",
                    help="run cases whose id contains TEXT or matches it as a glob (repeatable)")
     c.add_argument("--section", action="append", metavar="NAME", help="spec section: ID, PLAN, MEDIA, PUB, ... (repeatable)")
@@ -119,7 +119,7 @@ def _add_case_arguments(parser: argparse.ArgumentParser) -> None:
     gen.add_argument("--min-batches", type=positive_int, default=MIN_BATCHES, metavar="N",
                      help=f"batches a family must judge to PASS (default {MIN_BATCHES}, at most --examples)")
     gen.add_argument("--save-regressions", action="store_true",
-                     help="also write generated reproducers to tests/test_cases/regressions/")
+                     help="also write generated reproducers to cases/regressions/")
     gen.add_argument("--timing", action="store_true",
                      help="also run the optional timing verdict (off by default: wall-clock time is noisy on shared "
                           "machines): a request reusing a long prefix must take under --timing-fraction of the "

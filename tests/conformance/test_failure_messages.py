@@ -15,7 +15,7 @@ from conformance.execute import run_case
 from conformance.verdicts import Verdict
 from gpu_backend.runtime import Runtime
 
-CASES = Path(__file__).resolve().parents[2] / "tests" / "test_cases"
+CASES = Path(__file__).resolve().parents[2] / "cases"
 
 
 def _run(case_path: str, adapter):

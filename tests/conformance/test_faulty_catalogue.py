@@ -152,7 +152,7 @@ def test_the_command_entry_point_refuses_an_unknown_variant_in_one_line(module, 
 def test_a_16_bit_digest_collides_on_the_birthday_case_and_the_bundled_one_does_not():
     """The weak-digest docstring's claim: the pages of sections/id/distinct-pages-birthday collide
     under a 16-bit key, and are all distinct under the bundled 256-bit key."""
-    doc = json.loads((ROOT / "tests/test_cases/sections/id/distinct-pages-birthday.json").read_text())
+    doc = json.loads((ROOT / "cases/sections/id/distinct-pages-birthday.json").read_text())
     texts = [r["messages"][0]["content"] for r in doc["requests"]]
     assert len(set(texts)) == len(texts)
     weak, strong = [], []

@@ -21,7 +21,7 @@ from conformance.materialize.relayout import CannotRelayout, apply_texts, relayo
 
 from case_helpers import case
 
-MEDIA = Path(__file__).resolve().parents[1] / "test_cases" / "media"
+MEDIA = Path(__file__).resolve().parents[2] / "cases" / "media"
 
 
 def engine(**args) -> dict:

@@ -26,7 +26,7 @@ from gpu_backend import build_engine
 from gpu_backend.request import parse_request_file
 
 ROOT = Path(__file__).resolve().parents[2]
-MEDIA = ROOT / "tests" / "test_cases" / "media"
+MEDIA = ROOT / "cases" / "media"
 sys.path.insert(0, str(ROOT / "tests" / "gpu_backend"))
 from np_reference import NumpyModel  # noqa: E402  (the backend tests' own float64 forward)
 

@@ -333,10 +333,23 @@ def test_a_case_with_a_missing_image_is_bad_input(tmp_path, capsys):
     assert str(path) in err and "$.requests[0].messages[0].content[1].image" in err
 
 
+def test_the_former_case_folder_still_names_the_cases(tmp_path, monkeypatch, capsys):
+    """tests/test_cases, the path the design card and older scripts name, is a link to cases/: a
+    case given by it runs with its media, and the report names it by its cases/ path."""
+    from conformance.cases import CASES_DIR
+    assert CASES_DIR == ROOT / "cases" and (ROOT / "tests" / "test_cases").resolve() == CASES_DIR
+    monkeypatch.chdir(ROOT)
+    assert kvconform(RUN + ["--backend", "reference", "--case", "tests/test_cases/sections/media/trim-split.json",
+                            "--report", str(tmp_path / "r")]) == 0
+    assert "SELF-CHECK PASSED" in capsys.readouterr().out
+    doc = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert [c["source"] for c in doc["cases"]] == ["cases/sections/media/trim-split.json"]
+
+
 def test_a_case_given_by_a_relative_path_finds_its_media(tmp_path, monkeypatch, capsys):
     """Media paths are relative to the case file; a relative --case path once joined them twice."""
-    monkeypatch.chdir(ROOT / "tests")
-    assert kvconform(RUN + ["--backend", "reference", "--case", "test_cases/sections/media/trim-split.json",
+    monkeypatch.chdir(ROOT)
+    assert kvconform(RUN + ["--backend", "reference", "--case", "cases/sections/media/trim-split.json",
                             "--report", str(tmp_path / "r")]) == 0
     assert "SELF-CHECK PASSED" in capsys.readouterr().out
 

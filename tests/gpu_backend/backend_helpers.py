@@ -12,7 +12,7 @@ from gpu_backend import Runtime
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[2]
-MEDIA = ROOT / "tests" / "test_cases" / "media"
+MEDIA = ROOT / "cases" / "media"
 SCHEMAS = ROOT / "spec" / "schemas"
 BUDGET = 1 << 20           # snapshot budgets that give plenty of slots
 

@@ -9,7 +9,7 @@ import reference
 from conformance.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = ROOT / "tests" / "test_cases"
+CASES = ROOT / "cases"
 GOLDEN = CASES / "golden"
 MEDIA = CASES / "media"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
