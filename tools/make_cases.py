@@ -5,6 +5,9 @@ cases/sections/<section>/*.json.
     python tools/make_cases.py            # rewrite them (they are committed)
     python tools/make_cases.py --check    # exit 1 if a committed case differs from what this writes
 
+Each file it writes starts with `"_generated_by": "tools/make_cases.py ..."`: change a case here,
+never in its JSON.
+
 The cases complement the oracle's golden cases (cases/golden/, hand-derived counts,
 mostly one generated token): they decode greedily for several tokens, so every case also
 checks CR-OUT-1 against a bypass replay, and they cover what needs a whole scenario: page
@@ -944,23 +947,46 @@ def all_cases() -> dict[str, dict]:
     return out
 
 
+GENERATED_BY = "tools/make_cases.py (edit the generator, then run python tools/make_cases.py; never this file)"
+"""The marker every case file this tool writes carries first (`_generated_by`, spec/RUNNING.md
+section 4): a test checks the committed files against what this tool writes, so a hand edit of
+the JSON is reverted by the next run."""
+
+
+def rendered() -> dict[str, str]:
+    """{path under cases/: the file's text} of every case this tool writes."""
+    return {rel: json.dumps({"_generated_by": GENERATED_BY, **doc}, indent=1) + "\n"
+            for rel, doc in all_cases().items()}
+
+
+def orphans(written: dict[str, str]) -> list[str]:
+    """Committed files that carry this tool's marker but that it no longer writes."""
+    out = []
+    for path in sorted(CASES.rglob("*.json")):
+        rel = str(path.relative_to(CASES))
+        if rel not in written and '"_generated_by": "tools/make_cases.py' in path.read_text(errors="replace"):
+            out.append(rel)
+    return out
+
+
 def main(argv: list[str]) -> int:
     check = "--check" in argv
-    stale = []
-    for rel, doc in all_cases().items():
+    written = rendered()
+    if check:
+        stale = [rel for rel, text in written.items()
+                 if not (CASES / rel).exists() or (CASES / rel).read_text() != text]
+        for rel in stale:
+            print(f"stale: cases/{rel} differs from what tools/make_cases.py writes: edit the generator "
+                  f"(tools/make_cases.py), not the JSON, then run python tools/make_cases.py")
+        for rel in orphans(written):
+            print(f"orphan: cases/{rel} carries the tools/make_cases.py marker, but the generator no longer "
+                  f"writes it: delete it, or give it back to the generator")
+        return 1 if stale or orphans(written) else 0
+    for rel, text in written.items():
         path = CASES / rel
-        text = json.dumps(doc, indent=1) + "\n"
-        if check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(rel)
-            continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    if check:
-        for rel in stale:
-            print(f"stale: cases/{rel} (run python tools/make_cases.py)")
-        return 1 if stale else 0
-    print(f"wrote {len(all_cases())} cases under {CASES}")
+    print(f"wrote {len(written)} cases under {CASES}")
     return 0
 
 
