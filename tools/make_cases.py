@@ -624,7 +624,7 @@ def catalogue_cases() -> list[dict]:
 def tokenizer_cases() -> list[dict]:
     """Engines with a real tokenizer (spec/hf-tokenizer.md) and a runtime's media counter
     (spec/media-tokens.md): the oracle tokenizes with the engine's own files and loader."""
-    tok = "../../../../spec/tokenizers/"
+    tok = "../../../spec/tokenizers/"
     mini = {"maxInputLen": 1024, "maxKVCacheCapacity": 1280, "maxKVPoolPages": 0, "tokensPerPage": 16,
             "tokenizer": tok + "phi-3-mini"}
     vision = {"maxInputLen": 2048, "maxKVCacheCapacity": 2304, "maxKVPoolPages": 0, "tokensPerPage": 16,
@@ -760,7 +760,7 @@ def counter_bound_cases() -> list[dict]:
     or that reserves no thumbnail tile, counts one of them differently. Every count is derived
     by hand in the case's description; the prompt adds 4 ids (<|image|> What ▁is ▁shown ?)."""
     vision = {"maxInputLen": 2048, "maxKVCacheCapacity": 2304, "maxKVPoolPages": 0, "tokensPerPage": 16,
-              "tokenizer": "../../../../spec/tokenizers/phi-3-vision", "tokenizerLoader": "transformers-auto",
+              "tokenizer": "../../../spec/tokenizers/phi-3-vision", "tokenizerLoader": "transformers-auto",
               "vision": True}
     ask = {"type": "text", "text": "\nWhat is shown?"}
     one = dict(GREEDY, max_generate_length=1)
@@ -836,7 +836,7 @@ def large_image_cases() -> list[dict]:
     encoder rows of millions of samples (spec/engine.md section 5: their resampling positions
     must be exact). The counts are derived by hand in each description."""
     vision = {"maxInputLen": 2048, "maxKVCacheCapacity": 2304, "maxKVPoolPages": 0, "tokensPerPage": 16,
-              "tokenizer": "../../../../spec/tokenizers/phi-3-vision", "tokenizerLoader": "transformers-auto",
+              "tokenizer": "../../../spec/tokenizers/phi-3-vision", "tokenizerLoader": "transformers-auto",
               "vision": True}
     ask = {"type": "text", "text": "\nWhat is shown?"}
     qwen = ("900 x 912 image (2,462,400 samples): 900 = 32 * 28 + 4 rounds to 896, 912 = 32 * 28 + 16 to 924; "
