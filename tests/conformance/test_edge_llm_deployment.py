@@ -79,7 +79,7 @@ def run(deployment, capsys, name: str, cases=None, family=True) -> tuple[int, st
         return RUNS[name]
     described = root / "described.json"
     if not described.exists():
-        assert kvconform(["describe", "--engineDir", str(engine), "--output", str(described)]) == 0
+        assert kvconform(["describe", "--engine-dir", str(engine), "--output", str(described)]) == 0
     argv = ["run", "--backend", "command", "--executable", f"{sys.executable} {STAND_IN}", "--engine-dir", str(engine),
             "--engine-config", str(described), "--families", "text", "--examples", "3", "--min-batches", "2",
             "--budget-seconds", "30", "--no-progress", "--jobs", "2", "--report", str(root / name)]
