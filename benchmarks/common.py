@@ -81,26 +81,6 @@ def code_provenance() -> dict:
     return out
 
 
-class Timer:
-    """Accumulating wall-clock timer: `with t: ...`; t.total, t.count."""
-
-    def __init__(self):
-        self.total, self.count = 0.0, 0
-
-    def __enter__(self):
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        self.total += time.perf_counter() - self._t0
-        self.count += 1
-
-
-def venv_python() -> str:
-    """The interpreter to start subprocesses with: the one running the benchmark."""
-    return sys.executable
-
-
 def run_json(cmd, **kw) -> dict:
     """Run a command that prints one JSON object as its last stdout line."""
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)

@@ -49,9 +49,9 @@ class MediaTrimOnce(ContextCache):
     the kit's power study, caught before only at a larger generated budget).
     """
 
-    def _trim_media(self, ident, r: int, matched: int, kind: str, same_item):
+    def _trim_media(self, ident, r: int, matched: int, kind: str, splits_media):
         if r > 0 and ident.spans:
-            if same_item(r - 1, r):                                 # DEFECT: `if`, not `while`
+            if splits_media(r - 1, r):                                 # DEFECT: `if`, not `while`
                 r -= self.P
             matched, kind = r, ("standard" if r > 0 else "no_reusable_prefix")
         return r, matched, kind

@@ -22,11 +22,11 @@ class HitCountedAtLookup(ContextCache):
     retry double-counts) and vLLM #25780 (recomputation counted as prefix hits).
     """
 
-    def admit(self, ident, n, *, bypass, media_aware, same_item):
+    def admit(self, ident, n, *, bypass, media_aware, splits_media):
         looked_up = self.enabled and not bypass and self.kind == "vanilla"
         found = len(self._lookup(ident, n // self.P)) if looked_up else 0
         hits = self.m.hits
-        got = super().admit(ident, n, bypass=bypass, media_aware=media_aware, same_item=same_item)
+        got = super().admit(ident, n, bypass=bypass, media_aware=media_aware, splits_media=splits_media)
         if got is not None and found and self.m.hits == hits:
             self.m.hits += 1                                                           # DEFECT
         return got
@@ -35,10 +35,10 @@ class HitCountedAtLookup(ContextCache):
 class _PerBatchMediaCache(ContextCache):
     batch_counted = False
 
-    def admit(self, ident, n, *, bypass, media_aware, same_item):
+    def admit(self, ident, n, *, bypass, media_aware, splits_media):
         count = media_aware and not self.batch_counted                                 # DEFECT
         self.batch_counted = self.batch_counted or media_aware
-        return super().admit(ident, n, bypass=bypass, media_aware=count, same_item=same_item)
+        return super().admit(ident, n, bypass=bypass, media_aware=count, splits_media=splits_media)
 
 
 @variant("media-aware-per-batch", "metrics")

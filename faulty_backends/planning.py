@@ -37,7 +37,7 @@ class FullHitZeroTokenPrefill(ContextCache):
     the fix caps the match at len - 1 as SGLang does).
     """
 
-    def _plan_vanilla(self, ident, n, total, same_item) -> Plan:
+    def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
         P = self.P
         kept = self._lookup(ident, n // P)
         m = len(kept)
@@ -45,7 +45,7 @@ class FullHitZeroTokenPrefill(ContextCache):
         kind = "standard" if m else "no_reusable_prefix"      # DEFECT: no CR-PLAN-2 rewind
         r = len(kept) * P
         demand = total - len(kept)
-        r, matched, kind = self._trim_media(ident, r, matched, kind, same_item)
+        r, matched, kind = self._trim_media(ident, r, matched, kind, splits_media)
         return Plan(kind, matched, r, kept, demand)
 
 
@@ -60,7 +60,7 @@ class FullHitReplaysLastToken(ContextCache):
     the block-hash chain; fixed by recomputing the whole last block).
     """
 
-    def _plan_vanilla(self, ident, n, total, same_item) -> Plan:
+    def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
         P, full = self.P, n // self.P
         kept = self._lookup(ident, full)
         m = len(kept)
@@ -71,7 +71,7 @@ class FullHitReplaysLastToken(ContextCache):
         else:
             kind = "standard" if m else "no_reusable_prefix"
         demand = total - len(kept)
-        r, matched, kind = self._trim_media(ident, r, matched, kind, same_item)
+        r, matched, kind = self._trim_media(ident, r, matched, kind, splits_media)
         return Plan(kind, matched, r, kept, demand)
 
 
@@ -85,7 +85,7 @@ class RewindNonAligned(ContextCache):
     instead of the token count (related: vLLM #54607, alignment floors on hits).
     """
 
-    def _plan_vanilla(self, ident, n, total, same_item) -> Plan:
+    def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
         P, full = self.P, n // self.P
         kept = self._lookup(ident, full)
         m = len(kept)
@@ -97,7 +97,7 @@ class RewindNonAligned(ContextCache):
             kind = "standard" if m else "no_reusable_prefix"
         r = len(kept) * P
         demand = total - len(kept)
-        r, matched, kind = self._trim_media(ident, r, matched, kind, same_item)
+        r, matched, kind = self._trim_media(ident, r, matched, kind, splits_media)
         return Plan(kind, matched, r, kept, demand)
 
 
@@ -112,7 +112,7 @@ class MediaTrimMissing(ContextCache):
     `trimMediaBoundaryPages` (edge-llm-0.10-semantics.md section 3.2).
     """
 
-    def _plan_vanilla(self, ident, n, total, same_item) -> Plan:
+    def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
         return super()._plan_vanilla(ident, n, total, lambda a, b: False)   # DEFECT: never splits
 
 
@@ -128,11 +128,11 @@ class TrimAtTextBoundaries(ContextCache):
     positions turns it into a trim of every boundary.
     """
 
-    def _plan_vanilla(self, ident, n, total, same_item) -> Plan:
+    def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
         item = _media_positions(ident)
 
         def splits(a, b):                                     # DEFECT: text|text counts as a split
-            return same_item(a, b) or (item(a) is None and item(b) is None)
+            return splits_media(a, b) or (item(a) is None and item(b) is None)
         return super()._plan_vanilla(ident, n, total, splits)
 
 
@@ -145,7 +145,7 @@ class TrimAnyMediaPair(ContextCache):
     Mirrors: Edge-LLM 0.10 `trimMediaBoundaryPages` ("both positions media", spec Appendix B).
     """
 
-    def _plan_vanilla(self, ident, n, total, same_item) -> Plan:
+    def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
         item = _media_positions(ident)
         return super()._plan_vanilla(ident, n, total,          # DEFECT: any two media positions
                                      lambda a, b: item(a) is not None and item(b) is not None)
@@ -171,8 +171,8 @@ class _PartialReuseCache(ContextCache):
                 self.children.setdefault((keys[i - 1] if i else ROOT, ident.adapter), {})[key] = tokens
         return status
 
-    def _plan_vanilla(self, ident, n, total, same_item) -> Plan:
-        plan = super()._plan_vanilla(ident, n, total, same_item)
+    def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
+        plan = super()._plan_vanilla(ident, n, total, splits_media)
         plan.donor = None
         if plan.kind == "full_input_rewind" or ident.spans:
             return plan

@@ -58,10 +58,10 @@ class BypassLooksUp(ContextCache):
     position computed were still served cached positions; peer-systems section F row 25).
     """
 
-    def plan(self, ident, n, *, bypass, same_item):
+    def plan(self, ident, n, *, bypass, splits_media):
         if not bypass or not self.enabled:
-            return super().plan(ident, n, bypass=bypass, same_item=same_item)
-        plan = super().plan(ident, n, bypass=False, same_item=same_item)         # DEFECT: looks up
+            return super().plan(ident, n, bypass=bypass, splits_media=splits_media)
+        plan = super().plan(ident, n, bypass=False, splits_media=splits_media)         # DEFECT: looks up
         plan.bypass = True
         return plan
 

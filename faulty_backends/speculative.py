@@ -51,8 +51,8 @@ class LastPairedPageNotReplayed(ContextCache):
     #11186 (the last page of a full hit is recomputed whole).
     """
 
-    def _plan_paired(self, ident, n, total, same_item):
-        plan = super()._plan_paired(ident, n, total, same_item)
+    def _plan_paired(self, ident, n, total, splits_media):
+        plan = super()._plan_paired(ident, n, total, splits_media)
         if not plan.replayed or plan.kind == "full_input_rewind" or ident.spans:
             return plan
         k = plan.matched // self.P

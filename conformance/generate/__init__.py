@@ -44,7 +44,7 @@ RULES = {
 }
 
 
-def supported(family: str, manifest: dict) -> list[str]:
+def missing_capabilities(family: str, manifest: dict) -> list[str]:
     """What the family needs and the manifest lacks (empty: it can run)."""
     models, vision = FAMILIES[family]
     missing = []
@@ -60,7 +60,7 @@ def cannot_run(family: str, adapter: Adapter, manifest: dict | None) -> str:
     lacks, or what the engine under test lacks."""
     if manifest is None:
         return ""                                # an ERROR, decided when the family runs
-    missing = supported(family, manifest)
+    missing = missing_capabilities(family, manifest)
     if missing:
         return f"the backend does not declare {', '.join(missing)}"
     fixed = adapter.fixed_engine()
