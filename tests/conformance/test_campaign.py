@@ -85,7 +85,7 @@ def test_a_campaign_reports_its_throughput(campaign):
 
 
 def test_a_campaign_writes_its_page_with_the_shrunk_reproducers_page_map(campaign):
-    from html_checks import embedded_page_maps, html_problems
+    from tests.helpers.html_checks import embedded_page_maps, html_problems
     _, folder = campaign
     doc = _report(folder)
     page = (folder / "report.html").read_text()

@@ -25,9 +25,10 @@ import pytest
 
 from conformance.cli import main as kvconform
 from conformance.report import check_report
+from tests.helpers import HELPERS
 
 ROOT = Path(__file__).resolve().parents[2]
-STAND_IN = Path(__file__).with_name("edge_llm_stand_in.py")
+STAND_IN = HELPERS / "edge_llm_stand_in.py"
 PHI3 = ROOT / "spec" / "tokenizers" / "phi-3-mini"
 
 BUILDER = {"max_input_len": 1024, "spec_draft": False, "spec_base": False, "max_batch_size": 1, "max_lora_rank": 0,

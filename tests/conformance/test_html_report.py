@@ -26,8 +26,8 @@ from conformance.pagemap import MAX_REQUESTS, first_difference
 from conformance.report import check_report
 from conformance.verdicts import Failure
 
-from html_checks import ARTIFACTS, chromium, embedded_page_maps, html_problems
-from peer_servers import build_engine, run_peers, serving
+from tests.helpers.html_checks import ARTIFACTS, chromium, embedded_page_maps, html_problems
+from tests.helpers.peer_servers import build_engine, run_peers, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANT = "media-trim-missing"

@@ -22,13 +22,12 @@ from numerical_reference.forward import Forward, audio_rows, image_rows, round_f
 from numerical_reference.layout import LayoutError, load_weights
 from numerical_reference.scoring import Scored, Step
 from numerical_reference.source import CommandReference, ReferenceUnavailable, WeightsReference
+from tests.helpers.np_reference import NumpyModel  # the backend tests' own float64 forward
 from gpu_backend import build_engine
 from gpu_backend.request import parse_request_file
 
 ROOT = Path(__file__).resolve().parents[2]
 MEDIA = ROOT / "cases" / "media"
-sys.path.insert(0, str(ROOT / "tests" / "gpu_backend"))
-from np_reference import NumpyModel  # noqa: E402  (the backend tests' own float64 forward)
 
 BUILD = dict(maxInputLen=40, maxKVCacheCapacity=48, maxKVPoolPages=0, tokensPerPage=4, maxBatchSize=2,
              vision=True, audio=True, loraAdapters=["a"])

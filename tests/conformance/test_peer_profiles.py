@@ -12,7 +12,7 @@ from faulty_backends.servers import SERVER_VARIANTS
 from gpu_backend.serve import make_peer
 from reference.peers import SETTINGS
 
-from peer_servers import build_engine, run_peers, serving
+from tests.helpers.peer_servers import build_engine, run_peers, serving
 
 LOADER = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto",
           "trtllm-kv-reuse": "transformers-auto"}

@@ -20,7 +20,7 @@ from conformance.verdicts import CaseResult, Verdict
 from gpu_backend.serve import make_peer
 from reference.peers import check_settings
 
-from peer_servers import PHI3, build_engine, run_peers, serving
+from tests.helpers.peer_servers import PHI3, build_engine, run_peers, serving
 
 LOADER = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto",
           "trtllm-kv-reuse": "transformers-auto"}

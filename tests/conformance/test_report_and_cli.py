@@ -9,8 +9,8 @@ from conformance.execute import run_case
 from conformance.report import Report, check_report, verdict_table
 from conformance.verdicts import Verdict
 
-from case_helpers import case
-from mutants import MutantAdapter
+from tests.helpers.cases import case
+from tests.helpers.mutants import MutantAdapter
 
 
 def test_report_files_are_valid(tmp_path, reference_adapter, reference_manifest):

@@ -20,11 +20,12 @@ from conformance.execute import run_case
 from conformance.generate import run_generated
 from conformance.verdicts import Verdict
 
-from case_helpers import case
-from mutants import MutantAdapter
+from tests.helpers import HELPERS
+from tests.helpers.cases import case
+from tests.helpers.mutants import MutantAdapter
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE = Path(__file__).with_name("fake_llm_inference.py")
+FAKE = HELPERS / "fake_llm_inference.py"
 RUN = ["run", "--no-progress"]
 
 
@@ -125,7 +126,7 @@ def test_an_option_of_another_adapter_is_bad_input(argv, words, tmp_path, capsys
 
 @pytest.fixture
 def fake_backend(tmp_path, monkeypatch, reference_manifest):
-    """Command-adapter options for tests/conformance/fake_llm_inference.py (an llm_inference
+    """Command-adapter options for tests/helpers/fake_llm_inference.py (an llm_inference
     stand-in that misbehaves as KVCONFORM_FAKE_MODE says)."""
     monkeypatch.setenv("KVCONFORM_CACHE", str(tmp_path / "cache"))
     caps = tmp_path / "caps.json"

@@ -6,7 +6,7 @@ with P = 4 and the chat template off (one character = one token).
 import os
 import pytest
 
-from backend_helpers import counters, facts, run, runtime, texts
+from tests.helpers.backend import counters, facts, run, runtime, texts
 from gpu_backend.prefix_cache import ContextCache
 
 NO_EOS = {"257": -100}

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from backend_helpers import MEDIA, ROOT, schema_validator
+from tests.helpers.backend import MEDIA, ROOT, schema_validator
 
 
 def cli(*args, cwd=None):

@@ -3,7 +3,7 @@ off) says what the CPU says, and what the kit's float64 reference says."""
 import pytest
 import torch
 
-from backend_helpers import MEDIA, runtime, texts
+from tests.helpers.backend import MEDIA, runtime, texts
 
 pytestmark = pytest.mark.gpu
 

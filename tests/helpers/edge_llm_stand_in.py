@@ -18,10 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from conformance.adapters.base import Engine  # noqa: E402
-from conformance.adapters.reference import ReferenceSession  # noqa: E402
+from conformance.adapters.base import Engine
+from conformance.adapters.reference import ReferenceSession
 
 PRINTED = ("request_idx", "batch_idx", "output_text", "finish_reason")
 INTS = ("contextCacheMaxRecords", "contextCacheRecurrentSnapshotPoolBytes", "contextCachePartialKVSnapshotPoolBytes",

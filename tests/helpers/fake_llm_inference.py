@@ -22,11 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from conformance.adapters.base import Engine  # noqa: E402
-from conformance.adapters.reference import ReferenceSession  # noqa: E402
-from reference import InputError, engine_from_build_args  # noqa: E402
+from conformance.adapters.base import Engine
+from conformance.adapters.reference import ReferenceSession
+from reference import InputError, engine_from_build_args
 
 MODES = {
     "ok": "a conformant backend",

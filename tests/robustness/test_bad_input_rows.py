@@ -22,8 +22,8 @@ import os
 
 import pytest
 
-import fixtures
-import harness
+from tests.robustness import fixtures
+from tests.robustness import harness
 import gpu_backend.runtime
 import reference
 from gpu_backend import build_engine

@@ -22,9 +22,9 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import fixtures
-import harness
-import schemagen
+from tests.robustness import fixtures
+from tests.robustness import harness
+from tests.robustness import schemagen
 from conformance.schemas import read_json
 from conformance.errors import KvconformError
 

@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-import fixtures
-import harness
+from tests.robustness import fixtures
+from tests.robustness import harness
 
 COMMITTED_BAD = {
     "bad_corrupt.png": "corrupt PNG (bad IHDR CRC)", "bad_truncated.png": "truncated PNG",
