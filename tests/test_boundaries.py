@@ -12,6 +12,8 @@ resolved to the module they name):
     faulty_backends/      gpu_backend/, torch, numpy and the standard library only: never
                           reference/ (a faulty backend is a mutated bundled backend, independent
                           of the oracle) and never conformance/
+    conformance/          reaches the bundled backend only through its adapters
+                          (conformance/adapters/), as it reaches any backend
     conformance/peers/    imported only by conformance/commands/ (a second runner on the
                           runner's verdicts and report, not a part the runner depends on)
 """
@@ -100,6 +102,15 @@ def test_the_numerical_reference_uses_only_numpy_its_file_readers_and_the_oracle
 def test_the_faulty_backends_derive_only_from_the_bundled_backend():
     offenders = outside(STDLIB | {"faulty_backends", "gpu_backend", "torch", "numpy"}, "faulty_backends")
     assert not offenders, f"faulty_backends/ imports beyond its rule: {offenders}"
+
+
+def test_the_runner_reaches_the_bundled_backend_only_through_its_adapters():
+    """An external runtime plugs in exactly like the bundled one: nothing of the runner but an
+    adapter knows it is Python."""
+    found = importers_of("gpu_backend", ["conformance"])
+    offenders = sorted(f for f in found if not f.startswith("conformance/adapters/"))
+    assert not offenders, f"only conformance/adapters/ may import gpu_backend: {offenders}"
+    assert found, "the inprocess adapter no longer imports the bundled backend"
 
 
 PEERS = "conformance.peers"

@@ -1,4 +1,4 @@
-"""The command lines (ARCHITECTURE.md section 4): files, exit codes and one-line errors.
+"""The command lines (docs/ARCHITECTURE.md section 4): files, exit codes and one-line errors.
 
 Subprocesses are slow (torch import), so each test checks one path end to end.
 """

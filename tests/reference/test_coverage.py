@@ -1,4 +1,4 @@
-"""Rule coverage both ways, and the oracle's stdlib-only rule (ARCHITECTURE.md section 1).
+"""Rule coverage both ways, and the oracle's stdlib-only rule (docs/ARCHITECTURE.md section 2).
 
 Every rule id defined by spec/context-reuse.md must be cited by a docstring of reference/ and
 by at least one case under cases/; no docstring or case may cite an id the spec
