@@ -16,7 +16,8 @@ def layout_problems(root: Path = TESTS) -> list[str]:
     A folder named like a package of the repository (tests/conformance) is that package's name."""
     files = python_files(root)
     packages = {p.stem for p in root.parent.iterdir() if p != root}
-    bare = ({p.stem for p in files if p.stem != "__init__"} | {p.parent.name for p in files if p.parent != root}) - packages
+    folders = {p.parent.name for p in files if p.parent != root}
+    bare = ({p.stem for p in files if p.stem != "__init__"} | folders) - packages
     problems = [f"{folder.relative_to(root.parent)}/ has no __init__.py"
                 for folder in sorted({p.parent for p in files}) if not (folder / "__init__.py").exists()]
     for path in files:
