@@ -265,7 +265,8 @@ class ContextCache:
 
     def _trim_media(self, ident, r: int, matched: int, kind: str, splits_media):
         """CR-MEDIA-3/4: a media-aware plan reusing r > 0 gives back pages while the boundary
-        splits one item, then is restated (matched := r, kind by r); returns (r, matched, kind)."""
+        splits media (`splits_media`), then is restated (matched := r, kind by r); returns (r,
+        matched, kind)."""
         if r > 0 and ident.spans:
             while r > 0 and splits_media(r - 1, r):
                 r -= self.P
