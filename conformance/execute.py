@@ -22,7 +22,7 @@ from .adapters.base import (Adapter, AdapterError, BuildRefused, Engine, RunResu
 from .cases import Case, bypass_replay_of, materialize, resolve_outputs, template_refs
 from .engines import cache_root, digest
 from .materialize import NotExpressible, materialize_for
-from .numerics import check_outputs
+from .numerical_judge import check_outputs
 from .compare import (MISSING, REQUEST_FIELDS, check_shape, compare_outputs, compare_profile, compare_requests,
                       dotted_get, leaves)
 from .errors import KvconformError

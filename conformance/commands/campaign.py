@@ -11,7 +11,7 @@ format of `kvconform run`: one entry per family that showed no failure, one per 
 failure, and a `campaign` block with the counts), junit.xml, summary.md with the throughput
 (scenarios per minute, per worker), and reproducers/.
 
-`--variant NAME` drives a faulty backend of the catalogue (conformance/faulty_backends) in place
+`--variant NAME` drives a faulty backend of the catalogue (faulty_backends) in place
 of the bundled one: a check that the campaign finds what it should.
 
 Exit code 0 when no failure was found and every family judged `--min-batches` batches, 1
@@ -120,7 +120,7 @@ def _check_variant(name: str, backend: str) -> None:
     if backend != "inprocess":
         raise KvconformError(f"--variant applies to the bundled backend (--backend inprocess), not to --backend {backend}")
     try:
-        from ..faulty_backends import CATALOGUE
+        from faulty_backends import CATALOGUE
     except ImportError as e:
         raise KvconformError(f"the faulty backends need the bundled backend and torch: {e}") from None
     if name not in CATALOGUE:

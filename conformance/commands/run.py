@@ -1,7 +1,7 @@
 """`kvconform run`: the conformance run (the kit's main job, spec/RUNNING.md).
 
 With no arguments: the bundled backend through its Python API (`inprocess`), every curated case
-under tests/test_cases, and the generated families, then a verdict table per spec section and a
+under cases/, and the generated families, then a verdict table per spec section and a
 report folder. The oracle is never a fallback backend: when the bundled backend cannot be
 imported the run stops (exit 2) with the import error; `--backend reference` runs the oracle
 against itself as an explicit self-check of the kit, and its report says that no backend was
@@ -92,7 +92,7 @@ def add_backend_arguments(parser: argparse.ArgumentParser, servers: bool = True)
 def _add_case_arguments(parser: argparse.ArgumentParser) -> None:
     c = parser.add_argument_group("case selection")
     c.add_argument("--case", action="append", metavar="PATH",
-                   help="a case file or folder (repeatable; default: tests/test_cases)")
+                   help="a case file or folder (repeatable; default: cases/)")
     c.add_argument("-k", "--keyword", action="append", metavar="TEXT",
                    help="run cases whose id contains TEXT or matches it as a glob (repeatable)")
     c.add_argument("--section", action="append", metavar="NAME", help="spec section: ID, PLAN, MEDIA, PUB, ... (repeatable)")
@@ -114,7 +114,7 @@ def _add_case_arguments(parser: argparse.ArgumentParser) -> None:
     gen.add_argument("--min-batches", type=positive_int, default=MIN_BATCHES, metavar="N",
                      help=f"batches a family must judge to PASS (default {MIN_BATCHES}, at most --examples)")
     gen.add_argument("--save-regressions", action="store_true",
-                     help="also write generated reproducers to tests/test_cases/regressions/")
+                     help="also write generated reproducers to cases/regressions/")
     v = parser.add_argument_group("verdicts")
     v.add_argument("--fail-fast", action="store_true",
                    help="screening: the curated cases first, cheapest first, then the generated families, and "
@@ -422,7 +422,7 @@ def main(args) -> int:
             execute(plan, adapter, report, progress=not args.no_progress, jobs=args.jobs,
                     rerun=lambda path: rerun_command(args, backend, path), fail_fast=args.fail_fast)
         if args.timing and not self_check and "timing/reuse-is-real" not in {r.id for r in report.results}:
-            from ..numerics.timing import timing_verdict                 # "reuse is real", optional
+            from ..reuse_timing import timing_verdict                       # "reuse is real", optional
             report.add(timing_verdict(adapter, manifest, fraction=args.timing_fraction))
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)

@@ -66,8 +66,8 @@ PY = shlex.quote(sys.executable)
 CORRECT = f'exec {PY} -m gpu_backend infer "$@"'
 # reuses more than it may: every page of a full hit (attention), a checkpoint of another prefix
 # that differs only in its partial page (hybrid)
-TOO_MUCH = {"attention": f'exec {PY} -m conformance.faulty_backends full-hit-replays-last-token infer "$@"',
-            "hybrid": f'exec {PY} -m conformance.faulty_backends checkpoint-partial-page-ignored infer "$@"'}
+TOO_MUCH = {"attention": f'exec {PY} -m faulty_backends full-hit-replays-last-token infer "$@"',
+            "hybrid": f'exec {PY} -m faulty_backends checkpoint-partial-page-ignored infer "$@"'}
 # runs correctly, then reports one more hit than it had
 MISCOUNT = (f'{PY} -m gpu_backend infer "$@"; rc=$?\n'
             'while [ $# -gt 0 ]; do [ "$1" = --profileOutputFile ] && prof=$2; shift; done\n'

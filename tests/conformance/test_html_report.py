@@ -26,8 +26,8 @@ from conformance.pagemap import MAX_REQUESTS, first_difference
 from conformance.report import check_report
 from conformance.verdicts import Failure
 
-from html_checks import ARTIFACTS, chromium, embedded_page_maps, html_problems
-from peer_servers import build_engine, run_peers, serving
+from tests.helpers.html_checks import ARTIFACTS, chromium, embedded_page_maps, html_problems
+from tests.helpers.peer_servers import build_engine, run_peers, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANT = "media-trim-missing"
@@ -59,10 +59,10 @@ def _assert_page(doc: dict, page: str) -> None:
 @pytest.fixture(scope="module")
 def failing(tmp_path_factory):
     """A run of the faulty variant: trim-split FAILs (CR-MEDIA-3), a text-only case PASSes."""
-    from conformance.faulty_backends import CATALOGUE
+    from conformance.adapters.faulty import FaultyAdapter
     folder = tmp_path_factory.mktemp("html") / "faulty"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(run_command, "make_adapter", lambda *a, **k: CATALOGUE[VARIANT].adapter(device="cpu"))
+        mp.setattr(run_command, "make_adapter", lambda *a, **k: FaultyAdapter(VARIANT, device="cpu"))
         code = kvconform(["run", "--no-generated", "--no-progress", "-k", FAILING, "-k", PASSING,
                           "--report", str(folder)])
     assert code == 1
@@ -155,7 +155,7 @@ def test_a_merge_of_shards_renders(tmp_path):
 @pytest.fixture(scope="module")
 def peer_failing(tmp_path_factory):
     """The bundled server's vllm-partial-block variant: it counts a partial block as cached."""
-    from conformance.faulty_backends.servers import SERVER_VARIANTS
+    from faulty_backends.servers import SERVER_VARIANTS
     folder = tmp_path_factory.mktemp("peer-html")
     variant = SERVER_VARIANTS["vllm-partial-block"]
     peer = variant.peer(build_engine(folder, "transformers-auto"))
