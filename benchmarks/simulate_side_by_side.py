@@ -1,0 +1,111 @@
+"""`kvconform simulate` of two checkouts of the kit, side by side in one run.
+
+A change meant to make the command faster is measured against the tree before it, on the same
+trace, in the same minutes: runs of the two trees alternate (old, new, old, new, ...), each a
+fresh process pinned to one core, and the table gives each tree's median wall time and tokens/s
+and their ratio. Both trees' outputs must be byte-identical, so a speed-up that changes a
+prediction fails the benchmark instead of being recorded.
+
+    git worktree add /tmp/kit-before <commit>
+    .venv/bin/python -m benchmarks.simulate_side_by_side --old /tmp/kit-before --new . \
+        --requests 10000 --reps 7 --json benchmarks/results/simulate-side-by-side.json
+
+Each tree runs with the same interpreter (this one) and its own source first on PYTHONPATH.
+"""
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gpu_backend.engine_build import make_config
+
+from .common import code_provenance, loadavg, machine, median
+from .trace import TraceModel, oracle_engine_args, write_trace
+
+
+def _pin() -> list:
+    return ["taskset", "-c", str(min(os.sched_getaffinity(0)))] if shutil.which("taskset") else []
+
+
+def _revision(tree: Path) -> str:
+    out = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "?"
+
+
+def _simulate(tree: Path, engine: str, trace: str, out_dir: str, records: int) -> float:
+    env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
+    cmd = _pin() + [sys.executable, "-m", "conformance.cli", "simulate", "--engineConfig", engine,
+                    "--inputFile", trace, "--outputFile", os.path.join(out_dir, "predictions.json"),
+                    "--profileOutputFile", os.path.join(out_dir, "profile.json"), "--enableContextReuse",
+                    "--contextCacheMaxRecords", str(records), "--dumpProfile"]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, cwd=out_dir, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def run(old: Path, new: Path, *, requests: int, reps: int, seed: int = 0, records: int = 1024,
+        pages: int = 4096) -> dict:
+    with tempfile.TemporaryDirectory(prefix="kvconform-side-by-side-") as tmp:
+        model = TraceModel(seed)
+        engine = os.path.join(tmp, "engine.json")
+        with open(engine, "w") as f:
+            json.dump(make_config(oracle_engine_args(model.max_tokens, pool_pages=pages)), f)
+        trace = os.path.join(tmp, "trace.json")
+        stats = write_trace(trace, requests, seed=seed)
+        dirs = {"old": os.path.join(tmp, "old"), "new": os.path.join(tmp, "new")}
+        for d in dirs.values():
+            os.mkdir(d)
+        seconds = {"old": [], "new": []}
+        for rep in range(reps):
+            for name, tree in (("old", old), ("new", new)):
+                seconds[name].append(_simulate(tree, engine, trace, dirs[name], records))
+            print(f"rep {rep + 1}: old {seconds['old'][-1]:.2f} s, new {seconds['new'][-1]:.2f} s", file=sys.stderr)
+        for f in ("predictions.json", "profile.json"):
+            if not filecmp.cmp(os.path.join(dirs["old"], f), os.path.join(dirs["new"], f), shallow=False):
+                raise SystemExit(f"simulate_side_by_side: {f} differs between the two trees: not a speed-up")
+    tokens = stats["prompt_tokens"]
+    row = lambda name, tree: {"tree": str(tree), "revision": _revision(tree), "seconds": seconds[name],
+                              "median_s": median(seconds[name]), "tokens_per_s": tokens / median(seconds[name])}
+    result = {"requests": requests, "prompt_tokens": tokens, "reps": reps, "pinned": bool(_pin()),
+              "old": row("old", old), "new": row("new", new), "machine": machine(), "loadavg": loadavg(),
+              "code": code_provenance()}
+    result["speedup"] = result["old"]["median_s"] / result["new"]["median_s"]
+    return result
+
+
+def table(r: dict) -> str:
+    lines = [f"`kvconform simulate`, {r['requests']:,} requests ({r['prompt_tokens'] / 1e6:.1f}M tokens), "
+             f"{r['reps']} alternating runs each, one core:", "",
+             "| tree | revision | median wall | CLI tokens/s |", "|---|---|---|---|"]
+    for name in ("old", "new"):
+        t = r[name]
+        lines.append(f"| {name} | {t['revision']} | {t['median_s']:.2f} s | {t['tokens_per_s'] / 1e6:.1f}M |")
+    lines.append(f"\nnew / old speed: {r['speedup']:.2f}x (outputs byte-identical)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--old", type=Path, required=True, help="the checkout before the change")
+    ap.add_argument("--new", type=Path, default=Path("."), help="the checkout with it (default: .)")
+    ap.add_argument("--requests", type=int, default=10000)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--json", type=Path, help="also write the result here")
+    a = ap.parse_args(argv)
+    r = run(a.old, a.new, requests=a.requests, reps=a.reps)
+    print(table(r))
+    if a.json:
+        a.json.write_text(json.dumps(r, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
