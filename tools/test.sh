@@ -16,8 +16,8 @@ if [ "${GPUS:-0}" -gt 0 ] && [ "$#" -eq 0 ]; then
   # A GPU machine: the CPU tests on every core, then the CUDA tests one worker per GPU (workers
   # sharing one device would contend for its memory and time each other's kernels).
   rc=0
-  "$PY" -m pytest -n "$WORKERS" -q -m 'not slow and not ray and not external and not gpu' || rc=$?
+  "$PY" -m pytest -n "$WORKERS" --dist worksteal -q -m 'not slow and not ray and not external and not gpu' || rc=$?
   "$PY" -m pytest -n "$GPUS" -q -m 'gpu and not slow' || rc=$((rc ? rc : $?))
   exit "$rc"
 fi
-exec "$PY" -m pytest -n "$WORKERS" -q "$@"
+exec "$PY" -m pytest -n "$WORKERS" --dist worksteal -q "$@"
