@@ -141,7 +141,7 @@ class Runner:
         if not getattr(self.adapter, "sessions", False):
             self.settle(Verdict.NOT_SUPPORTED, "the case sends several request files to one runtime instance "
                                                "(_policy_switch); this adapter runs one file per process")
-        from .generate.machine import replay   # the generator builds on this module
+        from .generate.example import replay   # the generator builds on this module
         base_dir = str(self.case.base_dir)
         for failure in replay(self.case.doc, "replay", self.adapter, self.manifest, base_dir, Path(base_dir)):
             self.result.add(failure)
