@@ -4,7 +4,7 @@ With a session-capable adapter each step sends one batch, as its own request fil
 runtime instances kept for the whole example: the backend under the drawn lookup policy, the
 backend under `bypass` (the replay of CR-OUT-1, and the source of `{{output:K}}` answers),
 and the oracle. After every step the backend's counters, per-request facts and outputs are
-judged exactly as a case is (`execute.judge`), with request indices of the whole example.
+judged exactly as a case is (`judging.judge`), with request indices of the whole example.
 A request file per step on one runtime instance is the same as one file holding all the
 batches (CR-BATCH-3), which is what the reproducer is: the trace written as one case file.
 
@@ -20,7 +20,7 @@ import reference
 from .. import oracle
 from ..adapters.base import Adapter
 from ..cases import bypass_replay_of, materialize, resolve_outputs
-from ..execute import judge, merged_transcripts, prediction_refused, same_reason, shape_failures
+from ..judging import judge, merged_transcripts, prediction_refused, same_reason, shape_failures
 from ..materialize import engine_key, write_units
 from ..numerics import check_outputs, merge_facts
 from ..verdicts import Failure, Verdict
