@@ -5,7 +5,7 @@ and release (CR-CAP-10).
 CR-BATCH-1 (batches of batch_size consecutive requests, in file order) and CR-BATCH-4 (one
 adapter per batch) are applied when the file is parsed (requests.py); CR-BATCH-3 (reuse across
 batches and files) follows from the cache living as long as the Simulator. CR-BATCH-7: a
-sequence generates `length` = g tokens, the end-of-sequence token included; what ended it
+sequence generates g tokens (`Sequence.generated_count`), the end-of-sequence token included; what ended it
 (end-of-sequence, stop string, max-length) changes no count, so only g and the tokens matter.
 """
 
@@ -96,7 +96,7 @@ class BatchRunner:
         self._prefill_end(seqs, staged)                                  # (3)
         active = []
         for seq in seqs:                                                 # (4)
-            if seq.length == 1:
+            if seq.generated_count == 1:
                 self._release(seq)
             else:
                 active.append(seq)
@@ -110,7 +110,7 @@ class BatchRunner:
         including = includes_generated(parsed.commit_policy)
         step = 0
         while active:
-            step = min(min(self._next_growth(s), s.length - 1) for s in active)
+            step = min(min(self._next_growth(s), s.generated_count - 1) for s in active)
             evicted = self.cache.evicted
             for seq in active:                                           # (5)
                 if not self.cache.grow(seq.pages, self._pages_for(seq.n + step), seq.draft_pages):
@@ -127,16 +127,16 @@ class BatchRunner:
                 raise NeedsTranscript(
                     f"request {unknown[0].request.index}: decode growth evicts records, so the "
                     "counts depend on how many tokens each request generates; give a transcript")
-            finished = [s for s in active if s.length == step + 1]      # (6)
+            finished = [s for s in active if s.generated_count == step + 1]      # (6)
             self._decode_end(finished, including)                        # (7)
             for seq in finished:                                         # (8)
                 self._release(seq)
-            active = [s for s in active if s.length > step + 1]
+            active = [s for s in active if s.generated_count > step + 1]
 
     def _next_growth(self, seq) -> int:
         """The first decode step at which the sequence needs one more page (CR-CAP-9)."""
         if self.pure:
-            return seq.length
+            return seq.generated_count
         return len(seq.pages) * self.P - seq.n + 1
 
     def _pages_for(self, tokens: int) -> int:
@@ -284,8 +284,8 @@ class BatchRunner:
         """CR-BATCH-6 (7): decode-end publications (CR-PUB-2, CR-PUB-3) or checkpoints at
         L = n + g - 1 (CR-HYB-3) of the sequences that finished in this step, in slot order."""
         if self.checkpoints:
-            wanted = [(s, s.n + s.length - 1) for s in finished if including and not s.lookup_bypass]
-            wanted = [(s, length) for s, length in wanted if length > s.published_tokens]
+            wanted = [(s, s.n + s.generated_count - 1) for s in finished if including and not s.lookup_bypass]
+            wanted = [(s, length) for s, length in wanted if length > s.checkpoint_length]
         else:
             wanted = [(s, decode_end_pairs(s, self.P, including) if s.paired
                        else decode_end_pages(s, self.P, including)) for s in finished]
@@ -296,7 +296,7 @@ class BatchRunner:
                     f"request {seq.request.index}: its decode-end publication depends on how many "
                     "tokens it generates; give a transcript (or use prefill_state_only or "
                     "max_generate_length 1)")
-            seq.history.extend(seq.generated[:seq.length - 1])   # the last token has no KV
+            seq.history.extend(seq.generated[:seq.generated_count - 1])   # the last token has no KV
         if self.checkpoints:
             capture_checkpoints(self.cache, wanted, DECODE_END, self.P, self.pure, self.metrics)
             return

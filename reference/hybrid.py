@@ -95,7 +95,7 @@ def reserve_captures(cache, wanted: list, point: str, page_size: int, pure: bool
     """
     staged = []
     for seq, length in wanted:
-        if length <= seq.published_tokens:
+        if length <= seq.checkpoint_length:
             continue
         partial = not pure and length % page_size != 0
         if not cache.reserve((0, 1, 1 if partial else 0)):
@@ -132,7 +132,7 @@ def publish_captures(cache, staged: list, point: str, page_size: int, pure: bool
             cache.insert(Record(key, pages, length, slot[RECURRENT], slot.get(PARTIAL_KV),
                                 truth.exact_digest(length) if truth else None), transfer=slots)
             status = COMMITTED
-        seq.published_tokens = length
+        seq.checkpoint_length = length
         publication = {"point": point, "tokens": length, "pages": full, "status": status}
         seq.publications.append(publication)
         metrics.published(publication)

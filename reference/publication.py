@@ -24,7 +24,7 @@ def decode_end_pages(seq, page_size: int, including_generated: bool) -> int:
     CR-PUB-3: none under prefill_state_only. CR-PUB-7: none after bypass. 0 means no attempt."""
     if seq.lookup_bypass or not including_generated:
         return 0
-    count = (seq.n + seq.length - 1) // page_size
+    count = (seq.n + seq.generated_count - 1) // page_size
     return count if count > seq.published_pages else 0
 
 

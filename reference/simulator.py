@@ -85,7 +85,7 @@ class Simulator:
             self.batches.append({"batch_idx": b, "status": "ok", "error": None, "rule": None})
             for seq in seqs:
                 known = seq.generated is not None or mgl == 1
-                response = _response(seq.request, b, "ok", None, seq.length if known else None,
+                response = _response(seq.request, b, "ok", None, seq.generated_count if known else None,
                                      seq.facts() if self.reuse else None)
                 if not seq.outputs_defined:
                     response["outputs_defined"] = False

@@ -109,7 +109,7 @@ def decode_end_pairs(seq, page_size: int, including_generated: bool) -> int:
     prefill published); otherwise it raises Unreported, never guessing."""
     if not including_generated:
         return 0
-    most = paired_pages(seq.n + seq.length - 2, page_size)          # a = 1
+    most = paired_pages(seq.n + seq.generated_count - 2, page_size)          # a = 1
     if most <= seq.published_pages:
         return 0
     if seq.generated is None:
@@ -117,10 +117,10 @@ def decode_end_pairs(seq, page_size: int, including_generated: bool) -> int:
     if seq.last_accepted is None:
         raise Unreported(
             f"request {seq.request.index}: its decode-end paired publication covers "
-            f"floor((n + g - 1 - a) / P) pages (n = {seq.n}, g = {seq.length}, P = {page_size}), a being the "
+            f"floor((n + g - 1 - a) / P) pages (n = {seq.n}, g = {seq.generated_count}, P = {page_size}), a being the "
             f"tokens its last EAGLE verification accepted: between {paired_pages(seq.n, page_size)} and {most} "
             "pages, and the backend does not report a (output field last_verification_accepted)")
-    count = paired_pages(seq.n + seq.length - 1 - seq.last_accepted, page_size)
+    count = paired_pages(seq.n + seq.generated_count - 1 - seq.last_accepted, page_size)
     return count if count > seq.published_pages else 0
 
 
