@@ -23,6 +23,7 @@ from .cases import Case, bypass_replay_of, materialize, resolve_outputs, templat
 from .compare import MISSING, dotted_get, leaves
 from .engines import cache_root, digest
 from .errors import KvconformError
+from .explain import Explainer
 from .generate.example import replay
 from .judging import judge, prediction_refused, same_reason, shape_failures
 from .materialize import NotExpressible, materialize_for
@@ -384,7 +385,7 @@ class Runner:
         found, self.result.details["reference"] = check_outputs(      # against the numerical reference
             self.manifest, handle.directory, engine, doc, self.case.base_dir, prediction.parsed,
             prediction.responses, main.responses) if self.case.compare_outputs else ([], {})
-        for f in found:
+        for f in Explainer(engine, flags, prediction).with_chains(found):
             self.result.add(f)
         self.result.details["page_map"] = case_page_map(engine, flags, prediction, main.responses, main.profile,
                                                         self.result.failures)

@@ -82,6 +82,7 @@ def judge(engine, flags, manifest: dict, prediction, main: RunResult, replay: Ru
                                undefined, used, tally)
     if coverage is None or coverage.aggregates:
         out += _aggregates(engine, flags, manifest, prediction, main, ex, failed_before, tally)
+    ex.with_chains(out)
     if record is not None:
         record.update(counts=tally.get("counts", 0), outputs=tally.get("outputs", 0))
         if used:
@@ -107,10 +108,12 @@ def _aggregates(engine, flags, manifest, prediction, main: RunResult, ex, failed
     if main.failed_batches is not None:
         if failed != main.failed_batches:
             out.append(Failure("CR-CAP-8", "failed_batches", failed, main.failed_batches,
-                               f"{failed} batch(es) of this file fail (CR-BATCH-5, CR-SUP-8)"))
+                               f"{failed} batch(es) of this file fail (CR-BATCH-5, CR-SUP-8)",
+                               chain=ex.batch_failures()))
     elif bool(failed) != bool(main.exit_code):
         out.append(Failure("CR-CAP-8", "exit code", "non-zero" if failed else 0, main.exit_code,
-                           f"{failed} batch(es) of this file fail; the exit code is non-zero exactly then"))
+                           f"{failed} batch(es) of this file fail; the exit code is non-zero exactly then",
+                           chain=ex.batch_failures()))
     return out
 
 
@@ -123,7 +126,8 @@ def _input_tokens_beyond(prediction, responses: list, ex, first: int, tally: dic
             tally["counts"] = tally.get("counts", 0) + 1
             n = len(prediction.parsed.requests[i].tokens)
             if r["input_tokens"] != n:
-                out.append(Failure(None, f"responses[{i}].input_tokens", n, r["input_tokens"], ex.input_tokens(i), i))
+                rule, why, chain = ex.input_tokens(i)
+                out.append(Failure(rule, f"responses[{i}].input_tokens", n, r["input_tokens"], why, i, chain=chain))
     return out
 
 

@@ -34,6 +34,10 @@ class Sequence:
     """The length L of the last checkpoint it published (CR-HYB-3); 0: none."""
     pressure_skips: int = 0
     publications: list = field(default_factory=list)
+    ordinal: int = 0
+    """Its place among every request the runtime instance has run (the trace's request number)."""
+    warmup: int = 0
+    """The warmup run it belongs to (1 .. --warmup, CR-POL-4); 0: a request of the file."""
     outputs_defined: bool = True
     """False when the sequence reuses KV computed for other media than its own (a profile whose
     identity conflates items, spec/profiles.md): its outputs need not equal a bypass run's."""
