@@ -60,42 +60,25 @@ def machine() -> dict:
     return info
 
 
+PACKAGES = ("gpu_backend", "reference", "conformance", "numerical_reference", "faulty_backends")
+
+
 def code_provenance() -> dict:
-    """Which commit, and where gpu_backend / reference / conformance were imported from."""
+    """Which commit, whether the packages have uncommitted changes, and where each was imported from."""
     out = {}
     try:
         out["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                                        timeout=10).stdout.strip() or None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "gpu_backend", "reference", "conformance"],
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *PACKAGES],
                                cwd=ROOT, capture_output=True, text=True, timeout=10).stdout
         out["uncommitted_files"] = len(dirty.splitlines())
     except (OSError, subprocess.SubprocessError):
         pass
     import importlib.util
-    for pkg in ("gpu_backend", "reference", "conformance"):
+    for pkg in PACKAGES:
         spec = importlib.util.find_spec(pkg)
         out[pkg] = os.path.dirname(spec.origin) if spec and spec.origin else None
     return out
-
-
-class Timer:
-    """Accumulating wall-clock timer: `with t: ...`; t.total, t.count."""
-
-    def __init__(self):
-        self.total, self.count = 0.0, 0
-
-    def __enter__(self):
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        self.total += time.perf_counter() - self._t0
-        self.count += 1
-
-
-def venv_python() -> str:
-    """The interpreter to start subprocesses with: the one running the benchmark."""
-    return sys.executable
 
 
 def run_json(cmd, **kw) -> dict:

@@ -252,7 +252,7 @@ def plot(res, path: str) -> None:
 
 
 README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")
-TOP_README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+DOCS_PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks.md")
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
@@ -287,7 +287,7 @@ def main(argv=None) -> int:
     with open(base + ".md", "w") as f:
         f.write(markdown(res, png=os.path.basename(base) + ".png"))
     update_readme(res, os.path.basename(base))
-    update_readme(res, os.path.basename(base), TOP_README, "benchmarks/results")
+    update_readme(res, os.path.basename(base), DOCS_PAGE, "../benchmarks/results")
     print(markdown(res))
     return 0
 

@@ -44,8 +44,8 @@ def write(res: dict, out_dir: str, name: str, final: bool) -> str:
         with open(base + ".md", "w") as f:
             f.write(report.markdown(res, png=png))
         if os.path.abspath(out_dir) == os.path.abspath(report.RESULTS_DIR) and name in ("cpu", "gpu"):
-            report.update_readme(res, name)        # the READMEs show the latest published run
-            report.update_readme(res, name, report.TOP_README, "benchmarks/results")
+            report.update_readme(res, name)        # benchmarks/README.md and docs/benchmarks.md show the latest run
+            report.update_readme(res, name, report.DOCS_PAGE, "../benchmarks/results")
     return base
 
 

@@ -19,7 +19,7 @@ from .errors import KvconformError
 from .schemas import read_json, schema_errors
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES_DIR = ROOT / "tests" / "test_cases"
+CASES_DIR = ROOT / "cases"
 
 # Spec sections in document order: the verdict table groups cases by the first rule they cite.
 SECTIONS = {
@@ -138,7 +138,7 @@ def load_case(path: str | Path) -> Case:
 
 
 def discover(paths: list[str | Path] | None = None) -> list[Case]:
-    """All case files under the given files and folders (default tests/test_cases), by id.
+    """All case files under the given files and folders (default cases/), by id.
 
     JSON files without a `_conformance` block are plain request files and are skipped when
     found in a folder; named explicitly they are an error.

@@ -62,16 +62,15 @@ def _discard_stdout() -> None:
 def _dispatch(argv: list[str] | None) -> int:
     parser = _Parser(prog="kvconform", description="KV-cache context-reuse conformance kit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    # Only the command asked for is imported (the others are listed by name and help): the
+    # commands between them import torch, numpy and Hypothesis, which `simulate` never needs.
+    asked = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
     modules = {}
     for name, (module_name, help_text) in COMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name != module_name:
-                raise
-            continue  # a command not built yet
-        modules[name] = module
-        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        if name == asked:
+            modules[name] = importlib.import_module(module_name)
+            modules[name].add_arguments(command)
     try:
         args = parser.parse_args(argv)
     except KvconformError as e:
@@ -80,14 +79,16 @@ def _dispatch(argv: list[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    from .report import CREATED
-    CREATED.clear()                    # only this command's own folders
+    report = sys.modules.get("conformance.report")   # not imported yet: it created no folder
+    if report is not None:
+        report.CREATED.clear()         # only this command's own folders
     try:
         return int(modules[args.command].main(args) or 0)
     except KvconformError as e:
-        from .report import remove_created_folders
         from .secrets import mask
-        remove_created_folders()       # bad input leaves no empty report folder behind
+        report = sys.modules.get("conformance.report")
+        if report is not None:
+            report.remove_created_folders()   # bad input leaves no empty report folder behind
         print(f"kvconform: error: {mask(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

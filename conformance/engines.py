@@ -84,7 +84,7 @@ def fixed_engine(engine_dir: str, description: str | None = None, bundled: bool 
     source = description or own
     if description is None and isinstance(own_doc, dict) and "format" not in own_doc:
         raise KvconformError("this is not a kvconform-engine-v1 description but (by its keys) an Edge-LLM engine "
-                             f"config: describe the folder with `kvconform describe --engineDir {engine_dir} "
+                             f"config: describe the folder with `kvconform describe --engine-dir {engine_dir} "
                              "--output my-engine.json` and pass --engine-config my-engine.json", own)
     raw = read_json(source)
     try:

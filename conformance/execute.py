@@ -27,7 +27,7 @@ from .explain import Explainer
 from .generate.example import replay
 from .judging import judge, prediction_refused, same_reason, shape_failures
 from .materialize import NotExpressible, materialize_for
-from .numerics import check_outputs
+from .numerical_judge import check_outputs
 from .pagemap import case_page_map
 from .transcripts import knowledge, predict_known
 from .verdicts import CaseResult, Failure, Verdict

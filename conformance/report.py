@@ -29,7 +29,7 @@ import reference.semantics
 from . import KIT_VERSION, RUNNING_VERSION
 from .cases import ROOT, SECTIONS
 from .compare import TOLERANCES
-from .numerics.judge import TOLERANCES as REFERENCE_TOLERANCES
+from .numerical_judge import TOLERANCES as REFERENCE_TOLERANCES
 from .errors import KvconformError
 from .html_report import write_html
 from .schemas import schema_errors

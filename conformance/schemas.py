@@ -2,9 +2,18 @@
 
 Every message names the file and the JSON path of the offending value (`$.requests[2].stop`),
 so a user can find the problem without a traceback.
+
+Validation is on the hot path of `kvconform simulate` and of every output a run judges, so a
+document is first checked by a validator compiled to Python code (`fastjsonschema`); only a
+document that check rejects is walked again by jsonschema, which has the last word and
+describes the problem. So the messages are jsonschema's, and a disagreement between
+the two can only cost time: the compiled check is trusted only to accept. It implements
+drafts 4-7, not 2020-12, so `compiled_keywords_suffice` (tested) pins the schemas to the
+keywords both read alike.
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import math
@@ -12,9 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
-from referencing import Registry, Resource
+import fastjsonschema
 
 from .errors import KvconformError
 
@@ -116,23 +123,139 @@ def _finite_float(text: str) -> float:
 
 
 @lru_cache(maxsize=None)
-def _registry() -> Registry:
-    resources = []
-    for f in sorted(SCHEMA_DIR.glob("*.schema.json")):
-        contents = json.loads(f.read_text())
-        resources.append((contents["$id"], Resource.from_contents(contents)))
-    return Registry().with_resources(resources)
+def _registry():
+    """jsonschema's view of spec/schemas (imported only when a document needs describing)."""
+    from referencing import Registry, Resource
+    return Registry().with_resources((_URN + name, Resource.from_contents(contents))
+                                     for name, contents in _schema_files().items())
 
 
 @lru_cache(maxsize=None)
-def validator(name: str) -> Draft202012Validator:
-    """The validator of spec/schemas/<name>.schema.json."""
-    schema = _registry().contents(_URN + name)
-    return Draft202012Validator(schema, registry=_registry())
+def validator(name: str):
+    """The jsonschema (Draft 2020-12) validator of spec/schemas/<name>.schema.json."""
+    from jsonschema import Draft202012Validator
+    return Draft202012Validator(_registry().contents(_URN + name), registry=_registry())
+
+
+# The keywords of spec/schemas that fastjsonschema's draft-7 code and jsonschema's 2020-12 read
+# alike. `$ref` must stand alone (draft 7 ignores the keywords beside it, 2020-12 applies them)
+# and `items` must be one schema (2020-12 spells tuples `prefixItems`).
+COMPILED_KEYWORDS = frozenset({
+    "$schema", "$id", "$defs", "$ref", "title", "description", "type", "properties", "required",
+    "additionalProperties", "items", "enum", "const", "oneOf", "anyOf", "allOf", "not", "if", "then", "else",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength",
+    "minItems", "maxItems", "minProperties", "maxProperties", "pattern", "propertyNames", "uniqueItems"})
+
+
+_SUBSCHEMA = ("additionalProperties", "items", "not", "if", "then", "else", "propertyNames")
+_SUBSCHEMA_MAPS = ("properties", "$defs")
+_SUBSCHEMA_LISTS = ("oneOf", "anyOf", "allOf")
+_EMBEDDED = "kvconform-schema-"            # $defs key of a schema copied in
+
+
+def compiled_keywords_suffice(schema: Any, where: str = "$") -> list[str]:
+    """Where a schema uses what the compiled check would read differently (empty: nothing)."""
+    if isinstance(schema, bool):
+        return []
+    if not isinstance(schema, dict):
+        return [f"{where}: not a schema"]
+    out = [f"{where}: keyword {k!r}" for k in schema if k not in COMPILED_KEYWORDS]
+    if "$ref" in schema and set(schema) - {"$ref", "title", "description"}:
+        out.append(f"{where}: keywords beside $ref")
+    if "items" in schema and not isinstance(schema["items"], (dict, bool)):
+        out.append(f"{where}: items is not one schema")
+    if "const" in schema and "enum" in schema:
+        out.append(f"{where}: const beside enum")      # self_contained spells const as an enum
+    for key in _SUBSCHEMA_MAPS:
+        for k, sub in (schema.get(key) or {}).items():
+            out += compiled_keywords_suffice(sub, f"{where}.{key}.{k}")
+    for key in _SUBSCHEMA:
+        if key in schema:
+            out += compiled_keywords_suffice(schema[key], f"{where}.{key}")
+    for key in _SUBSCHEMA_LISTS:
+        for i, sub in enumerate(schema.get(key, [])):
+            out += compiled_keywords_suffice(sub, f"{where}.{key}[{i}]")
+    return out
+
+
+def self_contained(name: str) -> dict:
+    """Schema `name` as the compiled check reads it: every schema it refers to copied into its
+    `$defs` and every `$ref` made local (fastjsonschema resolves references as URLs, and `urn:`
+    names are none), `$id` dropped, and `const` spelled as a one-value `enum` (the same test;
+    fastjsonschema 2.22 cannot compile `const` without detailed exceptions, which would embed
+    every subschema in the generated code and triple its size)."""
+    embedded: dict = {}
+
+    def local(ref: str, doc: str) -> str:
+        target, _, fragment = ref.partition("#")
+        target = target[len(_URN):] if target.startswith(_URN) else doc
+        if target != name and target not in embedded:
+            embedded[target] = None                      # reserved: a cycle embeds once
+            embedded[target] = walk(_schema_file(target), target)
+        return ("#" if target == name else f"#/$defs/{_EMBEDDED}{target}") + fragment
+
+    def walk(schema, doc: str):
+        if not isinstance(schema, dict):
+            return schema
+        out = {}
+        for key, value in schema.items():
+            if key == "$id":
+                continue
+            if key == "$ref":
+                out[key] = local(value, doc)
+            elif key == "const":
+                out["enum"] = [value]
+            elif key in _SUBSCHEMA:
+                out[key] = walk(value, doc)
+            elif key in _SUBSCHEMA_MAPS:
+                out[key] = {k: walk(v, doc) for k, v in value.items()}
+            elif key in _SUBSCHEMA_LISTS:
+                out[key] = [walk(v, doc) for v in value]
+            else:
+                out[key] = copy.deepcopy(value)
+        return out
+
+    out = walk(_schema_file(name), name)
+    out.setdefault("$defs", {}).update({_EMBEDDED + k: v for k, v in embedded.items()})
+    return out
+
+
+@lru_cache(maxsize=None)
+def _schema_files() -> dict:
+    """spec/schemas/<name>.schema.json by name, parsed once (no jsonschema needed)."""
+    out = {}
+    for f in sorted(SCHEMA_DIR.glob("*.schema.json")):
+        contents = json.loads(f.read_text())
+        out[contents["$id"][len(_URN):]] = contents
+    return out
+
+
+def _schema_file(name: str) -> dict:
+    return _schema_files()[name]
+
+
+@lru_cache(maxsize=None)
+def _compiled(name: str):
+    """The compiled check of schema `name` (no defaults filled in, no formats asserted)."""
+    return fastjsonschema.compile(self_contained(name), use_default=False, use_formats=False,
+                                  detailed_exceptions=False)
+
+
+def _passes_compiled(instance: Any, name: str) -> bool:
+    """Whether the compiled check accepts `instance` (it only ever raises its own exception;
+    a document nested too deep for it goes to jsonschema, which says so)."""
+    check = _compiled(name)
+    try:
+        check(instance)
+    except (fastjsonschema.JsonSchemaValueException, RecursionError):
+        return False
+    return True
 
 
 def schema_errors(instance: Any, name: str) -> list[tuple[str, str]]:
     """All (json_path, message) problems of `instance` against schema `name`, sorted by path."""
+    if _passes_compiled(instance, name):
+        return []
     out = []
     try:
         for error in validator(name).iter_errors(instance):
@@ -151,7 +274,7 @@ def check(instance: Any, name: str, file: str | None = None) -> None:
         raise KvconformError(message, file, path)
 
 
-def _most_specific(error: ValidationError) -> ValidationError:
+def _most_specific(error):
     """For a failed oneOf/anyOf, the error of the branch the author most likely meant.
 
     A branch that fails a `const` (a discriminator such as an item's `"type": "image"`) did
@@ -175,7 +298,7 @@ def _most_specific(error: ValidationError) -> ValidationError:
     return max(leaves, key=lambda e: (len(e.absolute_path), e.validator != "type"))
 
 
-def _describe(error: ValidationError) -> str:
+def _describe(error) -> str:
     """A short message: jsonschema's default repeats the whole instance."""
     v = error.validator
     if v == "required":
@@ -232,7 +355,7 @@ def _dicts(value) -> list:
 @lru_cache(maxsize=None)
 def _request_key_levels() -> dict:
     """The property names of each object level of the request schema, read from the schema."""
-    schema = _registry().contents(_URN + "request")
+    schema = _schema_file("request")
     defs = schema["$defs"]
     by_type = {b["properties"]["type"]["const"]: tuple(b["properties"]) for b in defs["item"]["oneOf"]}
     return {"the top level": tuple(schema["properties"]), "a request": tuple(defs["request"]["properties"]),

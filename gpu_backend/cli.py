@@ -1,4 +1,4 @@
-"""Command lines of ARCHITECTURE.md section 4: `build`, `infer`, `capabilities`.
+"""Command lines of docs/ARCHITECTURE.md section 4: `build`, `infer`, `capabilities`, `serve`.
 
 Exit codes: 0 every batch ran; 1 some batch failed at run time (all batches ran, all files
 written); 2 bad input or usage (one line on stderr, nothing written, nothing run); 3 the

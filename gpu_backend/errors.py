@@ -1,6 +1,6 @@
 """Exceptions of the bundled backend.
 
-The CLI maps them to exit codes (ARCHITECTURE.md section 4, spec/RUNNING.md section 2):
+The CLI maps them to exit codes (docs/ARCHITECTURE.md section 4, spec/RUNNING.md section 2):
 `BackendInputError` -> 2 (bad input or usage, nothing run), `DeploymentRejected` -> 3
 (CR-SUP / CR-HYB-2, nothing run). A batch that fails at run time is not an exception: its
 responses say `finish_reason: "error"` and the run goes on (CR-CAP-8).

@@ -181,36 +181,38 @@ class ContextCache:
 
     # ------------------------------------------------------------------ planning (no effects)
 
-    def plan(self, ident, n: int, *, bypass: bool, same_item) -> Plan:
-        """The plan of one sequence; `same_item(a, b)` says whether two positions belong to
-        one media item. Planning changes no reference count and no recency (CR-PLAN)."""
+    def plan(self, ident, n: int, *, bypass: bool, splits_media) -> Plan:
+        """The plan of one sequence; `splits_media(a, b)` says whether a reuse boundary between
+        positions a and b would split media the trim gives back (CR-MEDIA-3: one item; under
+        edge-llm-0.10 any two media positions). Planning changes no reference count and no
+        recency (CR-PLAN)."""
         t0 = time.perf_counter_ns()
         total = math.ceil(n / self.P) if self.kind != "recurrent" else 0
         if bypass or not self.enabled:
             plan = Plan("no_reusable_prefix", 0, 0, [], total, bypass=True)
         elif self.paired:
-            plan = self._plan_paired(ident, n, total, same_item)
+            plan = self._plan_paired(ident, n, total, splits_media)
         elif self.kind == "vanilla":
-            plan = self._plan_vanilla(ident, n, total, same_item)
+            plan = self._plan_vanilla(ident, n, total, splits_media)
         else:
             plan = self._plan_checkpoint(ident, n, total)
         self.metrics.planning_ns += time.perf_counter_ns() - t0
         return plan
 
-    def _trim_checkpoint(self, ident, n, plan, same_item) -> Plan:
+    def _trim_checkpoint(self, ident, n, plan, splits_media) -> Plan:
         """Edge-LLM 0.10 runs its media trim on checkpoint hits too: the reuse floored to whole
         pages, then given back while the boundary is a media one. A hit trimmed to 0 becomes a
         cold plan that keeps what it pinned (recomputed in place, as CR-MEDIA-5); a hit trimmed
         to another length keeps its exact length here, since no state exists at the floor (0.10
         would restore at L and compute from the floor: its outputs are undefined there)."""
         r = plan.reused - plan.reused % self.P
-        while 0 < r < n and same_item(r - 1, r):
+        while 0 < r < n and splits_media(r - 1, r):
             r -= self.P
         if r == 0:
             return Plan("no_reusable_prefix", 0, 0, plan.kept, plan.demand, forced_cold=plan.forced_cold)
         return plan
 
-    def _plan_vanilla(self, ident, n, total, same_item) -> Plan:
+    def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
         P, full = self.P, n // self.P
         kept = self._lookup(ident, full)
         m = len(kept)
@@ -221,10 +223,10 @@ class ContextCache:
         else:
             kind = "standard" if m else "no_reusable_prefix"
         demand = total - len(kept)                        # CR-PLAN-5
-        r, matched, kind = self._trim_media(ident, len(kept) * P, matched, kind, same_item)
+        r, matched, kind = self._trim_media(ident, len(kept) * P, matched, kind, splits_media)
         return Plan(kind, matched, r, kept, demand)       # CR-MEDIA-5: kept/demand unchanged
 
-    def _plan_paired(self, ident, n, total, same_item) -> Plan:
+    def _plan_paired(self, ident, n, total, splits_media) -> Plan:
         """CR-SPEC-1: the base match, paired with the longest prefix one record's draft path
         covers (the most recently used record of those pairing as many); base-only pages are
         not reused. CR-SPEC-2: keep all but the last pair, which is recomputed. CR-SPEC-6: the
@@ -243,7 +245,7 @@ class ContextCache:
             return Plan("no_reusable_prefix", 0, 0, [], total, draft_kept=[], draft_demand=total)
         kept = base[:k - 1]
         kind = "full_input_rewind" if k * self.P == n else ("standard" if kept else "no_reusable_prefix")
-        r, matched, kind = self._trim_media(ident, len(kept) * self.P, k * self.P, kind, same_item)
+        r, matched, kind = self._trim_media(ident, len(kept) * self.P, k * self.P, kind, splits_media)
         return Plan(kind, matched, r, kept, total - len(kept), record=record, draft_kept=record.draft[:k - 1],
                     draft_demand=total - len(kept), replayed=True)
 
@@ -257,11 +259,12 @@ class ContextCache:
             kept.append(page)
         return kept
 
-    def _trim_media(self, ident, r: int, matched: int, kind: str, same_item):
+    def _trim_media(self, ident, r: int, matched: int, kind: str, splits_media):
         """CR-MEDIA-3/4: a media-aware plan reusing r > 0 gives back pages while the boundary
-        splits one item, then is restated (matched := r, kind by r); returns (r, matched, kind)."""
+        splits media (`splits_media`), then is restated (matched := r, kind by r); returns (r,
+        matched, kind)."""
         if r > 0 and ident.spans:
-            while r > 0 and same_item(r - 1, r):
+            while r > 0 and splits_media(r - 1, r):
                 r -= self.P
             matched, kind = r, ("standard" if r > 0 else "no_reusable_prefix")
         return r, matched, kind
@@ -346,21 +349,21 @@ class ContextCache:
             plan.draft_pages = list(plan.draft_kept) + self.pools[DRAFT].allocate(plan.draft_demand)
         return plan.kept + pages.allocate(plan.demand), slots
 
-    def admit(self, ident, n: int, *, bypass: bool, media_aware: bool, same_item):
+    def admit(self, ident, n: int, *, bypass: bool, media_aware: bool, splits_media):
         """Plan and acquire one sequence (CR-CAP-3, CR-CAP-7) and count it (CR-MET-1..6).
 
         Returns (plan, page table, snapshot pins) or None when it cannot be admitted.
         """
-        plan = self.plan(ident, n, bypass=bypass, same_item=same_item)
+        plan = self.plan(ident, n, bypass=bypass, splits_media=splits_media)
         got = self._acquire(plan)
         if got is None and not plan.bypass:               # CR-CAP-7: any use_cache plan
-            plan = self.plan(ident, n, bypass=True, same_item=same_item)
+            plan = self.plan(ident, n, bypass=True, splits_media=splits_media)
             plan.forced_cold = True
             got = self._acquire(plan)
         if got is None:
             return None
         if self.trim_checkpoint_hits and plan.record is not None and not plan.paired and ident.spans:
-            plan = self._trim_checkpoint(ident, n, plan, same_item)   # hybrid hits, after acquisition, as 0.10
+            plan = self._trim_checkpoint(ident, n, plan, splits_media)   # hybrid hits, after acquisition, as 0.10
         m = self.metrics
         m.admitted += 1
         m.hits += plan.matched > 0

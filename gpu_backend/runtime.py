@@ -144,7 +144,7 @@ def check_warmup(warmup) -> None:
 
 class Runtime:
     # The components a runtime builds, as class attributes so a subclass can substitute one
-    # (conformance/faulty_backends/ injects single defects this way; behaviour is unchanged).
+    # (faulty_backends/ injects single defects this way; behaviour is unchanged).
     model_class = Model
     cache_class = ContextCache
     identity_class = SequenceIdentity
@@ -426,15 +426,16 @@ class Runtime:
             i = bisect.bisect_right(starts, a) - 1
             return i if i >= 0 and a < r.spans[i].end else None
 
-        def same_item(a, b):
-            """Whether the boundary between positions a and b is one the media trim gives back:
-            both in one item, or under edge-llm-0.10 both media positions (semantics.py)."""
+        def splits_media(a, b):
+            """Whether a reuse boundary between positions a and b splits media, so the trim gives
+            it back (CR-MEDIA-3): both in one item, or under edge-llm-0.10 both media positions
+            whatever their items (semantics.py `trim_any_media`)."""
             i, j = item_of(a), item_of(b)
             if self.semantics.trim_any_media:
                 return i is not None and j is not None
             return i is not None and i == j
 
-        got = self.cache.admit(ident, r.n, bypass=bypass, media_aware=bool(r.spans), same_item=same_item)
+        got = self.cache.admit(ident, r.n, bypass=bypass, media_aware=bool(r.spans), splits_media=splits_media)
         if got is None:
             raise BatchFailure(f"request {r.idx}: the KV page pool cannot hold the batch")
         plan, pages, pins = got

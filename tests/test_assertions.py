@@ -3,7 +3,7 @@ assertion (`assert`, `raise`, `pytest.raises`/`pytest.fail`/`pytest.warns`) or c
 defined in tests/ that does, directly or through other helpers.
 
 A call counts when it names a function of the same module, or one the module imports from a
-helper module of tests/ (`from backend_helpers import run`); a test that only calls the code
+helper module of tests/ (`from tests.helpers.backend import run`); a test that only calls the code
 under test and hopes it raises is caught.
 """
 from __future__ import annotations
@@ -19,12 +19,11 @@ Key = tuple  # (module path, function name)
 
 
 def _modules() -> dict[Path, ast.Module]:
-    return {path: ast.parse(path.read_text(encoding="utf-8"), str(path)) for path in sorted(TESTS.rglob("*.py"))
-            if "test_cases" not in path.parts}
+    return {path: ast.parse(path.read_text(encoding="utf-8"), str(path)) for path in sorted(TESTS.rglob("*.py"))}
 
 
 def _helper_file(module: str | None, level: int, here: Path) -> Path | None:
-    """The file in tests/ an import names (`case_helpers`, `.harness`, `tests.robustness.harness`)."""
+    """The file in tests/ an import names (`tests.helpers.cases`, `.harness`)."""
     if not module:
         return None
     parts = module.split(".")

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Write the runner's curated cases: tests/test_cases/{llm,vlm}_context_reuse.json and
-tests/test_cases/sections/<section>/*.json.
+"""Write the runner's curated cases: cases/{llm,vlm}_context_reuse.json and
+cases/sections/<section>/*.json.
 
     python tools/make_cases.py            # rewrite them (they are committed)
     python tools/make_cases.py --check    # exit 1 if a committed case differs from what this writes
 
-The cases complement the oracle's golden cases (tests/test_cases/golden/, hand-derived counts,
+Each file it writes starts with `"_generated_by": "tools/make_cases.py ..."`: change a case here,
+never in its JSON.
+
+The cases complement the oracle's golden cases (cases/golden/, hand-derived counts,
 mostly one generated token): they decode greedily for several tokens, so every case also
 checks CR-OUT-1 against a bypass replay, and they cover what needs a whole scenario: page
 boundaries at k*P-1, k*P, k*P+1, exact replays, multi-turn conversations that feed generated
@@ -21,7 +24,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ROOT / "tests" / "test_cases"
+CASES = ROOT / "cases"
 sys.path.insert(0, str(ROOT))
 
 from conformance import scenarios  # noqa: E402
@@ -591,7 +594,7 @@ def negative_cases() -> list[dict]:
 
 def catalogue_cases() -> list[dict]:
     """Cases added so that the suite catches every variant of the faulty-backend catalogue
-    (conformance/faulty_backends/, `kvconform selftest`); each says which defect needs it."""
+    (faulty_backends/, `kvconform selftest`); each says which defect needs it."""
     import random
     b3 = dict(VISION4, maxBatchSize=3)
     birthday_engine = {"maxInputLen": 48, "maxKVCacheCapacity": 52, "maxKVPoolPages": 2700, "tokensPerPage": 4,
@@ -621,7 +624,7 @@ def catalogue_cases() -> list[dict]:
 def tokenizer_cases() -> list[dict]:
     """Engines with a real tokenizer (spec/hf-tokenizer.md) and a runtime's media counter
     (spec/media-tokens.md): the oracle tokenizes with the engine's own files and loader."""
-    tok = "../../../../spec/tokenizers/"
+    tok = "../../../spec/tokenizers/"
     mini = {"maxInputLen": 1024, "maxKVCacheCapacity": 1280, "maxKVPoolPages": 0, "tokensPerPage": 16,
             "tokenizer": tok + "phi-3-mini"}
     vision = {"maxInputLen": 2048, "maxKVCacheCapacity": 2304, "maxKVPoolPages": 0, "tokensPerPage": 16,
@@ -710,7 +713,7 @@ def tokenizer_cases() -> list[dict]:
 
 def template_and_emission_cases() -> list[dict]:
     """The request file's template switches and the tokens a sampler may emit, on the
-    `qwen3-bytes` tokenizer (tests/test_cases/media: Qwen3's chat template over one token per
+    `qwen3-bytes` tokenizer (cases/media: Qwen3's chat template over one token per
     byte, specials <|endoftext|> 256, <|im_start|> 257, <|im_end|> 258 (the EOS), <think> 259,
     </think> 260), so every count is the rendered text's bytes plus its specials."""
     engine = {"maxInputLen": 256, "maxKVCacheCapacity": 320, "maxKVPoolPages": 0, "tokensPerPage": 16,
@@ -757,7 +760,7 @@ def counter_bound_cases() -> list[dict]:
     or that reserves no thumbnail tile, counts one of them differently. Every count is derived
     by hand in the case's description; the prompt adds 4 ids (<|image|> What ▁is ▁shown ?)."""
     vision = {"maxInputLen": 2048, "maxKVCacheCapacity": 2304, "maxKVPoolPages": 0, "tokensPerPage": 16,
-              "tokenizer": "../../../../spec/tokenizers/phi-3-vision", "tokenizerLoader": "transformers-auto",
+              "tokenizer": "../../../spec/tokenizers/phi-3-vision", "tokenizerLoader": "transformers-auto",
               "vision": True}
     ask = {"type": "text", "text": "\nWhat is shown?"}
     one = dict(GREEDY, max_generate_length=1)
@@ -833,7 +836,7 @@ def large_image_cases() -> list[dict]:
     encoder rows of millions of samples (spec/engine.md section 5: their resampling positions
     must be exact). The counts are derived by hand in each description."""
     vision = {"maxInputLen": 2048, "maxKVCacheCapacity": 2304, "maxKVPoolPages": 0, "tokensPerPage": 16,
-              "tokenizer": "../../../../spec/tokenizers/phi-3-vision", "tokenizerLoader": "transformers-auto",
+              "tokenizer": "../../../spec/tokenizers/phi-3-vision", "tokenizerLoader": "transformers-auto",
               "vision": True}
     ask = {"type": "text", "text": "\nWhat is shown?"}
     qwen = ("900 x 912 image (2,462,400 samples): 900 = 32 * 28 + 4 rounds to 896, 912 = 32 * 28 + 16 to 924; "
@@ -869,7 +872,7 @@ def large_image_cases() -> list[dict]:
 
 def reach_cases() -> list[dict]:
     """Cases that stand on boundaries the other cases missed, each found by a faulty backend
-    written outside the project that the default run let through (conformance/faulty_backends/
+    written outside the project that the default run let through (faulty_backends/
     boundaries.py has one variant per class)."""
     hyb = {"maxInputLen": 40, "maxKVCacheCapacity": 48, "maxKVPoolPages": 0, "tokensPerPage": 4, "model": "hybrid",
            "loraAdapters": ["a"]}
@@ -944,23 +947,46 @@ def all_cases() -> dict[str, dict]:
     return out
 
 
+GENERATED_BY = "tools/make_cases.py (edit the generator, then run python tools/make_cases.py; never this file)"
+"""The marker every case file this tool writes carries first (`_generated_by`, spec/RUNNING.md
+section 4): a test checks the committed files against what this tool writes, so a hand edit of
+the JSON is reverted by the next run."""
+
+
+def rendered() -> dict[str, str]:
+    """{path under cases/: the file's text} of every case this tool writes."""
+    return {rel: json.dumps({"_generated_by": GENERATED_BY, **doc}, indent=1) + "\n"
+            for rel, doc in all_cases().items()}
+
+
+def orphans(written: dict[str, str]) -> list[str]:
+    """Committed files that carry this tool's marker but that it no longer writes."""
+    out = []
+    for path in sorted(CASES.rglob("*.json")):
+        rel = str(path.relative_to(CASES))
+        if rel not in written and '"_generated_by": "tools/make_cases.py' in path.read_text(errors="replace"):
+            out.append(rel)
+    return out
+
+
 def main(argv: list[str]) -> int:
     check = "--check" in argv
-    stale = []
-    for rel, doc in all_cases().items():
+    written = rendered()
+    if check:
+        stale = [rel for rel, text in written.items()
+                 if not (CASES / rel).exists() or (CASES / rel).read_text() != text]
+        for rel in stale:
+            print(f"stale: cases/{rel} differs from what tools/make_cases.py writes: edit the generator "
+                  f"(tools/make_cases.py), not the JSON, then run python tools/make_cases.py")
+        for rel in orphans(written):
+            print(f"orphan: cases/{rel} carries the tools/make_cases.py marker, but the generator no longer "
+                  f"writes it: delete it, or give it back to the generator")
+        return 1 if stale or orphans(written) else 0
+    for rel, text in written.items():
         path = CASES / rel
-        text = json.dumps(doc, indent=1) + "\n"
-        if check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(rel)
-            continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    if check:
-        for rel in stale:
-            print(f"stale: tests/test_cases/{rel} (run python tools/make_cases.py)")
-        return 1 if stale else 0
-    print(f"wrote {len(all_cases())} cases under {CASES}")
+    print(f"wrote {len(written)} cases under {CASES}")
     return 0
 
 

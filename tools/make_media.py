@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the media assets of tests/test_cases/media/ deterministically.
+"""Write the media assets of cases/media/ deterministically.
 
     python tools/make_media.py [OUT_DIR]
 
@@ -55,7 +55,7 @@ from pathlib import Path
 
 from PIL import Image
 
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "tests" / "test_cases" / "media"
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "cases" / "media"
 
 
 def pixels(seed: int, height: int, width: int, colours: int = 64) -> bytes:

@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-MEDIA = ROOT / "tests" / "test_cases" / "media"
+MEDIA = ROOT / "cases" / "media"
 IMAGES = ["img_a_16x16.png", "img_b_16x16.png", "img_c_16x16.png", "img_a_16x16.ppm", "img_t_16x32.png"]
 ENGINES = {
     "attention": {"maxInputLen": 40, "maxKVCacheCapacity": 48, "maxKVPoolPages": 4 * 12 + 24, "tokensPerPage": 4,

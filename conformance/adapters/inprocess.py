@@ -137,7 +137,7 @@ class InprocessAdapter(Adapter):
     def __init__(self, device: str = "auto", timeout: float | None = 120.0, runtime_factory=None,
                  engine_dir: str | None = None):
         """`runtime_factory(engine_dir, device=..., **flags)` builds a runtime in place of
-        `gpu_backend.Runtime` (a subclass with one seeded defect: conformance/faulty_backends/).
+        `gpu_backend.Runtime` (a subclass with one seeded defect: faulty_backends/).
         `engine_dir`: one bundled engine for every case (each case is materialized for it)."""
         self.runtime_factory = runtime_factory
         try:

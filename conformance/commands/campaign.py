@@ -11,7 +11,7 @@ format of `kvconform run`: one entry per family that showed no failure, one per 
 failure, and a `campaign` block with the counts), junit.xml, summary.md with the throughput
 (scenarios per minute, per worker), and reproducers/.
 
-`--variant NAME` drives a faulty backend of the catalogue (conformance/faulty_backends) in place
+`--variant NAME` drives a faulty backend of the catalogue (faulty_backends) in place
 of the bundled one: a check that the campaign finds what it should.
 
 Exit code 0 when no failure was found and every family judged `--min-batches` batches, 1
@@ -63,9 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--hours", type=hours, required=True, metavar="H",
                         help="how long to keep drawing new seeds (a fraction is fine: 0.1 is 6 minutes)")
-    add_backend_arguments(parser, servers=False)
-    parser.add_argument("--variant", metavar="NAME",
-                        help="drive this faulty variant of the bundled backend (kvconform selftest --list)")
+    backend = add_backend_arguments(parser, servers=False)
+    backend.add_argument("--variant", metavar="NAME",
+                         help="drive this faulty variant of the bundled backend (kvconform selftest --list)")
     gen = parser.add_argument_group("generated request sets")
     gen.add_argument("--families", metavar="LIST", help="comma-separated: text,vision,hybrid (default all)")
     gen.add_argument("--seed", type=int, metavar="N", help="the first seed (default: drawn at random, and recorded)")
@@ -76,14 +76,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gen.add_argument("--max-steps", type=positive_int, default=6, metavar="N", help="batches per example at most (default 6)")
     gen.add_argument("--min-batches", type=positive_int, default=25, metavar="N",
                      help="batches a family must judge over the campaign to pass (default 25)")
-    gen.add_argument("--jobs", type=positive_int, default=1, metavar="N",
-                     help="local worker processes (default 1: this process), or the CPUs of a local Ray cluster")
     out = parser.add_argument_group("report")
     out.add_argument("--report", default="kvconform-campaign", metavar="DIR",
                      help="report folder (default kvconform-campaign)")
     out.add_argument("--force", action="store_true", help="replace the report folder if it exists")
     out.add_argument("--no-progress", action="store_true", help="no line per finished unit")
-    executors.add_arguments(parser, "--jobs worker processes")
+    where = parser.add_argument_group("where the work runs")
+    where.add_argument("--jobs", type=positive_int, default=1, metavar="N",
+                       help="local worker processes (default 1: this process), or the CPUs of a local Ray cluster")
+    executors.add_arguments(parser, "--jobs worker processes", where)
 
 
 def main(args) -> int:
@@ -119,7 +120,7 @@ def _check_variant(name: str, backend: str) -> None:
     if backend != "inprocess":
         raise KvconformError(f"--variant applies to the bundled backend (--backend inprocess), not to --backend {backend}")
     try:
-        from ..faulty_backends import CATALOGUE
+        from faulty_backends import CATALOGUE
     except ImportError as e:
         raise KvconformError(f"the faulty backends need the bundled backend and torch: {e}") from None
     if name not in CATALOGUE:

@@ -1,6 +1,6 @@
 """`kvconform describe`: the engine description (kvconform-engine-v1) of a real engine folder.
 
-    kvconform describe --engineDir D [--multimodalEngineDir V] [--output FILE] [--force]
+    kvconform describe --engine-dir D [--multimodal-engine-dir V] [--output FILE] [--force]
         [--allow-defaults]
 
 The oracle predicts counts from an engine description (spec/engine.md); a real runtime's engine
@@ -77,6 +77,7 @@ from reference.engine import MAX_LAYERS, MAX_POOL_PAGES
 from .. import schemas
 from ..errors import KvconformError
 from .describe_tokenizer import image_counter, tokenizer_facts
+from .options import deprecated_spelling
 
 TOKENS_PER_PAGE = 128        # kTOKENS_PER_PAGE, cpp/common/pagedKvTypes.h:27
 OUR_FORMAT = "kvconform-engine-v1"
@@ -88,11 +89,14 @@ _ABSENT = object()
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--engineDir", required=True, metavar="D",
-                        help="engine folder: Edge-LLM llm_build output, or one holding a "
+    # required, checked in main: argparse would not count the former spelling as giving it
+    parser.add_argument("--engine-dir", metavar="D",
+                        help="engine folder (required): Edge-LLM llm_build output, or one holding a "
                              "kvconform-engine-v1 config.json")
-    parser.add_argument("--multimodalEngineDir", metavar="V",
+    parser.add_argument("--multimodal-engine-dir", metavar="V",
                         help="Edge-LLM multimodal engine folder (visual/, audio/, action/)")
+    deprecated_spelling(parser, "--engineDir", "--engine-dir")
+    deprecated_spelling(parser, "--multimodalEngineDir", "--multimodal-engine-dir")
     parser.add_argument("--output", metavar="FILE", help="where the description goes (default: stdout)")
     parser.add_argument("--force", action="store_true", help="replace FILE if it exists")
     parser.add_argument("--allow-defaults", action="store_true",
@@ -100,9 +104,11 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
+    if not args.engine_dir:
+        raise KvconformError("kvconform describe: the following arguments are required: --engine-dir")
     _check_output(args.output, args.force)
     findings = Findings(args.allow_defaults)
-    doc, inputs = describe(args.engineDir, args.multimodalEngineDir, findings)
+    doc, inputs = describe(args.engine_dir, args.multimodal_engine_dir, findings)
     if findings.errors:
         for line in findings.errors:
             print(f"kvconform: error: describe: {line}", file=sys.stderr)
@@ -197,7 +203,7 @@ def describe(engine_dir: str, multimodal_dir: str | None, findings: Findings) ->
     cfg = _engine_config(engine_dir)
     if cfg.get("format") == OUR_FORMAT:
         if multimodal_dir:
-            raise KvconformError("--multimodalEngineDir applies to Edge-LLM engine folders; this one holds a "
+            raise KvconformError("--multimodal-engine-dir applies to Edge-LLM engine folders; this one holds a "
                                  f"{OUR_FORMAT} description, whose encoders are in it", cfg.path)
         return _ours(cfg, findings), [cfg.path]
     return describe_edge_llm(cfg, engine_dir, multimodal_dir, findings)
@@ -207,7 +213,7 @@ def _engine_config(engine_dir: str) -> Config:
     """The folder's main config: `config.json`, else a speculative base's `base_config.json`
     (the runtime reads one or the other, llmInferenceRuntime.cpp:179-180)."""
     if not os.path.isdir(engine_dir):
-        raise KvconformError(f"--engineDir {engine_dir}: not a directory")
+        raise KvconformError(f"--engine-dir {engine_dir}: not a directory")
     names = ("config.json", "base_config.json")
     path = next((os.path.join(engine_dir, n) for n in names if os.path.lexists(os.path.join(engine_dir, n))), None)
     if path is not None and not os.path.exists(path):
@@ -236,7 +242,7 @@ def _check_edge_llm(cfg: Config) -> None:
     encoder_keys = ("builder_config.max_image_tokens", "builder_config.max_time_steps")
     if any(cfg.get(key) is not _ABSENT for key in encoder_keys):
         raise KvconformError("this is an Edge-LLM encoder config (visual/audio builder); pass its parent "
-                             "folder as --multimodalEngineDir and the LLM engine folder as --engineDir", cfg.path)
+                             "folder as --multimodal-engine-dir and the LLM engine folder as --engine-dir", cfg.path)
 
 
 def _ours(cfg: Config, findings: Findings) -> dict:
@@ -518,7 +524,7 @@ def _multimodal(folder: str | None, findings: Findings) -> tuple[dict | None, di
     if not folder:
         return None, None, False, []
     if not os.path.isdir(folder):
-        raise KvconformError(f"--multimodalEngineDir {folder}: not a directory")
+        raise KvconformError(f"--multimodal-engine-dir {folder}: not a directory")
     visual = _encoder(folder, (("visual", "visual.engine"), ("", "visual.engine")), findings, "vision")
     audio = _encoder(folder, (("audio", "audio_encoder.engine"),), findings, "audio")
     if visual is None and audio is None:
@@ -574,7 +580,7 @@ def _note_media_hints(cfg: Config, findings: Findings) -> None:
     if _positive(cfg.get("num_deepstack_features")) or "vision_config" in cfg.doc:
         hints.append("vision_config/num_deepstack_features")
     if hints:
-        findings.note(f"vision/audio: null: {cfg.path} names {', '.join(hints)}; pass --multimodalEngineDir "
+        findings.note(f"vision/audio: null: {cfg.path} names {', '.join(hints)}; pass --multimodal-engine-dir "
                       "to describe the encoders (without it the runtime runs text only)")
 
 

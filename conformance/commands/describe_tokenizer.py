@@ -164,7 +164,7 @@ def image_counter(visual_dir: str, visual_cfg: dict, findings) -> dict | None:
         return {"counter": "edge-llm/internvl", "settings": {**bounds, "tile": tile}}
     findings.errors.append(f"vision.counter: {config_path}: model_type {json.dumps(model_type)} has no Edge-LLM image "
                            "counter in the kit (edge-llm/qwen-vl for the Qwen-VL family, edge-llm/internvl; "
-                           "spec/media-tokens.md); describe without --multimodalEngineDir to judge text only")
+                           "spec/media-tokens.md); describe without --multimodal-engine-dir to judge text only")
     return None
 
 

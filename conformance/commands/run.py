@@ -1,7 +1,7 @@
 """`kvconform run`: the conformance run (the kit's main job, spec/RUNNING.md).
 
 With no arguments: the bundled backend through its Python API (`inprocess`), every curated case
-under tests/test_cases, and the generated families, then a verdict table per spec section and a
+under cases/, and the generated families, then a verdict table per spec section and a
 report folder. The oracle is never a fallback backend: when the bundled backend cannot be
 imported the run stops (exit 2) with the import error; `--backend reference` runs the oracle
 against itself as an explicit self-check of the kit, and its report says that no backend was
@@ -46,36 +46,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_case_arguments(parser)
 
 
-def add_backend_arguments(parser: argparse.ArgumentParser, servers: bool = True) -> None:
+def add_backend_arguments(parser: argparse.ArgumentParser, servers: bool = True):
     """The adapter and its options (`kvconform campaign` takes the same, without `servers`: the
-    options of `--backend openai`, which it does not drive)."""
+    options of `--backend openai`, which it does not drive). Returns the "backend" group."""
     g = parser.add_argument_group("backend")
     g.add_argument("--backend", choices=NAMES if servers else [n for n in NAMES if n != "openai"],
                    help="adapter (default: command when a command option is given, else inprocess)")
     g.add_argument("--device", choices=("auto", "cpu", "cuda"), help="bundled backend device (default auto)")
     g.add_argument("--timeout", type=seconds, default=120.0, metavar="S", help="seconds per invocation (default 120)")
-    g.add_argument("--executable", metavar="CMD",
-                   help="command adapter: an llm_inference-compatible command line (default: the bundled CLI)")
-    g.add_argument("--engine-dir", metavar="DIR",
-                   help="command and inprocess adapters: one fixed engine folder for every case (each case is laid "
-                        "out for it); alone, the bundled backend runs in process on it")
-    g.add_argument("--engine-config", metavar="FILE",
-                   help="command adapter: the fixed engine's description (spec/engine.md), for a folder whose "
-                        "config.json is none (an Edge-LLM folder: write it with `kvconform describe`); refused "
-                        "where it contradicts DIR/config.json")
-    g.add_argument("--build-command", metavar="CMD",
-                   help="command adapter: builds an engine per case with the flags of spec/engine.md")
-    g.add_argument("--capabilities", metavar="FILE", help="command adapter: the backend's capability manifest")
     g.add_argument("--profile", metavar="NAME",
                    help="semantics profile to judge against (spec/profiles.md): kvconform-1 or edge-llm-0.10; "
                         "default: the first the backend's capability manifest declares"
                         + (". With --backend openai: a peer profile (spec/peer-profiles.md): llama.cpp-server, "
                            "vllm-apc, sglang-radix or trtllm-kv-reuse" if servers else ""))
-    g.add_argument("--backend-arg", action="append", default=[], metavar="ARG",
+    e = parser.add_argument_group("fixed engine and command adapter (spec/RUNNING.md section 2)")
+    e.add_argument("--engine-dir", metavar="DIR",
+                   help="command and inprocess adapters: one fixed engine folder for every case (each case is laid "
+                        "out for it); alone, the bundled backend runs in process on it")
+    e.add_argument("--executable", metavar="CMD",
+                   help="command adapter: an llm_inference-compatible command line (default: the bundled CLI)")
+    e.add_argument("--engine-config", metavar="FILE",
+                   help="command adapter: the fixed engine's description (spec/engine.md), for a folder whose "
+                        "config.json is none (an Edge-LLM folder: write it with `kvconform describe`); refused "
+                        "where it contradicts DIR/config.json")
+    e.add_argument("--build-command", metavar="CMD",
+                   help="command adapter: builds an engine per case with the flags of spec/engine.md")
+    e.add_argument("--capabilities", metavar="FILE", help="command adapter: the backend's capability manifest")
+    e.add_argument("--backend-arg", action="append", default=[], metavar="ARG",
                    help="command adapter: an extra argument for every invocation (repeatable)")
     if not servers:
         parser.set_defaults(base_url=None, api_key_env=None, model=None, tokenizer=None, peer_setting=[])
-        return
+        return g
     o = parser.add_argument_group("openai backend (an OpenAI-compatible server, spec/peer-profiles.md)")
     o.add_argument("--base-url", metavar="URL", help="openai: the server, e.g. http://127.0.0.1:8080")
     o.add_argument("--api-key-env", metavar="VAR", help="openai: the environment variable holding the API key")
@@ -85,25 +86,19 @@ def add_backend_arguments(parser: argparse.ArgumentParser, servers: bool = True)
     o.add_argument("--peer-setting", action="append", default=[], metavar="KEY=VALUE",
                    help="openai: a setting of the peer profile, e.g. block_size=16, cache_blocks=64, eagle=true "
                         "(repeatable; settings the server publishes are read from it, docs/peers.md)")
+    return g
 
 
 def _add_case_arguments(parser: argparse.ArgumentParser) -> None:
-    c = parser.add_argument_group("cases")
+    c = parser.add_argument_group("case selection")
     c.add_argument("--case", action="append", metavar="PATH",
-                   help="a case file or folder (repeatable; default: tests/test_cases)")
+                   help="a case file or folder (repeatable; default: cases/)")
     c.add_argument("-k", "--keyword", action="append", metavar="TEXT",
                    help="run cases whose id contains TEXT or matches it as a glob (repeatable)")
     c.add_argument("--section", action="append", metavar="NAME", help="spec section: ID, PLAN, MEDIA, PUB, ... (repeatable)")
     c.add_argument("--rule", action="append", metavar="ID", help="cases citing this rule id (repeatable)")
     c.add_argument("--slow", action="store_true", help="include cases flagged slow")
-    c.add_argument("--shard", metavar="I/N", help="run the I-th of N interleaved shards (merge with kvconform merge)")
     c.add_argument("--list", action="store_true", help="list the selected cases and exit")
-    c.add_argument("--jobs", type=positive_int, default=1, metavar="N",
-                   help="run N cases at once (useful with --backend command: processes overlap)")
-    c.add_argument("--fail-fast", action="store_true",
-                   help="screening: the curated cases first, cheapest first, then the generated families, and "
-                        "stop at the first case that ends TIMEOUT, FAIL or ERROR (the headline and the report say "
-                        "the run stopped early; it is never CONFORMANT)")
     gen = parser.add_argument_group("generated request sets")
     which = gen.add_mutually_exclusive_group()
     which.add_argument("--no-generated", action="store_true", help="curated cases only")
@@ -119,13 +114,18 @@ def _add_case_arguments(parser: argparse.ArgumentParser) -> None:
     gen.add_argument("--min-batches", type=positive_int, default=MIN_BATCHES, metavar="N",
                      help=f"batches a family must judge to PASS (default {MIN_BATCHES}, at most --examples)")
     gen.add_argument("--save-regressions", action="store_true",
-                     help="also write generated reproducers to tests/test_cases/regressions/")
-    gen.add_argument("--timing", action="store_true",
-                     help="also run the optional timing verdict (off by default: wall-clock time is noisy on shared "
-                          "machines): a request reusing a long prefix must take under --timing-fraction of the "
-                          "time of computing it; PASS or QUALITY_WARNING, never FAIL (spec/RUNNING.md section 5)")
-    gen.add_argument("--timing-fraction", type=fraction, default=0.5, metavar="F",
-                     help="warm / cold prefill time the timing verdict allows (default 0.5)")
+                     help="also write generated reproducers to cases/regressions/")
+    v = parser.add_argument_group("verdicts")
+    v.add_argument("--fail-fast", action="store_true",
+                   help="screening: the curated cases first, cheapest first, then the generated families, and "
+                        "stop at the first case that ends TIMEOUT, FAIL or ERROR (the headline and the report say "
+                        "the run stopped early; it is never CONFORMANT)")
+    v.add_argument("--timing", action="store_true",
+                   help="also run the optional timing verdict (off by default: wall-clock time is noisy on shared "
+                        "machines): a request reusing a long prefix must take under --timing-fraction of the "
+                        "time of computing it; PASS or QUALITY_WARNING, never FAIL (spec/RUNNING.md section 5)")
+    v.add_argument("--timing-fraction", type=fraction, default=0.5, metavar="F",
+                   help="warm / cold prefill time the timing verdict allows (default 0.5)")
     out = parser.add_argument_group("report")
     out.add_argument("--report", default="kvconform-report", metavar="DIR", help="report folder (default kvconform-report)")
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -134,7 +134,12 @@ def _add_case_arguments(parser: argparse.ArgumentParser) -> None:
     again.add_argument("--resume", action="store_true",
                        help="continue the interrupted run recorded in the report folder: keep its finished "
                             "cases, run the rest with the options it recorded")
-    executors.add_arguments(parser, "this process, --jobs cases at once")
+    where = parser.add_argument_group("where the work runs")
+    where.add_argument("--jobs", type=positive_int, default=1, metavar="N",
+                       help="run N cases at once (useful with --backend command: processes overlap)")
+    where.add_argument("--shard", metavar="I/N",
+                       help="run the I-th of N interleaved shards (merge with kvconform merge)")
+    executors.add_arguments(parser, "this process, --jobs cases at once", where)
 
 
 MAX_SECONDS = 7 * 24 * 3600.0
@@ -417,7 +422,7 @@ def main(args) -> int:
             execute(plan, adapter, report, progress=not args.no_progress, jobs=args.jobs,
                     rerun=lambda path: rerun_command(args, backend, path), fail_fast=args.fail_fast)
         if args.timing and not self_check and "timing/reuse-is-real" not in {r.id for r in report.results}:
-            from ..numerics.timing import timing_verdict                 # "reuse is real", optional
+            from ..reuse_timing import timing_verdict                       # "reuse is real", optional
             report.add(timing_verdict(adapter, manifest, fraction=args.timing_fraction))
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)

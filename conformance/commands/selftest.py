@@ -6,7 +6,7 @@ against:
 - the bundled backend (`inprocess`): must be conformant;
 - the oracle posing as a backend (`reference`): must PASS every case;
 - the `broken` adapter (every call raises): must end ERROR everywhere;
-- every faulty variant of `conformance/faulty_backends/` (the bundled backend with exactly one
+- every faulty variant of `faulty_backends/` (the bundled backend with exactly one
   defect): each must be caught, i.e. some case must end FAIL, ERROR or TIMEOUT. A variant's run
   stops at its first such case; curated cases run cheapest first, the generated families last.
 
@@ -177,7 +177,7 @@ def run_target(kind: str, name: str, opts: dict, part: str | None = None) -> dic
 
 
 def _variant_profile(name: str) -> str | None:
-    from ..faulty_backends import CATALOGUE
+    from faulty_backends import CATALOGUE
     return CATALOGUE[name].profile
 
 
@@ -202,8 +202,8 @@ def _bundled_passes(killer, cases, opts: dict, engine_dir) -> tuple[bool, str]:
 def _adapter(kind: str, name: str, opts: dict, engine_dir: str | None):
     from ..adapters import make_adapter
     if kind == "variant":
-        from ..faulty_backends import CATALOGUE
-        return CATALOGUE[name].adapter(device=opts["device"], timeout=opts["timeout"], engine_dir=engine_dir)
+        from ..adapters.faulty import FaultyAdapter
+        return FaultyAdapter(name, device=opts["device"], timeout=opts["timeout"], engine_dir=engine_dir)
     if name == "inprocess":
         return make_adapter("inprocess", device=opts["device"], timeout=opts["timeout"], engine_dir=engine_dir)
     if name == "broken-judging":
@@ -288,7 +288,7 @@ def _target_result(out: dict, kind: str, name: str, results, killer, engine_dir,
 
 def _catalogue():
     try:
-        from ..faulty_backends import CATALOGUE
+        from faulty_backends import CATALOGUE
     except ImportError as e:
         raise KvconformError(f"the faulty backends need the bundled backend and torch: {e}") from None
     return CATALOGUE

@@ -23,6 +23,7 @@ from .. import schemas
 from ..cases import check_templates, Case
 from ..errors import KvconformError
 from ..rules import spec_rule_ids
+from .options import deprecated_spelling
 
 KINDS = ("request", "case", "engine", "output", "profile", "predictions", "report", "capabilities")
 _FORMATS = {"kvconform-engine-v1": "engine", "kvconform-predictions-v1": "predictions",
@@ -33,14 +34,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="files to check")
     parser.add_argument("--kind", choices=KINDS, help="the kind of every FILE (default: told from content)")
     engine = parser.add_mutually_exclusive_group()
-    engine.add_argument("--engineDir", help="also run the engine-dependent checks of request files")
-    engine.add_argument("--engineConfig", help="like --engineDir, with a config.json file")
+    engine.add_argument("--engine-dir", metavar="D", help="also run the engine-dependent checks of request files")
+    engine.add_argument("--engine-config", metavar="FILE", help="like --engine-dir, with a config.json file")
+    deprecated_spelling(engine, "--engineDir", "--engine-dir")
+    deprecated_spelling(engine, "--engineConfig", "--engine-config")
 
 
 def main(args) -> int:
     engine = None
-    if args.engineDir or args.engineConfig:
-        engine = _load_engine(args.engineDir or args.engineConfig)
+    if args.engine_dir or args.engine_config:
+        engine = _load_engine(args.engine_dir or args.engine_config)
     bad = 0
     for file in args.files:
         problems, kind = check_file(file, args.kind, engine)

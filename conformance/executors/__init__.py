@@ -17,8 +17,9 @@ from ..errors import KvconformError
 NAMES = ("local", "ray")
 
 
-def add_arguments(parser: argparse.ArgumentParser, local_help: str) -> None:
-    g = parser.add_argument_group("executor")
+def add_arguments(parser: argparse.ArgumentParser, local_help: str, group=None) -> None:
+    """The executor's options, in `group` (the command's "where the work runs") or their own."""
+    g = group if group is not None else parser.add_argument_group("executor")
     g.add_argument("--executor", choices=NAMES, default="local",
                    help=f"where the work runs: local ({local_help}) or ray (a Ray cluster: pip install 'kvconform[ray]')")
     g.add_argument("--ray-address", metavar="ADDR",

@@ -109,7 +109,7 @@ def _collect(pool, ticket, unit, report: Report, save_regressions: bool) -> Case
 
 
 def _save_regression(path: Path) -> None:
-    """`--save-regressions`: the driver keeps a generated reproducer under tests/test_cases/regressions
+    """`--save-regressions`: the driver keeps a generated reproducer under cases/regressions
     (the worker that found it wrote it only into the report)."""
     from ..schemas import read_json
     write_reproducer(read_json(path), str(path.parent), REGRESSIONS_DIR, path.stem)

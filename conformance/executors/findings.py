@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..engines import digest
 from ..generate import RULES
-from ..numerics import merge_facts
+from ..numerical_judge import merge_facts
 from ..verdicts import CaseResult, Failure, Verdict
 
 

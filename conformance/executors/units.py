@@ -60,10 +60,9 @@ class AdapterSpec:
     def build(self):
         kwargs = self.kwargs
         if self.variant:
-            from ..faulty_backends import CATALOGUE
-            return CATALOGUE[self.variant].adapter(device=kwargs.get("device") or "auto",
-                                                   timeout=kwargs.get("timeout", 120.0),
-                                                   engine_dir=kwargs.get("engine_dir"))
+            from ..adapters.faulty import FaultyAdapter
+            return FaultyAdapter(self.variant, device=kwargs.get("device") or "auto",
+                                 timeout=kwargs.get("timeout", 120.0), engine_dir=kwargs.get("engine_dir"))
         from ..adapters import make_adapter
         return make_adapter(self.backend, **kwargs)
 
@@ -199,13 +198,14 @@ def failed_unit(unit, reason: str, attempts: int) -> CaseResult:
 
 def kit_fingerprint() -> dict:
     """What must be equal on every worker for a distributed run to judge as a local one does:
-    the kit's version and a digest of the sources of the kit, the oracle and the bundled backend."""
+    the kit's version and a digest of the sources of the kit, the oracle, the bundled backend, the
+    numerical reference and the faulty backends (each decides verdicts)."""
     import importlib.util
 
     from .. import KIT_VERSION
     from ..engines import source_digest
     out = {"kit_version": KIT_VERSION}
-    for package in ("conformance", "reference", "gpu_backend"):
+    for package in ("conformance", "reference", "gpu_backend", "numerical_reference", "faulty_backends"):
         spec = importlib.util.find_spec(package)
         locations = list(spec.submodule_search_locations or []) if spec else []
         out[package] = source_digest(Path(locations[0])) if locations else None

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from ..adapters.base import Adapter, AdapterError, BuildRefused
 from ..cases import load_case
 from ..engines import digest
-from ..numerics import merge_facts
+from ..numerical_judge import merge_facts
 from ..report import write_reproducer
 from ..verdicts import CaseResult, Failure, Verdict
 from .draw import FAMILIES, draw_setup, fixed_engine_gaps, policy_switch, recipes
@@ -44,7 +44,7 @@ RULES = {
 }
 
 
-def supported(family: str, manifest: dict) -> list[str]:
+def missing_capabilities(family: str, manifest: dict) -> list[str]:
     """What the family needs and the manifest lacks (empty: it can run)."""
     models, vision = FAMILIES[family]
     missing = []
@@ -60,7 +60,7 @@ def cannot_run(family: str, adapter: Adapter, manifest: dict | None) -> str:
     lacks, or what the engine under test lacks."""
     if manifest is None:
         return ""                                # an ERROR, decided when the family runs
-    missing = supported(family, manifest)
+    missing = missing_capabilities(family, manifest)
     if missing:
         return f"the backend does not declare {', '.join(missing)}"
     fixed = adapter.fixed_engine()

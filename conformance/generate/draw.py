@@ -52,13 +52,6 @@ class Setup:
     steps (`policy_switch`), so the rest of an example is drawn as without it."""
 
 
-def family_requirements(family: str, model: str) -> list[str]:
-    need = [f"model:{model}"]
-    if FAMILIES[family][1]:
-        need.append("media:image")
-    return need
-
-
 def draw_setup(data, family: str, manifest: dict, engine: dict | None = None) -> Setup:
     """Draw an example's engine, flags and pools. With `engine` (the description of the one
     engine under test) only what that engine admits is drawn: its page size, model kind,

@@ -23,7 +23,7 @@ from ..cases import bypass_replay_of, materialize, resolve_outputs
 from ..explain import Explainer
 from ..judging import judge, merged_transcripts, prediction_refused, same_reason, shape_failures
 from ..materialize import engine_key, write_units
-from ..numerics import check_outputs, merge_facts
+from ..numerical_judge import check_outputs, merge_facts
 from ..verdicts import Failure, Verdict
 from .draw import Setup, build_request, strip_private
 

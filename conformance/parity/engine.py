@@ -41,7 +41,7 @@ class Run:
     """One scenario run: the responses of every file and the profile after each."""
 
     def __init__(self, scenario: dict, semantics_profile: str):
-        if "case" in scenario:                  # a case file of the kit (tests/test_cases/...), run as it is
+        if "case" in scenario:                  # a case file of the kit (cases/...), run as it is
             scenario = _case_scenario(scenario["case"])
         try:
             self.engine = reference.engine_from_build_args(scenario["engine"])

@@ -1,7 +1,7 @@
 """`kvconform campaign`: seed after seed of the generated families, distinct failures, throughput.
 
 The campaign is judged on a faulty variant of the bundled backend whose defect is documented in
-the catalogue (conformance/faulty_backends): the failure it must find breaks a rule the variant
+the catalogue (faulty_backends): the failure it must find breaks a rule the variant
 is documented to violate, and its reproducer must fail alone against the variant and pass
 against the bundled backend (the failure is the variant's, not the kit's).
 """
@@ -43,9 +43,10 @@ def campaign(tmp_path_factory):
 
 def test_a_campaign_finds_the_seeded_variant_with_a_reproducer(campaign):
     from conformance.adapters import make_adapter
+    from conformance.adapters.faulty import FaultyAdapter
     from conformance.cases import load_case
     from conformance.execute import run_case
-    from conformance.faulty_backends import CATALOGUE
+    from faulty_backends import CATALOGUE
     code, folder = campaign
     assert code == 1
     doc = _report(folder)
@@ -60,7 +61,7 @@ def test_a_campaign_finds_the_seeded_variant_with_a_reproducer(campaign):
     repro = folder / entry["reproducer"]
     assert repro.is_file() and (folder / entry["evidence"]).is_dir()
     assert "rerun" not in entry, "a variant is no backend `kvconform run` can drive"
-    variant = CATALOGUE[VARIANT].adapter(device="cpu")
+    variant = FaultyAdapter(VARIANT, device="cpu")
     again = run_case(load_case(repro), variant, variant.capabilities())
     assert again.verdict == Verdict.FAIL
     assert {f.rule for f in again.failures} & set(CATALOGUE[VARIANT].rules)
@@ -84,7 +85,7 @@ def test_a_campaign_reports_its_throughput(campaign):
 
 
 def test_a_campaign_writes_its_page_with_the_shrunk_reproducers_page_map(campaign):
-    from html_checks import embedded_page_maps, html_problems
+    from tests.helpers.html_checks import embedded_page_maps, html_problems
     _, folder = campaign
     doc = _report(folder)
     page = (folder / "report.html").read_text()

@@ -7,7 +7,7 @@ import pytest
 from conformance.adapters import BuildRefused
 from conformance.cases import CASES_DIR, bypass_replay_of, materialize, resolve_outputs, template_refs
 
-from case_helpers import ALL_CASES
+from tests.helpers.cases import ALL_CASES
 
 FAILING_RULES = {"CR-BATCH-5", "CR-CAP-8", "CR-SUP-8"}
 MINE = [c for c in ALL_CASES if not c.id.startswith("golden/")]

@@ -1,4 +1,4 @@
-"""The command adapter against a stand-in executable (tests/conformance/fake_llm_inference.py)
+"""The command adapter against a stand-in executable (tests/helpers/fake_llm_inference.py)
 and, marked slow, against the bundled backend's CLI compared with the inprocess adapter."""
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from conformance.adapters.command import CommandAdapter, build_flags, runtime_fl
 from conformance.execute import run_case
 from conformance.verdicts import Verdict
 
-from case_helpers import ALL_CASES, case
+from tests.helpers import HELPERS
+from tests.helpers.cases import ALL_CASES, case
 
-FAKE = Path(__file__).with_name("fake_llm_inference.py")
+FAKE = HELPERS / "fake_llm_inference.py"
 
 
 @pytest.fixture

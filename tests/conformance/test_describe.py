@@ -121,7 +121,7 @@ def one_error(err, *words):
 
 def test_text_engine_exact_values(capsys, tmp_path):
     folder = engine_folder(tmp_path, qwen3_config())
-    doc, engine, err = described(capsys, "--engineDir", folder)
+    doc, engine, err = described(capsys, "--engine-dir", folder)
     assert (engine.tokens_per_page, engine.max_input_len, engine.max_kv_cache_capacity, engine.max_batch_size,
             engine.kv_pool_pages, engine.kv_cache_dtype) == (128, 1024, 4096, 2, 96, "fp16")
     assert engine.layer_kinds == ["attention"] * 28 and doc["model"] == "attention"
@@ -134,7 +134,7 @@ def test_text_engine_exact_values(capsys, tmp_path):
 
 
 def test_hybrid_engine_layers_and_snapshot_slots(capsys, tmp_path):
-    doc, engine, err = described(capsys, "--engineDir", engine_folder(tmp_path, hybrid_config()))
+    doc, engine, err = described(capsys, "--engine-dir", engine_folder(tmp_path, hybrid_config()))
     assert engine.layer_kinds == ["recurrent", "attention", "recurrent", "recurrent"] and engine.kind == "hybrid"
     assert engine.kv_pool_pages == 96
     assert engine.recurrent == {"num_heads": 8, "head_dim": 32, "state_size": 16, "conv_dim": 512,
@@ -150,7 +150,7 @@ def test_hybrid_engine_layers_and_snapshot_slots(capsys, tmp_path):
 def test_hybrid_without_layer_table_uses_the_runtime_fallback(capsys, tmp_path):
     config = hybrid_config()
     del config["layer_types"], config["kv_layer_configs"]
-    _, engine, err = described(capsys, "--engineDir", engine_folder(tmp_path, config))
+    _, engine, err = described(capsys, "--engine-dir", engine_folder(tmp_path, config))
     assert engine.layer_kinds == ["attention", "recurrent", "recurrent", "recurrent"]
     assert any("attention-first fallback" in line for line in err)
 
@@ -159,7 +159,7 @@ def test_pure_recurrent_has_no_pool(capsys, tmp_path):
     config = hybrid_config()
     config.update(layer_types=["mamba"] * 4, kv_layer_configs=[None] * 4, num_linear_attn_layers=4,
                   num_attention_layers=0)
-    _, engine, err = described(capsys, "--engineDir", engine_folder(tmp_path, config))
+    _, engine, err = described(capsys, "--engine-dir", engine_folder(tmp_path, config))
     assert engine.kind == "recurrent" and engine.kv_pool_pages == 0
     assert engine.snapshot_slot_bytes == {"recurrent": 4 * (8 * 32 * 16 * 4 + 512 * 4 * 2)}
     assert any(line.startswith("kvconform: note: describe: kv_pool_pages = 0") for line in err)
@@ -167,7 +167,7 @@ def test_pure_recurrent_has_no_pool(capsys, tmp_path):
 
 def test_recorded_build_flag_zero_is_resolved_and_said(capsys, tmp_path):
     folder = engine_folder(tmp_path, qwen3_config(builder_config=builder_config(max_kv_pool_pages=0)))
-    doc, engine, err = described(capsys, "--engineDir", folder)
+    doc, engine, err = described(capsys, "--engine-dir", folder)
     assert engine.kv_pool_pages == 2 * 32
     assert any("kv_pool_pages = 64: derived" in line for line in err)
     assert any("kv_pool_pages = 64: derived" in note for note in doc["described_from"]["notes"])
@@ -176,8 +176,8 @@ def test_recorded_build_flag_zero_is_resolved_and_said(capsys, tmp_path):
 def test_vlm_with_multimodal_folder(capsys, tmp_path):
     llm = qwen3_config(model="qwen2_5_vl", image_token_id=151655, use_vision_bidirectional_attention=True)
     mm = visual_folder(tmp_path)
-    doc, engine, err = described(capsys, "--engineDir", engine_folder(tmp_path, llm),
-                                 "--multimodalEngineDir", mm)
+    doc, engine, err = described(capsys, "--engine-dir", engine_folder(tmp_path, llm),
+                                 "--multimodal-engine-dir", mm)
     # qwenViTRunner.cpp validateAndFillConfig: bounds from builder_config (the per-image maximum),
     # patch and merge from preprocessor_config.json
     assert engine.vision == {"counter": "edge-llm/qwen-vl", "edge_llm_model_type": "qwen2_5_vl",
@@ -209,8 +209,8 @@ def test_audio_encoder_and_action_runner(capsys, tmp_path):
     (mm / "audio" / "audio_encoder.engine").write_bytes(b"")
     (mm / "action").mkdir()
     (mm / "action" / "action.engine").write_bytes(b"")
-    _, engine, err = described(capsys, "--engineDir", engine_folder(tmp_path, qwen3_config()),
-                               "--multimodalEngineDir", mm)
+    _, engine, err = described(capsys, "--engine-dir", engine_folder(tmp_path, qwen3_config()),
+                               "--multimodal-engine-dir", mm)
     assert engine.vision is None
     assert engine.audio is None, "audio input is defined for bytes-v1 only: said, not described"
     assert any(line.startswith("kvconform: note: describe: audio: null") for line in err)
@@ -226,7 +226,7 @@ def test_audio_encoder_and_action_runner(capsys, tmp_path):
 ])
 def test_deployment_switches(capsys, tmp_path, spec, role, name, key, expected):
     folder = engine_folder(tmp_path, qwen3_config(spec_decode_type=spec, engine_role=role), name)
-    _, engine, err = described(capsys, "--engineDir", folder)
+    _, engine, err = described(capsys, "--engine-dir", folder)
     assert engine.deployment[key] == expected
     if name == "base_config.json":
         assert any("speculative deployment" in line for line in err)
@@ -234,7 +234,7 @@ def test_deployment_switches(capsys, tmp_path, spec, role, name, key, expected):
 
 def test_lora_rank_is_noted_not_invented(capsys, tmp_path):
     folder = engine_folder(tmp_path, qwen3_config(builder_config=builder_config(max_lora_rank=64)))
-    _, engine, err = described(capsys, "--engineDir", folder)
+    _, engine, err = described(capsys, "--engine-dir", folder)
     assert engine.lora_adapters == {}
     assert any("rank <= 64" in line for line in err)
 
@@ -250,14 +250,14 @@ def pre_pool_folder(tmp_path):
 
 def test_missing_fact_is_one_line_and_exit_2(capsys, tmp_path):
     folder = pre_pool_folder(tmp_path)
-    code, out, err = kv(capsys, "describe", "--engineDir", folder)
+    code, out, err = kv(capsys, "describe", "--engine-dir", folder)
     assert code == 2 and out == ""
     one_error(err, "missing kv_pool_pages", str(folder / "config.json"), "builder_config.max_kv_pool_pages",
               "--allow-defaults")
 
 
 def test_allow_defaults_writes_the_default_and_says_so(capsys, tmp_path):
-    doc, engine, err = described(capsys, "--engineDir", pre_pool_folder(tmp_path), "--allow-defaults")
+    doc, engine, err = described(capsys, "--engine-dir", pre_pool_folder(tmp_path), "--allow-defaults")
     assert engine.kv_pool_pages == 2 * 32
     warnings = [line for line in err if line.startswith("kvconform: warning: ")]
     assert len(warnings) == 1 and "missing kv_pool_pages" in warnings[0] and "64" in warnings[0]
@@ -267,7 +267,7 @@ def test_allow_defaults_writes_the_default_and_says_so(capsys, tmp_path):
 def test_each_missing_fact_gets_its_line(capsys, tmp_path):
     config = qwen3_config(builder_config={"max_kv_pool_pages": 96})
     del config["kv_cache_dtype"]
-    code, _, err = kv(capsys, "describe", "--engineDir", engine_folder(tmp_path, config))
+    code, _, err = kv(capsys, "describe", "--engine-dir", engine_folder(tmp_path, config))
     assert code == 2
     facts = ("max_input_len", "max_kv_cache_capacity", "max_batch_size", "kv_cache_dtype")
     assert sorted(err) == sorted(line for line in err if any(f"missing {f}:" in line for f in facts))
@@ -277,13 +277,13 @@ def test_each_missing_fact_gets_its_line(capsys, tmp_path):
 def test_fact_without_default_fails_even_with_allow_defaults(capsys, tmp_path):
     config = qwen3_config()
     del config["num_key_value_heads"]
-    code, _, err = kv(capsys, "describe", "--engineDir", engine_folder(tmp_path, config), "--allow-defaults")
+    code, _, err = kv(capsys, "describe", "--engine-dir", engine_folder(tmp_path, config), "--allow-defaults")
     assert code == 2
     one_error(err, "missing num_kv_heads", "num_key_value_heads", "no documented default")
 
 
 def test_unrepresentable_kv_dtype(capsys, tmp_path):
-    code, _, err = kv(capsys, "describe", "--engineDir", engine_folder(tmp_path, qwen3_config(kv_cache_dtype="bf16")))
+    code, _, err = kv(capsys, "describe", "--engine-dir", engine_folder(tmp_path, qwen3_config(kv_cache_dtype="bf16")))
     assert code == 2
     one_error(err, "kv_cache_dtype", '"bf16"', "fp16, fp8")
 
@@ -294,15 +294,15 @@ def test_unknown_or_empty_folder(capsys, tmp_path, content):
     folder.mkdir()
     if content is not None:
         write_json(folder / "config.json", content)
-    code, out, err = kv(capsys, "describe", "--engineDir", folder)
+    code, out, err = kv(capsys, "describe", "--engine-dir", folder)
     assert code == 2 and out == ""
     one_error(err, str(folder))
 
 
 def test_multimodal_folder_without_encoders(capsys, tmp_path):
     (tmp_path / "mm").mkdir()
-    code, _, err = kv(capsys, "describe", "--engineDir", engine_folder(tmp_path, qwen3_config()),
-                      "--multimodalEngineDir", tmp_path / "mm")
+    code, _, err = kv(capsys, "describe", "--engine-dir", engine_folder(tmp_path, qwen3_config()),
+                      "--multimodal-engine-dir", tmp_path / "mm")
     assert code == 2
     one_error(err, "visual/visual.engine", "audio/audio_encoder.engine")
 
@@ -313,11 +313,11 @@ def test_output_file_never_replaced_without_force(capsys, tmp_path):
     folder = engine_folder(tmp_path, qwen3_config())
     target = tmp_path / "described.json"
     target.write_text("keep me")
-    code, out, err = kv(capsys, "describe", "--engineDir", folder, "--output", target)
+    code, out, err = kv(capsys, "describe", "--engine-dir", folder, "--output", target)
     assert code == 2 and out == ""
     one_error(err, "--output", str(target), "--force")
     assert target.read_text() == "keep me"
-    code, _, err = kv(capsys, "describe", "--engineDir", folder, "--output", target, "--force")
+    code, _, err = kv(capsys, "describe", "--engine-dir", folder, "--output", target, "--force")
     assert code == 0, err
     assert reference.load_engine(str(target)).kv_pool_pages == 96
 
@@ -325,7 +325,7 @@ def test_output_file_never_replaced_without_force(capsys, tmp_path):
 def test_output_never_replaces_its_input(capsys, tmp_path):
     folder = engine_folder(tmp_path, qwen3_config())
     before = (folder / "config.json").read_text()
-    code, _, err = kv(capsys, "describe", "--engineDir", folder, "--output", folder / "config.json", "--force")
+    code, _, err = kv(capsys, "describe", "--engine-dir", folder, "--output", folder / "config.json", "--force")
     assert code == 2
     one_error(err, "--output", "input")
     assert (folder / "config.json").read_text() == before
@@ -340,7 +340,7 @@ def test_bundled_backend_folder_is_read_as_it_is(capsys, tmp_path):
                             "--model", "hybrid", "--vision", "--loraAdapters", "a"],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert built.returncode == 0, built.stderr
-    code, out, err = kv(capsys, "describe", "--engineDir", folder, "--output", tmp_path / "d.json")
+    code, out, err = kv(capsys, "describe", "--engine-dir", folder, "--output", tmp_path / "d.json")
     assert code == 0 and out == "", err
     doc = json.loads((tmp_path / "d.json").read_text())
     assert doc == json.loads((folder / "config.json").read_text())
@@ -357,7 +357,7 @@ def test_the_folders_tokenizer_is_described_as_an_hf_profile(capsys, tmp_path):
     """llm_build copies tokenizer.json and tokenizer_config.json into the engine folder, and the
     runtime tokenizes with them: the description names that folder, not bytes-v1."""
     folder = engine_folder(tmp_path, qwen3_config())
-    doc, engine, err = described(capsys, "--engineDir", folder)
+    doc, engine, err = described(capsys, "--engine-dir", folder)
     assert doc["tokenizer"] == {"profile": "hf", "files": str(folder), "loader": "tokenizers-raw"}
     assert engine.hf and engine.vocab_size == 256 + len(TINY_SPECIALS)
     assert engine.eos_token_id == 256 + TINY_SPECIALS.index("<|im_end|>")
@@ -376,7 +376,7 @@ def test_phi3_tokenizer_notes_every_way_edge_llms_reader_may_differ(capsys, tmp_
     folder = engine_folder(tmp_path, qwen3_config(), tokenizer=False)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (folder / name).write_bytes((ROOT / "spec" / "tokenizers" / "phi-3-mini" / name).read_bytes())
-    doc, engine, err = described(capsys, "--engineDir", folder)
+    doc, engine, err = described(capsys, "--engine-dir", folder)
     assert engine.vocab_size == 32011 and engine.eos_token_id == 32000
     assert any("normalizer steps Prepend" in line for line in err)
     assert any("strip flags" in line and "<|assistant|>" in line for line in err)
@@ -384,7 +384,7 @@ def test_phi3_tokenizer_notes_every_way_edge_llms_reader_may_differ(capsys, tmp_
 
 
 def test_a_folder_without_its_tokenizer_is_refused(capsys, tmp_path):
-    code, out, err = kv(capsys, "describe", "--engineDir", engine_folder(tmp_path, qwen3_config(), tokenizer=False))
+    code, out, err = kv(capsys, "describe", "--engine-dir", engine_folder(tmp_path, qwen3_config(), tokenizer=False))
     assert code == 2 and out == ""
     one_error(err, "missing tokenizer", "tokenizer.json", "tokenizer.cpp")
 
@@ -392,18 +392,18 @@ def test_a_folder_without_its_tokenizer_is_refused(capsys, tmp_path):
 def test_a_broken_tokenizer_is_one_line(capsys, tmp_path):
     folder = engine_folder(tmp_path, qwen3_config())
     (folder / "tokenizer.json").write_text('{"model": 3}')
-    code, out, err = kv(capsys, "describe", "--engineDir", folder)
+    code, out, err = kv(capsys, "describe", "--engine-dir", folder)
     assert code == 2 and out == ""
     one_error(err, "cannot read the tokenizer", str(folder / "tokenizer.json"))
 
 
 def test_a_visual_engine_without_a_counter_is_refused(capsys, tmp_path):
     llm = qwen3_config(image_token_id=151655)
-    code, _, err = kv(capsys, "describe", "--engineDir", engine_folder(tmp_path, llm), "--multimodalEngineDir",
+    code, _, err = kv(capsys, "describe", "--engine-dir", engine_folder(tmp_path, llm), "--multimodal-engine-dir",
                       visual_folder(tmp_path, model_type="phi4mm"))
     assert code == 2
-    one_error(err, "vision.counter", "phi4mm", "without --multimodalEngineDir")
-    code, _, err = kv(capsys, "describe", "--engineDir", tmp_path / "engine", "--multimodalEngineDir",
+    one_error(err, "vision.counter", "phi4mm", "without --multimodal-engine-dir")
+    code, _, err = kv(capsys, "describe", "--engine-dir", tmp_path / "engine", "--multimodal-engine-dir",
                       visual_folder(tmp_path / "b", preprocessor=False))
     assert code == 2
     one_error(err, "preprocessor_config.json", "qwenViTRunner.cpp")
@@ -414,6 +414,6 @@ def test_a_visual_engine_without_a_counter_is_refused(capsys, tmp_path):
     ({"num_key_value_heads": 64, "num_attention_heads": 32}, ("num_key_value_heads", "64 does not divide", "32")),
 ])
 def test_a_contradictory_config_is_refused(capsys, tmp_path, over, words):
-    code, out, err = kv(capsys, "describe", "--engineDir", engine_folder(tmp_path, qwen3_config(**over)))
+    code, out, err = kv(capsys, "describe", "--engine-dir", engine_folder(tmp_path, qwen3_config(**over)))
     assert code == 2 and out == ""
     one_error(err, *words)

@@ -25,9 +25,10 @@ import pytest
 
 from conformance.cli import main as kvconform
 from conformance.report import check_report
+from tests.helpers import HELPERS
 
 ROOT = Path(__file__).resolve().parents[2]
-STAND_IN = Path(__file__).with_name("edge_llm_stand_in.py")
+STAND_IN = HELPERS / "edge_llm_stand_in.py"
 PHI3 = ROOT / "spec" / "tokenizers" / "phi-3-mini"
 
 BUILDER = {"max_input_len": 1024, "spec_draft": False, "spec_base": False, "max_batch_size": 1, "max_lora_rank": 0,
@@ -79,7 +80,7 @@ def run(deployment, capsys, name: str, cases=None, family=True) -> tuple[int, st
         return RUNS[name]
     described = root / "described.json"
     if not described.exists():
-        assert kvconform(["describe", "--engineDir", str(engine), "--output", str(described)]) == 0
+        assert kvconform(["describe", "--engine-dir", str(engine), "--output", str(described)]) == 0
     argv = ["run", "--backend", "command", "--executable", f"{sys.executable} {STAND_IN}", "--engine-dir", str(engine),
             "--engine-config", str(described), "--families", "text", "--examples", "3", "--min-batches", "2",
             "--budget-seconds", "30", "--no-progress", "--jobs", "2", "--report", str(root / name)]

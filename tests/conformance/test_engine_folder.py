@@ -65,9 +65,9 @@ def edge_llm_folder(tmp_path: Path, **builder) -> Path:
 
 def test_an_edge_llm_folder_needs_its_description_and_says_how(tmp_path):
     folder = edge_llm_folder(tmp_path)
-    with pytest.raises(KvconformError, match="kvconform describe --engineDir"):
+    with pytest.raises(KvconformError, match="kvconform describe --engine-dir"):
         fixed_engine(str(folder))
-    assert kvconform(["describe", "--engineDir", str(folder), "--output", str(tmp_path / "d.json")]) == 0
+    assert kvconform(["describe", "--engine-dir", str(folder), "--output", str(tmp_path / "d.json")]) == 0
     engine = fixed_engine(str(folder), str(tmp_path / "d.json"))
     assert engine.config["max_kv_cache_capacity"] == 1024 and engine.config["tokenizer"]["profile"] == "hf"
     described = json.loads((tmp_path / "d.json").read_text())
@@ -106,5 +106,5 @@ def test_a_config_link_that_loops_is_named_as_such(tmp_path, capsys):
     os.symlink("config.json", folder / "config.json")
     with pytest.raises(KvconformError, match="leads nowhere"):
         fixed_engine(str(folder))
-    code, err = run_line(capsys, "describe", "--engineDir", folder)
+    code, err = run_line(capsys, "describe", "--engine-dir", folder)
     assert code == 2 and "leads nowhere" in err[0] and "no engine config" not in err[0]

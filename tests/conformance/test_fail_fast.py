@@ -10,7 +10,7 @@ from conformance.report import check_report
 from conformance.suite import case_cost
 from conformance.verdicts import CaseResult, Failure, Verdict, summarize
 
-from mutants import MutantAdapter
+from tests.helpers.mutants import MutantAdapter
 
 
 def _fail_fast_run(tmp_path, monkeypatch, *extra):

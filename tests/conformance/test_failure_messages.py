@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from conformance.adapters.faulty import FaultyAdapter
 from conformance.adapters.inprocess import InprocessAdapter
 from conformance.cases import load_case
 from conformance.execute import run_case
-from conformance.faulty_backends import CATALOGUE
 from conformance.verdicts import Verdict
 from gpu_backend.runtime import Runtime
 
-CASES = Path(__file__).resolve().parents[2] / "tests" / "test_cases"
+CASES = Path(__file__).resolve().parents[2] / "cases"
 
 
 def _run(case_path: str, adapter):
@@ -28,7 +28,7 @@ def _run(case_path: str, adapter):
     ("loader-ignored", "sections/tok/phi3-mini-transformers-auto.json", "TOK-HF-3"),              # text only
 ])
 def test_a_wrong_input_length_on_an_hf_engine_cites_the_counter_or_loader_rule(variant, case_path, rule):
-    result = _run(case_path, CATALOGUE[variant].adapter(device="cpu"))
+    result = _run(case_path, FaultyAdapter(variant, device="cpu"))
     wrong = [f for f in result.failures if f.what.endswith(".input_tokens")]
     assert result.verdict == Verdict.FAIL and wrong, [f.line() for f in result.failures]
     assert {f.rule for f in wrong} == {rule}, [f.line() for f in wrong]

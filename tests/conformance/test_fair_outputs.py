@@ -12,8 +12,9 @@ import pytest
 from conformance.cli import main as kvconform
 from conformance.compare import NEAR_TIE_NATS, compare_outputs
 from conformance.verdicts import Verdict
+from tests.helpers import HELPERS
 
-TEXT_ONLY = Path(__file__).with_name("text_only_backend.py")
+TEXT_ONLY = HELPERS / "text_only_backend.py"
 
 
 class Bytes:

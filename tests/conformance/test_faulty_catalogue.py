@@ -1,4 +1,4 @@
-"""The catalogue of faulty backends (conformance/faulty_backends/): its shape, its docstrings,
+"""The catalogue of faulty backends (faulty_backends/): its shape, its docstrings,
 its seams, and the claims its docstrings make. Whether the suite catches every variant is
 test_selftest.py's job."""
 from __future__ import annotations
@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance.faulty_backends import CATALOGUE, GROUPS, FaultyAdapter
-from conformance.faulty_backends.identity import Weak16BitDigest
+from conformance.adapters.faulty import FaultyAdapter
 from conformance.verdicts import Verdict
+from faulty_backends import CATALOGUE, GROUPS
+from faulty_backends.identity import Weak16BitDigest
 from gpu_backend.identity import SequenceIdentity
 from gpu_backend.model import Model
 from gpu_backend.prefix_cache import ContextCache
@@ -61,7 +62,7 @@ def test_a_variant_names_its_bug_class_rule_and_issue(name):
     assert v.summary and v.bug_class and v.mirrors
     assert set(v.rules) <= SPEC_RULES, f"unknown rules {set(v.rules) - SPEC_RULES}"
     assert re.search(r"#\d+|PR|GHSA|CVE|quirk|Edge-LLM|enable_partial_reuse", v.mirrors), v.mirrors
-    import conformance.faulty_backends as pkg
+    import faulty_backends as pkg
     assert name in pkg.__doc__, "the package docstring lists the catalogue"
 
 
@@ -120,7 +121,7 @@ def test_gpu_backend_imports_neither_the_kit_nor_the_oracle():
 
 def test_the_faulty_adapter_runs_the_variant_runtime(tmp_path):
     v = CATALOGUE["lora-not-in-key"]
-    adapter = v.adapter(device="cpu")
+    adapter = FaultyAdapter(v, device="cpu")
     assert isinstance(adapter, FaultyAdapter) and adapter.name == "faulty:lora-not-in-key"
     engine = adapter.engine_for({"maxInputLen": 40, "maxKVCacheCapacity": 48, "maxKVPoolPages": 0, "tokensPerPage": 4})
     session = adapter.start(engine, {"enableContextReuse": True})
@@ -129,12 +130,29 @@ def test_the_faulty_adapter_runs_the_variant_runtime(tmp_path):
         assert isinstance(session.runtime, Runtime)
     finally:
         session.close()
+    assert FaultyAdapter("lora-not-in-key").variant is v      # by name, as the runner's units name it
 
+
+@pytest.mark.parametrize("module, note", [
+    ("faulty_backends", []),
+    ("conformance.faulty_backends", ["python -m conformance.faulty_backends is deprecated: use python -m "
+                                     "faulty_backends"]),
+])
+def test_the_command_entry_point_refuses_an_unknown_variant_in_one_line(module, note):
+    """`python -m faulty_backends VARIANT infer ...`; the former module name keeps working for one
+    release and says it is deprecated."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", module, "no-such-variant", "infer"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and lines[:-1] == note, done.stderr
+    assert lines[-1].startswith("faulty_backends: error: the first argument must be a variant (")
 
 def test_a_16_bit_digest_collides_on_the_birthday_case_and_the_bundled_one_does_not():
     """The weak-digest docstring's claim: the pages of sections/id/distinct-pages-birthday collide
     under a 16-bit key, and are all distinct under the bundled 256-bit key."""
-    doc = json.loads((ROOT / "tests/test_cases/sections/id/distinct-pages-birthday.json").read_text())
+    doc = json.loads((ROOT / "cases/sections/id/distinct-pages-birthday.json").read_text())
     texts = [r["messages"][0]["content"] for r in doc["requests"]]
     assert len(set(texts)) == len(texts)
     weak, strong = [], []
@@ -148,7 +166,7 @@ def test_a_16_bit_digest_collides_on_the_birthday_case_and_the_bundled_one_does_
 
 def test_the_media_variants_confuse_what_the_spec_distinguishes():
     """Unit view of three identity defects on the spans they mishandle."""
-    from conformance.faulty_backends.identity import (AdjacentMediaMerged, MediaHashWithoutGeometry,
+    from faulty_backends.identity import (AdjacentMediaMerged, MediaHashWithoutGeometry,
                                                       MediaPositionOmitted)
     from gpu_backend.identity import MediaSpan, media_digest
     data = np.arange(16 * 32 * 3, dtype=np.uint8)
@@ -176,7 +194,7 @@ def test_without_context_reuse_every_variant_is_the_bundled_backend():
     from conformance.execute import run_case
     case = next(c for c in discover() if c.id == "sections/pol/reuse-disabled-outputs")
     for v in CATALOGUE.values():
-        adapter = v.adapter(device="cpu")
+        adapter = FaultyAdapter(v, device="cpu")
         result = run_case(case, adapter, adapter.capabilities())
         if getattr(v.factory, "reuse_independent", False):
             # a model wrong with or without reuse (faulty_backends/numerics.py): the bypass replay
@@ -212,7 +230,7 @@ def test_a_case_that_switches_policy_runs_its_batches_as_files_on_one_instance(t
     case = load_case(path)
     good = make_adapter("inprocess", device="cpu")
     assert run_case(case, good, good.capabilities()).verdict == Verdict.PASS
-    bad = CATALOGUE["bypass-looks-up"].adapter(device="cpu")
+    bad = FaultyAdapter("bypass-looks-up", device="cpu")
     result = run_case(case, bad, bad.capabilities())
     assert result.verdict == Verdict.FAIL and result.first_failure().request == 1
     command = make_adapter("command", device="cpu")
@@ -221,7 +239,7 @@ def test_a_case_that_switches_policy_runs_its_batches_as_files_on_one_instance(t
 
 def test_the_catalogue_tables_are_generated_from_the_registry():
     """The list in the package docstring, the kill matrix of faulty_backends/README.md and the
-    table of README.md are what tools/make_catalogue_doc.py writes from the registry and the
+    table of docs/selftest.md are what tools/make_catalogue_doc.py writes from the registry and the
     measured kills (kills.json), and kills.json measures exactly the registered variants."""
     import subprocess
     import sys
@@ -241,4 +259,4 @@ def test_a_variant_without_a_measured_kill_fails_the_catalogue_check():
     assert [p.split(":")[0] for p in tool.registry_problems(gone)] == ["lora-not-in-key"]
     extra = dict(kills, variants=dict(kills["variants"], **{"no-such-variant": {}}))
     assert [p.split(":")[0] for p in tool.registry_problems(extra)] == ["no-such-variant"]
-    assert "`lora-not-in-key`" in tool.readme_table(CATALOGUE, kills)
+    assert "`lora-not-in-key`" in tool.short_table(CATALOGUE, kills)

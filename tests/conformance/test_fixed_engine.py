@@ -66,8 +66,8 @@ PY = shlex.quote(sys.executable)
 CORRECT = f'exec {PY} -m gpu_backend infer "$@"'
 # reuses more than it may: every page of a full hit (attention), a checkpoint of another prefix
 # that differs only in its partial page (hybrid)
-TOO_MUCH = {"attention": f'exec {PY} -m conformance.faulty_backends full-hit-replays-last-token infer "$@"',
-            "hybrid": f'exec {PY} -m conformance.faulty_backends checkpoint-partial-page-ignored infer "$@"'}
+TOO_MUCH = {"attention": f'exec {PY} -m faulty_backends full-hit-replays-last-token infer "$@"',
+            "hybrid": f'exec {PY} -m faulty_backends checkpoint-partial-page-ignored infer "$@"'}
 # runs correctly, then reports one more hit than it had
 MISCOUNT = (f'{PY} -m gpu_backend infer "$@"; rc=$?\n'
             'while [ $# -gt 0 ]; do [ "$1" = --profileOutputFile ] && prof=$2; shift; done\n'
@@ -145,7 +145,7 @@ def test_a_correct_wrapper_passes_the_same_selection(engines, manifest, tmp_path
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(ENGINES))
 def test_the_whole_suite_through_the_command_adapter_on_each_fixed_engine(name, engines, manifest, tmp_path):
-    """The README's external-runtime numbers: a wrapper around `python -m gpu_backend infer`, one
+    """The fixed-engine numbers of docs/running-a-backend.md: a wrapper around `python -m gpu_backend infer`, one
     fixed engine, every curated case and the generated families, under 10 minutes on 2 cores."""
     exe = wrapper(tmp_path, "llm_inference", CORRECT)
     started = time.monotonic()

@@ -15,7 +15,7 @@ from conformance.generate.draw import FAMILIES, draw_setup, recipes
 from conformance.generate.media import ENCODINGS, ImageSpec, materialize
 from conformance.verdicts import Verdict
 
-from mutants import MutantAdapter
+from tests.helpers.mutants import MutantAdapter
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

@@ -26,8 +26,8 @@ from conformance.pagemap import MAX_REQUESTS, first_difference
 from conformance.report import check_report
 from conformance.verdicts import Failure
 
-from html_checks import ARTIFACTS, chromium, embedded_page_maps, html_problems
-from peer_servers import build_engine, run_peers, serving
+from tests.helpers.html_checks import ARTIFACTS, chromium, embedded_page_maps, html_problems
+from tests.helpers.peer_servers import build_engine, run_peers, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANT = "media-trim-missing"
@@ -59,10 +59,10 @@ def _assert_page(doc: dict, page: str) -> None:
 @pytest.fixture(scope="module")
 def failing(tmp_path_factory):
     """A run of the faulty variant: trim-split FAILs (CR-MEDIA-3), a text-only case PASSes."""
-    from conformance.faulty_backends import CATALOGUE
+    from conformance.adapters.faulty import FaultyAdapter
     folder = tmp_path_factory.mktemp("html") / "faulty"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(run_command, "make_adapter", lambda *a, **k: CATALOGUE[VARIANT].adapter(device="cpu"))
+        mp.setattr(run_command, "make_adapter", lambda *a, **k: FaultyAdapter(VARIANT, device="cpu"))
         code = kvconform(["run", "--no-generated", "--no-progress", "-k", FAILING, "-k", PASSING,
                           "--report", str(folder)])
     assert code == 1
@@ -155,7 +155,7 @@ def test_a_merge_of_shards_renders(tmp_path):
 @pytest.fixture(scope="module")
 def peer_failing(tmp_path_factory):
     """The bundled server's vllm-partial-block variant: it counts a partial block as cached."""
-    from conformance.faulty_backends.servers import SERVER_VARIANTS
+    from faulty_backends.servers import SERVER_VARIANTS
     folder = tmp_path_factory.mktemp("peer-html")
     variant = SERVER_VARIANTS["vllm-partial-block"]
     peer = variant.peer(build_engine(folder, "transformers-auto"))
@@ -277,6 +277,7 @@ def _open(browser, path: Path):
 
 
 def test_the_failing_request_is_drawn_in_a_browser(failing, browser):
+    from playwright.sync_api import expect
     doc, _ = _load(failing)
     k, case = _case(doc, FAILING)
     fd = case["details"]["page_map"]["requests"][1]["first_difference"]
@@ -299,14 +300,17 @@ def test_the_failing_request_is_drawn_in_a_browser(failing, browser):
     assert page.locator(f'#case-{k} .req[data-request="0"]').count() == 0
     page.locator(f"#case-{k} button.more-requests").click()
     other = page.locator(f'#case-{k} .req[data-request="0"]')
-    assert other.count() == 1 and other.locator(".diff-page").count() == 0
+    expect(other).to_have_count(1)  # drawn by the click handler; expect waits for it
+    assert other.locator(".diff-page").count() == 0
     # a passing case, in a section that starts closed, is drawn when it is opened
     p, _ = _case(doc, PASSING)
     assert not page.locator(f"#case-{p}").is_visible()
     assert page.locator(f"#case-{p} .pagemap .req").count() == 0
     page.locator("#open-all").click()
     page.locator(f"#case-{p} > summary").click()
-    assert page.locator(f"#case-{p} .pagemap .req").count() == len(doc["cases"][p]["details"]["page_map"]["requests"])
+    # a <details> "toggle" event is dispatched after the click returns: wait for the drawing it starts
+    expect(page.locator(f"#case-{p} .pagemap .req")).to_have_count(
+        len(doc["cases"][p]["details"]["page_map"]["requests"]))
     assert problems == []
     page.close()
 

@@ -19,9 +19,9 @@ from conformance.materialize import NotExpressible, build_args_of, engine_key, m
 from conformance.materialize.layout import atoms_of
 from conformance.materialize.relayout import CannotRelayout, apply_texts, relayout
 
-from case_helpers import case
+from tests.helpers.cases import case
 
-MEDIA = Path(__file__).resolve().parents[1] / "test_cases" / "media"
+MEDIA = Path(__file__).resolve().parents[2] / "cases" / "media"
 
 
 def engine(**args) -> dict:

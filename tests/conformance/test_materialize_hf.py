@@ -19,7 +19,7 @@ from conformance.materialize.layout import atoms_of
 from conformance.materialize.units import write_units
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = ROOT / "tests" / "test_cases"
+CASES = ROOT / "cases"
 
 
 def hf_engine(name: str, loader: str = "tokenizers-raw", P: int = 128):

@@ -1,4 +1,4 @@
-"""Messages that say what is wrong and what to do, in one line (the README's exit-code table)."""
+"""Messages that say what is wrong and what to do, in one line (the exit-code table of docs/verdicts.md)."""
 from __future__ import annotations
 
 import pytest
@@ -56,6 +56,29 @@ def test_run_help_gives_engine_dir_to_both_adapters_that_take_it(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "--engine-dir DIR command and inprocess adapters" in out
     assert "refused where it contradicts" in out
+
+
+def _groups(command) -> dict[str, str]:
+    """option -> the title of the --help group it is listed under."""
+    import argparse
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    return {flag: group.title for group in parser._action_groups for action in group._group_actions
+            for flag in action.option_strings}
+
+
+def test_run_help_lists_each_option_under_its_own_concern():
+    from conformance.commands import campaign, run
+    groups = _groups(run)
+    where = {flag: groups[flag] for flag in ("--jobs", "--shard", "--executor", "--ray-address")}
+    assert set(where.values()) == {"where the work runs"}, where
+    assert groups["--timing"] == groups["--timing-fraction"] == groups["--fail-fast"] == "verdicts"
+    assert groups["--case"] == groups["--rule"] == groups["--list"] == "case selection"
+    assert groups["--examples"] == groups["--seed"] == "generated request sets"
+    assert groups["--executable"] == groups["--engine-dir"] == groups["--capabilities"] != groups["--backend"]
+    groups = _groups(campaign)
+    assert groups["--jobs"] == groups["--executor"] == "where the work runs"
+    assert groups["--variant"] == groups["--backend"] == "backend"
 
 
 def test_the_radix_explanation_does_not_call_a_page_count_the_common_prefix():

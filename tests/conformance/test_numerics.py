@@ -1,4 +1,4 @@
-"""The numerical reference (conformance/numerics, spec/RUNNING.md section 5, spec/engine.md
+"""The numerical reference (numerical_reference/, spec/RUNNING.md section 5, spec/engine.md
 section 5): its float64 forward against an independent one, the judging bounds, the reference
 command protocol, and outputs judged end to end (the bundled backend passes, a model that is
 wrong the same way with and without reuse fails)."""
@@ -12,23 +12,22 @@ import numpy as np
 import pytest
 import torch
 
+from conformance.adapters.faulty import FaultyAdapter
 from conformance.cases import discover
 from conformance.execute import run_case
-from conformance.faulty_backends import CATALOGUE
-from conformance.numerics import check_outputs, reference_for
-from conformance.numerics.forward import Forward, audio_rows, image_rows, round_fp8_e4m3
-from conformance.numerics.judge import Bounds, judge_request
-from conformance.numerics.layout import LayoutError, load_weights
-from conformance.numerics.scoring import Scored, Step
-from conformance.numerics.source import CommandReference, ReferenceUnavailable, WeightsReference
+from conformance.numerical_judge import Bounds, check_outputs, judge_request
 from conformance.verdicts import Verdict, headline_note, summarize
+from numerical_reference import reference_for
+from numerical_reference.forward import Forward, audio_rows, image_rows, round_fp8_e4m3
+from numerical_reference.layout import LayoutError, load_weights
+from numerical_reference.scoring import Scored, Step
+from numerical_reference.source import CommandReference, ReferenceUnavailable, WeightsReference
+from tests.helpers.np_reference import NumpyModel  # the backend tests' own float64 forward
 from gpu_backend import build_engine
 from gpu_backend.request import parse_request_file
 
 ROOT = Path(__file__).resolve().parents[2]
-MEDIA = ROOT / "tests" / "test_cases" / "media"
-sys.path.insert(0, str(ROOT / "tests" / "gpu_backend"))
-from np_reference import NumpyModel  # noqa: E402  (the backend tests' own float64 forward)
+MEDIA = ROOT / "cases" / "media"
 
 BUILD = dict(maxInputLen=40, maxKVCacheCapacity=48, maxKVPoolPages=0, tokensPerPage=4, maxBatchSize=2,
              vision=True, audio=True, loraAdapters=["a"])
@@ -168,7 +167,7 @@ def test_the_bundled_backend_passes_and_a_wrong_lora_scale_fails_against_the_ref
     with the reference on every greedy request (each counted); a LoRA delta applied twice agrees
     with its own bypass replay but not with the weights."""
     case = _case("golden/id-lora-isolation")
-    faulty = CATALOGUE["wrong-lora-scale"].adapter(device="cpu")
+    faulty = FaultyAdapter("wrong-lora-scale", device="cpu")
     from conformance.adapters import make_adapter
     bundled = make_adapter("inprocess", device="cpu")
     result = run_case(case, bundled, bundled.capabilities())
@@ -181,7 +180,7 @@ def test_the_bundled_backend_passes_and_a_wrong_lora_scale_fails_against_the_ref
 
 
 def test_the_reference_command_answers_what_the_kit_computes(engines, tmp_path):
-    """`python -m conformance.numerics` as a manifest's reference command gives the kit's own
+    """`python -m numerical_reference` as a manifest's reference command gives the kit's own
     steps, and a command that fails makes the file unjudgeable (ReferenceUnavailable), not a PASS."""
     from conformance import oracle
     from reference.engine import resolve_paths
@@ -192,7 +191,7 @@ def test_the_reference_command_answers_what_the_kit_computes(engines, tmp_path):
     parsed = oracle.parse(doc, str(MEDIA), engine, oracle.flags_of({}))
     items = [(parsed.requests[0], doc["requests"][0], [72, 73, 74])]
     want = WeightsReference().score_all(str(d), engine, items, doc, str(MEDIA))
-    got = CommandReference(f"{sys.executable} -m conformance.numerics").score_all(str(d), engine, items, doc,
+    got = CommandReference(f"{sys.executable} -m numerical_reference").score_all(str(d), engine, items, doc,
                                                                                    str(MEDIA))
     assert [s.to_json() for s in got[0].steps] == [s.to_json() for s in want[0].steps]
     assert len(want[0].steps) == 3 and all(s.kv_shift >= 0 for s in want[0].steps)
@@ -217,12 +216,31 @@ def test_the_reference_command_refuses_bad_input_with_one_line(tmp_path, engines
     bad = tmp_path / "in.json"
     bad.write_text(json.dumps({"requests": [{"messages": [{"role": "user", "content": "ab"}],
                                              "teacher_forced_ids": ["x"]}]}))
-    done = subprocess.run([sys.executable, "-m", "conformance.numerics", "--engineDir", str(d), "--inputFile",
+    done = subprocess.run([sys.executable, "-m", "numerical_reference", "--engineDir", str(d), "--inputFile",
                            str(bad), "--outputFile", str(tmp_path / "out.json")], capture_output=True, text=True,
                           cwd=ROOT)
     assert done.returncode == 2 and "teacher_forced_ids" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "out.json").exists()
 
+
+
+def test_the_former_module_name_still_runs_the_reference_command_and_says_it_is_deprecated(tmp_path, engines):
+    """`python -m conformance.numerics` (the name manifests used before numerical_reference/)
+    keeps working for one release, with a one-line note."""
+    d = engines("attention")
+    doc = {"temperature": 0, "requests": [{"messages": [{"role": "user", "content": "ab"}],
+                                           "teacher_forced_ids": [72, 73]}]}
+    (tmp_path / "in.json").write_text(json.dumps(doc))
+
+    def run(module, out):
+        return subprocess.run([sys.executable, "-m", module, "--engineDir", str(d), "--inputFile",
+                               str(tmp_path / "in.json"), "--outputFile", str(tmp_path / out)],
+                              capture_output=True, text=True, cwd=ROOT)
+    old, new = run("conformance.numerics", "old.json"), run("numerical_reference", "new.json")
+    assert old.returncode == new.returncode == 0, old.stderr + new.stderr
+    assert old.stderr.strip().splitlines() == ["python -m conformance.numerics is deprecated: use python -m "
+                                               "numerical_reference"] and new.stderr == ""
+    assert json.loads((tmp_path / "old.json").read_text()) == json.loads((tmp_path / "new.json").read_text())
 
 class _NoExplain:
     def output(self, i, detail):

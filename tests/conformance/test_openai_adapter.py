@@ -11,7 +11,7 @@ from conformance.adapters.openai import NotOffered, OpenAIClient, ServerFailure,
 from conformance.cli import main as kvconform
 from conformance.errors import KvconformError
 
-from peer_servers import serving
+from tests.helpers.peer_servers import serving
 
 
 def client_for(handler, **kw) -> tuple[OpenAIClient, list]:

@@ -10,7 +10,7 @@ import pytest
 from conformance.peers import run_case as peer_run_case
 from gpu_backend.serve import make_peer
 
-from peer_servers import PHI3, build_engine, run_peers, serving
+from tests.helpers.peer_servers import PHI3, build_engine, run_peers, serving
 
 
 @pytest.fixture(scope="module")

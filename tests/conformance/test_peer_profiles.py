@@ -1,5 +1,5 @@
 """The three peer profiles against the bundled server (`python -m gpu_backend serve`), and every
-faulty server variant (conformance/faulty_backends/servers.py) caught by the peer suite.
+faulty server variant (faulty_backends/servers.py) caught by the peer suite.
 
 The counts the runs judge come from the oracle (reference/peers.py, hand-checked in
 tests/reference/test_peers.py); the direct server tests below derive theirs by hand.
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.faulty_backends.servers import SERVER_VARIANTS
+from faulty_backends.servers import SERVER_VARIANTS
 from gpu_backend.serve import make_peer
 from reference.peers import SETTINGS
 
-from peer_servers import build_engine, run_peers, serving
+from tests.helpers.peer_servers import build_engine, run_peers, serving
 
 LOADER = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto",
           "trtllm-kv-reuse": "transformers-auto"}

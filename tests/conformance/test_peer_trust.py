@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.adapters.openai import OpenAIClient
-from conformance.faulty_backends.servers import SERVER_VARIANTS
+from faulty_backends.servers import SERVER_VARIANTS
 from conformance.peers.run_case import PeerContext, run_case
 from conformance.peers.scenarios import PeerCase, Step, chat
 from conformance.peers.server_info import ServerFacts, read_facts, vllm_cache_config
@@ -20,7 +20,7 @@ from conformance.verdicts import CaseResult, Verdict
 from gpu_backend.serve import make_peer
 from reference.peers import check_settings
 
-from peer_servers import PHI3, build_engine, run_peers, serving
+from tests.helpers.peer_servers import PHI3, build_engine, run_peers, serving
 
 LOADER = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto",
           "trtllm-kv-reuse": "transformers-auto"}

@@ -28,7 +28,7 @@ from conformance.verdicts import Verdict
 from reference.identity import MediaSpan
 from reference.semantics import identity_spans, load_profile
 
-from case_helpers import case
+from tests.helpers.cases import case
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("kvconform-1", "edge-llm-0.10")

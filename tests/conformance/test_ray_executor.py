@@ -82,14 +82,14 @@ def test_failures_leave_the_same_reproducers_as_a_local_run(cluster, tmp_path):
     """A faulty variant: FAIL verdicts, reproducers and their evidence, byte for byte the local ones."""
     from conformance.executors.distributed import execute_distributed
     from conformance.executors.ray_pool import RayPool
+    from conformance.adapters.faulty import FaultyAdapter
     from conformance.executors.units import AdapterSpec
-    from conformance.faulty_backends import CATALOGUE
     from conformance.suite import execute, make_plan
 
     def plan():
         return make_plan(None, None, ["PUB"], None, False, generated=True, curated=True, families=["text"],
                          shard=None, examples=30, seed=2, min_batches=5)
-    adapter = CATALOGUE[VARIANT].adapter(device="cpu")
+    adapter = FaultyAdapter(VARIANT, device="cpu")
     local = Report(tmp_path / "local", adapter.name, adapter.capabilities(), {}, {})
     execute(plan(), adapter, local, progress=False)
     local.finish()
@@ -238,7 +238,7 @@ def test_an_executable_missing_on_a_node_is_refused_up_front(cluster, tmp_path, 
 
 
 def test_a_campaign_on_ray_finds_the_seeded_variant(cluster, tmp_path):
-    from conformance.faulty_backends import CATALOGUE
+    from faulty_backends import CATALOGUE
     folder = tmp_path / "rep"
     code = kvconform(["campaign", "--executor", "ray", "--hours", "0.002", "--variant", VARIANT, "--families", "text",
                       "--seed", "2", "--device", "cpu", "--no-progress", "--report", str(folder)])

@@ -9,8 +9,8 @@ from conformance.execute import run_case
 from conformance.report import Report, check_report, verdict_table
 from conformance.verdicts import Verdict
 
-from case_helpers import case
-from mutants import MutantAdapter
+from tests.helpers.cases import case
+from tests.helpers.mutants import MutantAdapter
 
 
 def test_report_files_are_valid(tmp_path, reference_adapter, reference_manifest):
@@ -110,10 +110,34 @@ def test_list_and_bad_input(tmp_path, capsys):
 
 
 def test_committed_cases_match_their_generator():
-    """tests/test_cases/{llm,vlm}_context_reuse.json and sections/ are written by tools/make_cases.py."""
+    """cases/{llm,vlm}_context_reuse.json and sections/ are written by tools/make_cases.py."""
     import subprocess
     import sys
     from pathlib import Path
     root = Path(__file__).resolve().parents[2]
     p = subprocess.run([sys.executable, "tools/make_cases.py", "--check"], cwd=root, capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_a_generated_case_says_so_and_a_hand_edit_is_told_where_to_go(tmp_path, monkeypatch, capsys):
+    """Each file make_cases.py writes starts with its `_generated_by` marker, which validate
+    accepts; --check names the generator as the place to edit, and finds a marked file the
+    generator no longer writes."""
+    from tools import make_cases
+    monkeypatch.setattr(make_cases, "CASES", tmp_path)
+    assert make_cases.main([]) == 0
+    first = tmp_path / "sections" / "id" / "distinct-pages-birthday.json"
+    assert first.read_text().splitlines()[1] == f' "_generated_by": {json.dumps(make_cases.GENERATED_BY)},'
+    assert kvconform(["validate", str(first)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert make_cases.main(["--check"]) == 0
+    first.write_text(first.read_text().replace('"batch_size": 8', '"batch_size": 4'))
+    (tmp_path / "sections" / "id" / "gone.json").write_text(json.dumps({"_generated_by": make_cases.GENERATED_BY}))
+    capsys.readouterr()
+    assert make_cases.main(["--check"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["stale: cases/sections/id/distinct-pages-birthday.json differs from what tools/make_cases.py "
+                   "writes: edit the generator (tools/make_cases.py), not the JSON, then run python "
+                   "tools/make_cases.py",
+                   "orphan: cases/sections/id/gone.json carries the tools/make_cases.py marker, but the generator "
+                   "no longer writes it: delete it, or give it back to the generator"]

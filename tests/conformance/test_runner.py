@@ -11,8 +11,8 @@ from conformance.adapters.base import missing_capabilities, requirements
 from conformance.execute import run_case
 from conformance.verdicts import Verdict
 
-from case_helpers import ALL_CASES, case
-from mutants import MutantAdapter
+from tests.helpers.cases import ALL_CASES, case
+from tests.helpers.mutants import MutantAdapter
 from conformance.adapters.reference import ReferenceAdapter
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from conformance.cli import main as kvconform
 from conformance.commands.selftest import check_of, observable_of
-from conformance.faulty_backends import CATALOGUE
-from conformance.faulty_backends.registry import variant
+from faulty_backends import CATALOGUE
+from faulty_backends.registry import variant
 from conformance.verdicts import Failure, Verdict
 from gpu_backend.prefix_cache import ContextCache
 
@@ -54,8 +54,8 @@ def test_a_surviving_variant_fails_the_selftest(tmp_path, capsys):
 
         Bug class: none. Violates: CR-PLAN-1. Mirrors: nothing (an equivalent mutant, #0).
         """
-        def plan(self, ident, n, *, bypass, same_item):
-            return super().plan(ident, n, bypass=bypass, same_item=same_item)
+        def plan(self, ident, n, *, bypass, splits_media):
+            return super().plan(ident, n, bypass=bypass, splits_media=splits_media)
     try:
         code = kvconform(["selftest", "--variant", "no-defect-for-test", "--no-baselines", "--jobs", "1",
                           "--examples", "2", "--no-progress", "--report", str(tmp_path)])

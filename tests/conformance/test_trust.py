@@ -20,11 +20,12 @@ from conformance.execute import run_case
 from conformance.generate import run_generated
 from conformance.verdicts import Verdict
 
-from case_helpers import case
-from mutants import MutantAdapter
+from tests.helpers import HELPERS
+from tests.helpers.cases import case
+from tests.helpers.mutants import MutantAdapter
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE = Path(__file__).with_name("fake_llm_inference.py")
+FAKE = HELPERS / "fake_llm_inference.py"
 RUN = ["run", "--no-progress"]
 
 
@@ -125,7 +126,7 @@ def test_an_option_of_another_adapter_is_bad_input(argv, words, tmp_path, capsys
 
 @pytest.fixture
 def fake_backend(tmp_path, monkeypatch, reference_manifest):
-    """Command-adapter options for tests/conformance/fake_llm_inference.py (an llm_inference
+    """Command-adapter options for tests/helpers/fake_llm_inference.py (an llm_inference
     stand-in that misbehaves as KVCONFORM_FAKE_MODE says)."""
     monkeypatch.setenv("KVCONFORM_CACHE", str(tmp_path / "cache"))
     caps = tmp_path / "caps.json"
@@ -333,10 +334,23 @@ def test_a_case_with_a_missing_image_is_bad_input(tmp_path, capsys):
     assert str(path) in err and "$.requests[0].messages[0].content[1].image" in err
 
 
+def test_the_former_case_folder_still_names_the_cases(tmp_path, monkeypatch, capsys):
+    """tests/test_cases, the path the design card and older scripts name, is a link to cases/: a
+    case given by it runs with its media, and the report names it by its cases/ path."""
+    from conformance.cases import CASES_DIR
+    assert CASES_DIR == ROOT / "cases" and (ROOT / "tests" / "test_cases").resolve() == CASES_DIR
+    monkeypatch.chdir(ROOT)
+    assert kvconform(RUN + ["--backend", "reference", "--case", "tests/test_cases/sections/media/trim-split.json",
+                            "--report", str(tmp_path / "r")]) == 0
+    assert "SELF-CHECK PASSED" in capsys.readouterr().out
+    doc = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert [c["source"] for c in doc["cases"]] == ["cases/sections/media/trim-split.json"]
+
+
 def test_a_case_given_by_a_relative_path_finds_its_media(tmp_path, monkeypatch, capsys):
     """Media paths are relative to the case file; a relative --case path once joined them twice."""
-    monkeypatch.chdir(ROOT / "tests")
-    assert kvconform(RUN + ["--backend", "reference", "--case", "test_cases/sections/media/trim-split.json",
+    monkeypatch.chdir(ROOT)
+    assert kvconform(RUN + ["--backend", "reference", "--case", "cases/sections/media/trim-split.json",
                             "--report", str(tmp_path / "r")]) == 0
     assert "SELF-CHECK PASSED" in capsys.readouterr().out
 

@@ -1,14 +1,13 @@
 """Shared fixtures of the backend tests: tiny engines built once per session.
 
-Plain helpers live in backend_helpers.py (a unique module name: `from conftest import ...`
-would pick up another folder's conftest when several test folders run together).
+Plain helpers live in tests/helpers/backend.py.
 """
 import json
 
 import pytest
 
-from backend_helpers import DEFAULT_BUILD_ARGS
 from gpu_backend import build_engine
+from tests.helpers.backend import DEFAULT_BUILD_ARGS
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ with P = 4 and the chat template off (one character = one token).
 import os
 import pytest
 
-from backend_helpers import counters, facts, run, runtime, texts
+from tests.helpers.backend import counters, facts, run, runtime, texts
 from gpu_backend.prefix_cache import ContextCache
 
 NO_EOS = {"257": -100}
@@ -396,13 +396,13 @@ def test_forced_cold_when_a_cached_plan_cannot_be_acquired():
     import numpy as np
     cache = ContextCache(P=4, kind="vanilla", num_pages=4, rec_slots=0, pkv_slots=0, max_records=8, enabled=True)
     ident = SequenceIdentity(np.frombuffer(b"abcdefgh", np.uint8), [], 4, None)
-    plan, pages, _ = cache.admit(ident, 8, bypass=False, media_aware=False, same_item=None)
+    plan, pages, _ = cache.admit(ident, 8, bypass=False, media_aware=False, splits_media=None)
     cache.publish_pages(ident, pages, 2)
     cache.release(pages)
     inner = cache._acquire
     cache._acquire = lambda plan: None if plan.reuses_state else inner(plan)
     plan, pages, _ = cache.admit(SequenceIdentity(np.frombuffer(b"abcdefghij", np.uint8), [], 4, None), 10,
-                                 bypass=False, media_aware=False, same_item=None)
+                                 bypass=False, media_aware=False, splits_media=None)
     assert (plan.kind, plan.matched, plan.forced_cold, plan.bypass, len(pages)) == (
         "no_reusable_prefix", 0, True, True, 3)
     c = cache.profile()

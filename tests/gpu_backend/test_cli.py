@@ -1,4 +1,4 @@
-"""The command lines (ARCHITECTURE.md section 4): files, exit codes and one-line errors.
+"""The command lines (docs/ARCHITECTURE.md section 4): files, exit codes and one-line errors.
 
 Subprocesses are slow (torch import), so each test checks one path end to end.
 """
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from backend_helpers import MEDIA, ROOT, schema_validator
+from tests.helpers.backend import MEDIA, ROOT, schema_validator
 
 
 def cli(*args, cwd=None):

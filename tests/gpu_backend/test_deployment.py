@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from backend_helpers import run, runtime, texts
+from tests.helpers.backend import run, runtime, texts
 from gpu_backend import BackendInputError, DeploymentRejected, Runtime
 
 MSG = {

@@ -10,7 +10,7 @@ import json
 import pytest
 
 import gpu_backend.draft_head as draft_head
-from backend_helpers import counters, facts, run, runtime, texts
+from tests.helpers.backend import counters, facts, run, runtime, texts
 from gpu_backend.errors import BackendInputError
 from gpu_backend.engine_build import make_config
 

@@ -3,7 +3,7 @@ off) says what the CPU says, and what the kit's float64 reference says."""
 import pytest
 import torch
 
-from backend_helpers import MEDIA, runtime, texts
+from tests.helpers.backend import MEDIA, runtime, texts
 
 pytestmark = pytest.mark.gpu
 
@@ -36,8 +36,8 @@ def _judged_against_reference(d, doc, result):
     (failures, requests checked). The reference reads only the engine folder and the request."""
     import json
     from conformance import oracle
-    from conformance.numerics.judge import judge_request
-    from conformance.numerics.source import WeightsReference
+    from conformance.numerical_judge import judge_request
+    from numerical_reference.source import WeightsReference
     from reference.engine import resolve_paths
     engine = oracle.engine_of(resolve_paths(json.loads((d / "config.json").read_text()), str(d)))
     parsed = oracle.parse(doc, str(MEDIA), engine, oracle.flags_of({}))

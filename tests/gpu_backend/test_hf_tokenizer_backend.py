@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 from tokenizers import Tokenizer
 
-from backend_helpers import ROOT, runtime, schema_validator
+from tests.helpers.backend import ROOT, runtime, schema_validator
 from gpu_backend import build_engine
 from gpu_backend.cli import main
 

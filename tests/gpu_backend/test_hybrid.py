@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from backend_helpers import BUDGET, counters, facts, run, runtime, texts
+from tests.helpers.backend import BUDGET, counters, facts, run, runtime, texts
 
 NO_EOS = {"257": -100}
 S_R_HYBRID, S_R_RECURRENT, S_P = 5120, 2 * 5120, 512

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from backend_helpers import MEDIA, texts
+from tests.helpers.backend import MEDIA, texts
 from gpu_backend import Runtime
 from gpu_backend.engine_build import make_config
 from gpu_backend.request import parse_request_file
-from np_reference import NumpyModel
+from tests.helpers.np_reference import NumpyModel  # the backend tests' own float64 forward
 
 # The runtime computes in float32 and stores K/V in FP16; the NumPy forward computes in float64
 # and rounds K/V to FP16 the same way. Measured max |diff| is about 1e-2 on logits of magnitude
@@ -71,7 +71,7 @@ def test_weights_are_a_function_of_seed_and_arguments(tmp_path, engine):
 
 
 def test_config_follows_engine_md(engine):
-    from backend_helpers import schema_validator
+    from tests.helpers.backend import schema_validator
     import json
     d = engine(model="hybrid", numLayers=3, vision=True, loraAdapters=["a", "b"], maxKVPoolPages=40)
     cfg = json.loads((d / "config.json").read_text())
@@ -92,7 +92,7 @@ PROMPTS = ["the quick brown fox", "Hello there, how are", "1, 2, 3, 4,", "Once u
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_model_is_confident_and_not_degenerate(engine, kind):
-    """Greedy choices are far from ties and generations are varied text (README numbers)."""
+    """Greedy choices are far from ties and generations are varied text (the numbers of docs/bundled-backend.md)."""
     rt = Runtime(engine(model=kind, maxInputLen=60, maxKVCacheCapacity=100, maxBatchSize=8))
     res = rt.infer({"temperature": 0, "max_generate_length": 24, "num_logprobs": 2, "batch_size": 8,
                     "requests": [{"messages": [{"role": "user", "content": p}]} for p in PROMPTS]}, MEDIA)

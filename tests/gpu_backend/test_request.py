@@ -1,7 +1,7 @@
 """Request-file validation (exit 2 class) and the bytes-v1 prompt layout (spec/tokenizer.md)."""
 import pytest
 
-from backend_helpers import MEDIA, counters, run, runtime, texts
+from tests.helpers.backend import MEDIA, counters, run, runtime, texts
 from gpu_backend import BackendInputError
 from gpu_backend.request import parse_request_file
 from gpu_backend.tokenizer import token_entry

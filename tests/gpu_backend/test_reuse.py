@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from backend_helpers import MEDIA, runtime
+from tests.helpers.backend import MEDIA, runtime
 
 LOGPROB_TOL = 0.02                 # spec/RUNNING.md section 5
 KINDS = ("attention", "recurrent", "hybrid")

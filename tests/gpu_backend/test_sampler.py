@@ -1,7 +1,7 @@
 """Token selection: seeded sampling, top-k / top-p, logit bias, masked vocabulary, logprobs."""
 import math
 
-from backend_helpers import run, runtime, texts
+from tests.helpers.backend import run, runtime, texts
 
 NO_EOS = {"257": -100}
 

@@ -10,7 +10,7 @@ import reference
 from conformance.cli import main
 from reference.requests import parse_generated
 
-GOLDEN = Path(__file__).resolve().parents[1] / "test_cases" / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "cases" / "golden"
 CASES = [p for p in sorted(GOLDEN.glob("*.json")) if "negative" not in json.loads(p.read_text())["_conformance"]]
 SWITCHES = {"enableContextReuse", "outputHiddenStates", "dumpProfile", "poisonFreshPages"}
 FACTS = ("status", "input_tokens")

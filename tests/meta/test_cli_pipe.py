@@ -25,7 +25,7 @@ def run_into_closed_pipe(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("args", [
     ("parity", "--runtime", "vLLM", "--verbose"),                    # more than a buffer: fails in print
-    ("validate", "tests/test_cases/golden/batch-overlap.json"),     # one line: fails at the last flush
+    ("validate", "cases/golden/batch-overlap.json"),     # one line: fails at the last flush
 ])
 def test_a_closed_pipe_ends_the_command_quietly(args):
     done = run_into_closed_pipe(*args)

@@ -9,7 +9,7 @@ import reference
 from conformance.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = ROOT / "tests" / "test_cases"
+CASES = ROOT / "cases"
 GOLDEN = CASES / "golden"
 MEDIA = CASES / "media"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -124,7 +124,7 @@ def test_engine_dependent_checks(capsys, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(engine))
     file = write(tmp_path, "r.json", request([{"type": "image", "image": str(MEDIA / "img_a_16x16.png")}]))
     assert kv(capsys, "validate", file)[0] == 0
-    code, out, err = kv(capsys, "validate", "--engineDir", tmp_path, file)
+    code, out, err = kv(capsys, "validate", "--engine-dir", tmp_path, file)
     assert code == 2
     one_line_error(err, file, "$.requests[0].messages[0].content[0].image")
     assert "no vision encoder" in err[0]

@@ -1,7 +1,7 @@
-"""Rule coverage both ways, and the oracle's stdlib-only rule (ARCHITECTURE.md section 1).
+"""Rule coverage both ways, and the oracle's stdlib-only rule (docs/ARCHITECTURE.md section 2).
 
 Every rule id defined by spec/context-reuse.md must be cited by a docstring of reference/ and
-by at least one case under tests/test_cases/; no docstring or case may cite an id the spec
+by at least one case under cases/; no docstring or case may cite an id the spec
 does not define.
 """
 import ast
@@ -35,8 +35,8 @@ def reference_docstrings() -> dict[str, set[str]]:
 
 def case_rules() -> dict[str, list[str]]:
     out = {}
-    for path in sorted((ROOT / "tests" / "test_cases").rglob("*.json")):
-        if "media" in path.relative_to(ROOT / "tests" / "test_cases").parts:
+    for path in sorted((ROOT / "cases").rglob("*.json")):
+        if "media" in path.relative_to(ROOT / "cases").parts:
             continue
         doc = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(doc, dict) and "_conformance" in doc:
@@ -64,7 +64,7 @@ def test_reference_cites_only_known_rules():
 def test_every_rule_is_covered_by_a_case():
     covered = {r for rules in case_rules().values() for r in rules}
     missing = sorted(spec_rules() - covered)
-    assert not missing, f"rules no case under tests/test_cases/ cites: {missing}"
+    assert not missing, f"rules no case under cases/ cites: {missing}"
 
 
 def test_cases_cite_only_known_rules():

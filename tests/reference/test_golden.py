@@ -12,7 +12,7 @@ import pytest
 import reference
 from reference.requests import parse_generated
 
-GOLDEN = Path(__file__).resolve().parents[1] / "test_cases" / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "cases" / "golden"
 CASES = sorted(GOLDEN.glob("*.json"))
 FACT_FIELDS = ("status", "input_tokens")
 

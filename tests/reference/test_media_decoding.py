@@ -12,7 +12,7 @@ from PIL import Image
 from reference.decode import DecodeError, load_audio, load_image
 from reference.identity import media_item_digest
 
-MEDIA = Path(__file__).resolve().parents[1] / "test_cases" / "media"
+MEDIA = Path(__file__).resolve().parents[2] / "cases" / "media"
 
 
 def pil_digest(path) -> bytes:

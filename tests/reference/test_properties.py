@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import reference
 from reference.tokenizer import EOS
 
-MEDIA = Path(__file__).resolve().parents[1] / "test_cases" / "media"
+MEDIA = Path(__file__).resolve().parents[2] / "cases" / "media"
 SEGMENTS = ["ab", "cd", "abcd", "efgh", "xy", "z", "abcdefgh", "wxyz", "q"]
 IMAGES = {"img_a_16x16.png": 1, "img_b_16x16.png": 1, "img_c_16x16.png": 1, "img_a_16x64.png": 4}
 ADAPTERS = ["a", "b"]

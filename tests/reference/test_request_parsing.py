@@ -6,7 +6,7 @@ import pytest
 import reference
 from reference.requests import parse_generated
 
-MEDIA = Path(__file__).resolve().parents[1] / "test_cases" / "media"
+MEDIA = Path(__file__).resolve().parents[2] / "cases" / "media"
 ENGINE = reference.engine_from_build_args({"maxInputLen": 40, "maxKVCacheCapacity": 48, "maxKVPoolPages": 0,
                                            "maxBatchSize": 2, "tokensPerPage": 4, "vision": True,
                                            "loraAdapters": ["a", "b"]})

@@ -13,12 +13,8 @@ environment variable works from anywhere.)
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def pytest_addoption(parser):
@@ -42,7 +38,7 @@ def world(tmp_path_factory):
     import torch
     from gpu_backend import build_engine
 
-    import fixtures
+    from tests.robustness import fixtures
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("robustness")
     media, paths = fixtures.make_media(root)

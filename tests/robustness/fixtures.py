@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
-MEDIA = ROOT / "tests" / "test_cases" / "media"
+MEDIA = ROOT / "cases" / "media"
 
 # Small enough that every valid request runs in milliseconds, big enough for a few images.
 ENGINE_ARGS = {"maxInputLen": 48, "maxKVCacheCapacity": 64, "maxKVPoolPages": 0, "tokensPerPage": 4,

@@ -22,8 +22,8 @@ import os
 
 import pytest
 
-import fixtures
-import harness
+from tests.robustness import fixtures
+from tests.robustness import harness
 import gpu_backend.runtime
 import reference
 from gpu_backend import build_engine
@@ -226,7 +226,7 @@ def test_a_missing_lora_weight_file_is_refused_alike(tiny, tmp_path, ref):
     request = write(tmp_path / "in.json", dict(REQUEST, available_lora_weights={"a": ref},
                                                requests=[dict(REQUEST["requests"][0], lora_name="a")]))
     where = f"{request}: $.available_lora_weights.a: "
-    for argv in (["validate", request, "--engineDir", str(tiny)], ["validate", request],
+    for argv in (["validate", request, "--engine-dir", str(tiny)], ["validate", request],
                  ["simulate", "--engineDir", str(tiny), "--inputFile", request,
                   "--profileOutputFile", str(tmp_path / "p.json")]):
         assert where in one_error(harness.kvconform(argv), "kvconform")
@@ -303,7 +303,7 @@ def test_unknown_keys_are_ignored_with_one_warning_each(tiny, tmp_path):
     expected = [f"{request}: $.max_generate_lenght: unknown key ignored (did you mean max_generate_length?)",
                 f"{request}: $.requests[0].stpo: unknown key ignored (did you mean stop?)",
                 f"{request}: $.requests[0].messages[0].content[0].txt: unknown key ignored (did you mean text?)"]
-    runs = {"kvconform": [harness.kvconform(["validate", request, "--engineDir", str(tiny)]),
+    runs = {"kvconform": [harness.kvconform(["validate", request, "--engine-dir", str(tiny)]),
                           harness.kvconform(["simulate", "--engineDir", str(tiny), "--inputFile", request,
                                              "--profileOutputFile", str(tmp_path / "p.json")])],
             "gpu_backend": [infer(tiny, request, tmp_path / "o.json")]}
@@ -327,7 +327,7 @@ def test_the_backend_keeps_its_own_list_of_known_keys():
     from gpu_backend import request as backend
     schema = json.loads((fixtures.ROOT / "spec" / "schemas" / "request.schema.json").read_text())
     defs = schema["$defs"]
-    assert set(backend.TOP_KEYS) == set(schema["properties"]) - {"_conformance"}
+    assert set(backend.TOP_KEYS) == {k for k in schema["properties"] if not k.startswith("_")}   # kit metadata
     assert set(backend.REQUEST_KEYS) == set(defs["request"]["properties"])
     assert set(backend.MESSAGE_KEYS) == set(defs["message"]["properties"])
     assert {t: set(k) for t, k in backend.ITEM_KEYS.items()} == {

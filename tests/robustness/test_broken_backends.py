@@ -1,6 +1,6 @@
 """Broken backends through the `command` adapter.
 
-tests/conformance/fake_llm_inference.py is the oracle behind the command contract of
+tests/helpers/fake_llm_inference.py is the oracle behind the command contract of
 spec/RUNNING.md section 2, misbehaving on request (its MODES). Every misbehaviour gives ERROR,
 FAIL or TIMEOUT with a reason that says what happened, never PASS; a run over several cases,
 each with its own misbehaviour, goes on to the end and reports every one.
@@ -20,19 +20,11 @@ from conformance.cases import discover
 from conformance.cli import main as kvconform
 from conformance.execute import run_case
 from conformance.verdicts import Verdict
+from tests.helpers import HELPERS, fake_llm_inference
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE = ROOT / "tests" / "conformance" / "fake_llm_inference.py"
-
-def _fake_modes() -> dict:
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("fake_llm_inference", FAKE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.MODES
-
-
-MODES = _fake_modes()
+FAKE = HELPERS / "fake_llm_inference.py"
+MODES = fake_llm_inference.MODES
 
 CASES = {c.id: c for c in discover()}
 CASE = "sections/plan/boundary-p4-k2-exact"      # 3 requests, reuse on, --dumpProfile

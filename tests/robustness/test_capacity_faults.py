@@ -19,7 +19,7 @@ import json
 
 import pytest
 
-import harness
+from tests.robustness import harness
 
 ENGINE = {"maxInputLen": 16, "maxKVCacheCapacity": 24, "maxKVPoolPages": 0, "tokensPerPage": 4, "maxBatchSize": 2}
 # CR-CAP-1 minimum: 2 * ceil(24 / 4) = 12 pages

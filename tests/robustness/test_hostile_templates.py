@@ -185,8 +185,7 @@ def test_a_prompt_above_the_text_bound_is_refused_before_tokenizing(hf_engine, t
 
 
 def test_the_openai_runner_refuses_a_looping_template_before_any_request(tmp_path, capsys, short_deadline):
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_fake_servers import fake_server
+    from tests.robustness.test_fake_servers import fake_server
     tok = tokenizer_with(tmp_path / "tok", HOSTILE["loops 10^10 times"])
     with fake_server("ok") as url:
         start = time.monotonic()

@@ -22,9 +22,9 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import fixtures
-import harness
-import schemagen
+from tests.robustness import fixtures
+from tests.robustness import harness
+from tests.robustness import schemagen
 from conformance.schemas import read_json
 from conformance.errors import KvconformError
 
@@ -78,7 +78,7 @@ def test_request_files(world, fuzz_budget):
         f, out, prof = req / f"r{k}.json", req / f"r{k}.out.json", req / f"r{k}.prof.json"
         f.write_bytes(raw)
         parseable = strict_json(f)
-        valid = harness.check_validate(harness.kvconform(["validate", str(f), "--engineConfig", config]),
+        valid = harness.check_validate(harness.kvconform(["validate", str(f), "--engine-config", config]),
                                        str(f), parseable)
         harness.check_simulate(harness.kvconform(["simulate", "--engineConfig", config, "--inputFile", str(f),
                                                   "--profileOutputFile", str(prof), "--enableContextReuse"]),
@@ -212,7 +212,7 @@ def test_regression_refused_by_all_three(world, name):
     f, out = world["req"] / f"reg-{name}.json", world["req"] / f"reg-{name}.out.json"
     f.write_bytes(raw)
     config = str(world["config"])
-    o = harness.kvconform(["validate", str(f), "--engineConfig", config])
+    o = harness.kvconform(["validate", str(f), "--engine-config", config])
     assert harness.check_validate(o, str(f), path is not None) is False
     if path:
         assert f": {path}: " in o.err, o.err

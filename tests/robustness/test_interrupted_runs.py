@@ -23,9 +23,10 @@ from conformance.adapters.reference import ReferenceAdapter
 from conformance.cases import discover
 from conformance.cli import main as kvconform
 from conformance.report import check_report
+from tests.helpers import HELPERS
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE = ROOT / "tests" / "conformance" / "fake_llm_inference.py"
+FAKE = HELPERS / "fake_llm_inference.py"
 CASES = {c.id: c for c in discover()}
 IDS = ["sections/plan/boundary-p4-k1-exact", "sections/plan/boundary-p4-k1-minus1",
        "sections/plan/boundary-p4-k1-plus1", "sections/plan/boundary-p4-k2-exact"]   # run in this (id) order

@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-import fixtures
-import harness
+from tests.robustness import fixtures
+from tests.robustness import harness
 
 COMMITTED_BAD = {
     "bad_corrupt.png": "corrupt PNG (bad IHDR CRC)", "bad_truncated.png": "truncated PNG",
@@ -48,7 +48,7 @@ def _file(world, ref: str) -> tuple:
 def _both(world, ref: str):
     f, path = _file(world, ref)
     out = f.with_suffix(".out.json")
-    v = harness.kvconform(["validate", str(f), "--engineConfig", str(world["config"])])
+    v = harness.kvconform(["validate", str(f), "--engine-config", str(world["config"])])
     b = harness.backend(["infer", "--engineDir", str(world["engine"]), "--inputFile", str(f), "--outputFile", str(out),
                          "--device", "cpu"])
     return f, path, out, v, b

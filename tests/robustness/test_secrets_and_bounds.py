@@ -13,7 +13,7 @@ from pathlib import Path
 
 from conformance.cli import main as kvconform
 
-from test_fake_servers import FakeLlamaServer
+from tests.robustness.test_fake_servers import FakeLlamaServer
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 HUGE = object()
