@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import schemagen
+from tests.robustness import schemagen
 from conformance import schemas
 
 NAMES = sorted(schemas._schema_files())
