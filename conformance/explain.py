@@ -12,7 +12,7 @@ steps it adds up, or the file's eviction steps for records, pools and reclaimed 
 """
 from __future__ import annotations
 
-from reference.trace import chain, input_steps
+from reference.trace import chain, deciding, input_steps
 
 MAX_CHAIN = 8
 """Steps shown per failure: the deciding step and the latest of its causes."""
@@ -46,7 +46,7 @@ class Explainer:
         """(rule, why, chain) of the value these steps decided: the last step that changed it."""
         if not steps:
             return None, "the oracle's trace has no step for this value", []
-        head = next((s for s in reversed(steps) if s.changed), steps[-1])
+        head = deciding(steps)
         return head.rule, head.why, [step_json(s) for s in chain(steps)][-MAX_CHAIN:]
 
     # --- per-request facts --------------------------------------------------------------------
@@ -153,8 +153,7 @@ class Explainer:
             else:
                 steps = self.steps(i, value)
             if steps:
-                head = next((s for s in reversed(steps) if s.changed), steps[-1])
-                out.append(step_json(head))
+                out.append(step_json(deciding(steps)))
         return out
 
     def _file_counter(self, key: str) -> tuple[str, list]:

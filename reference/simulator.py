@@ -200,12 +200,10 @@ def _check_accepted(last_accepted, gens: list) -> list:
 
 
 def simulate(engine, flags, request_dict, base_dir: str, generated=None, *,
-             lora_files: bool = False, trace: bool = False) -> tuple[dict, dict]:
+             lora_files: bool = False) -> tuple[dict, dict]:
     """Simulate one request file on a fresh runtime instance; return (predictions, profile).
-    `lora_files`: also require adapter weight files to exist (see parse_request_file). `trace`:
-    the predictions carry the decision trace (`trace`: the steps of each request, then those of
-    the file; spec/schemas/predictions.schema.json)."""
-    sim = Simulator(engine, flags, trace=trace)
+    `lora_files`: also require adapter weight files to exist (see parse_request_file)."""
+    sim = Simulator(engine, flags)
     predictions = {"format": "kvconform-predictions-v1", "spec_version": SPEC_VERSION,
                    "rejected": None, "responses": [], "batches": []}
     if sim.rejection is not None:
@@ -213,6 +211,4 @@ def simulate(engine, flags, request_dict, base_dir: str, generated=None, *,
         return predictions, {}
     predictions["responses"] = sim.run(request_dict, base_dir, generated, lora_files=lora_files)
     predictions["batches"] = sim.batches
-    if trace:
-        predictions["trace"] = sim.trace.to_json(range(len(predictions["responses"])))
     return predictions, sim.profile()

@@ -37,36 +37,23 @@ survived, not every eviction of a long run."""
 class Step:
     """One decision: `rule` decided `value` (a per-request fact such as "reused_tokens", a
     publication "publications[0]", or a file fact such as "records") to be `to`."""
-    __slots__ = ("rule", "value", "to", "before", "why", "refs", "causes", "owner", "index", "order")
+    __slots__ = ("rule", "value", "to", "before", "why", "refs", "causes", "owner", "order")
 
     def __init__(self, rule, value, to, why, before=UNSET, refs=None, causes=()):
         self.rule, self.value, self.to, self.why, self.before = rule, value, to, why, before
         self.refs, self.causes = refs, tuple(c for c in causes if c is not None)[:MAX_CAUSES]
-        self.owner, self.index, self.order = None, 0, 0
+        self.owner, self.order = None, 0
 
     @property
     def changed(self) -> bool:
         """Whether the step changed the value it decided (a step without `before` set it)."""
         return self.before is UNSET or self.before != self.to
 
-    def line(self) -> str:
-        """`RULE value from -> to: why`, the way the runner prints a chain."""
-        change = f"{_short(self.before)} -> {_short(self.to)}" if self.before is not UNSET else _short(self.to)
-        return f"{self.rule or 'input'} {self.value} {change}: {self.why}"
 
-    def where(self) -> dict:
-        return {"request": self.owner, "step": self.index} if self.owner is not None else {"file": self.index}
-
-    def to_json(self) -> dict:
-        out = {"rule": self.rule, "value": self.value, "to": self.to}
-        if self.before is not UNSET:
-            out["from"] = self.before
-        out["why"] = self.why
-        if self.refs:
-            out["refs"] = self.refs
-        if self.causes:
-            out["causes"] = [c.where() for c in self.causes]
-        return out
+def deciding(steps):
+    """The step that decided a value, of the steps recorded for it: the last that changed it
+    (a later step that checked it and left it as it was explains nothing new)."""
+    return next((s for s in reversed(steps) if s.changed), steps[-1]) if steps else None
 
 
 def chain(steps) -> list:
@@ -78,11 +65,6 @@ def chain(steps) -> list:
             seen[id(s)] = s
             todo.extend(s.causes)
     return sorted(seen.values(), key=lambda s: s.order)
-
-
-def _short(value) -> str:
-    text = repr(value) if not isinstance(value, str) else value
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def pages_of(lo: int, hi: int) -> str:
@@ -133,7 +115,7 @@ class Trace:
         """Record a step of request `owner` (an ordinal), or of the file when `owner` is None."""
         step = Step(rule, value, to, why, before, refs, causes)
         steps = self.file if owner is None else self.requests.setdefault(owner, [])
-        step.owner, step.index, step.order = owner, len(steps), self._order
+        step.owner, step.order = owner, self._order
         self._order += 1
         steps.append(step)
         return step
@@ -255,8 +237,8 @@ class Trace:
             rule, why = "CR-ID-2", f"n = {n} < P = {P}: the input has no complete page, so nothing is looked up"
         else:
             rule = "CR-PLAN-1"
-            why = found + (f"; position{'s' if n - full * P > 1 else ''} {full * P}-{n - 1} of the partial last page "
-                           "are never keyed (CR-ID-2)" if n % P else "")
+            why = found + (f"; {positions_of(full * P, n)} of the partial last page "
+                           f"{'are' if n - full * P > 1 else 'is'} never keyed (CR-ID-2)" if n % P else "")
         self.add(owner, rule, "matched_tokens", m * P, why, refs=refs, causes=causes)
         self.add(owner, rule, "reused_tokens", m * P, why, refs=refs, causes=causes)
         kind = "standard" if m else "no_reusable_prefix"
@@ -648,10 +630,6 @@ class Trace:
     def aggregates_unspecified(self):
         return next((s for s in self.file if s.value == "aggregates"), None)
 
-    def to_json(self, ordinals) -> dict:
-        """The trace of the given requests and every file step, as predictions.schema.json has it."""
-        return {"requests": [[s.to_json() for s in self.requests.get(o, ())] for o in ordinals],
-                "file": [s.to_json() for s in self.file]}
 
 def input_steps(engine, parsed, request) -> list:
     """How request `request`'s input length n was decided (spec/tokenizer.md; on an `hf` engine
