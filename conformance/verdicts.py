@@ -68,6 +68,11 @@ class Failure:
         """What "fails the same way" compares: the rule, the observable and the request."""
         return (self.rule, self.what, self.request)
 
+    def chain_lines(self) -> list:
+        """The chain as the reports print it under the failure: one step a line, oldest first."""
+        return [f"{s.get('rule') or 'input'}" + (f" (request {s['request']})" if s.get("request") is not None else "")
+                + f" {s.get('value')}: {s.get('why')}" for s in self.chain]
+
     def line(self) -> str:
         where = f"request {self.request}: " if self.request is not None else ""
         rule = f"[{self.rule}] " if self.rule else ""
