@@ -87,6 +87,12 @@ def test_the_page_map_holds_what_the_oracle_decided(failing):
     assert request["first_difference"] == {"what": "reused_tokens", "position": low, "page": low // 4,
                                            "expected": failed["expected"], "observed": failed["observed"]}
     assert request["rules"] == ["CR-MEDIA-3"] and pm["requests"][0]["first_difference"] is None
+    # the trim and the reasons are the oracle's trace steps (reference/trace.py), not worked out again
+    assert request["trim"]["given_back"] == [4] and request["trim"]["to"] == failed["expected"]
+    assert "straddles the boundary at 4" in request["trim"]["why"]
+    steps = {s["value"]: s for s in request["steps"]}
+    assert steps["reused_tokens"]["rule"] == "CR-MEDIA-3" and steps["reused_tokens"]["why"] == failed["why"]
+    assert pm["requests"][0]["trim"] is None and steps["input_tokens"]["rule"] is None
     prefill = pm["prefill"]
     assert prefill["expected"]["computed_tokens"] == by_what["profile.prefill.computed_tokens"]["expected"]
     assert prefill["observed"]["computed_tokens"] == by_what["profile.prefill.computed_tokens"]["observed"]
@@ -217,7 +223,7 @@ def test_a_long_file_keeps_the_requests_its_failures_name():
     parsed = NS(requests=requests, batches=[[i] for i in range(n)], lookup_policy="use_cache",
                 commit_policy="including_generated_tokens")
     want = {"status": "ok", "context_cache": {"plan": "standard", "matched_tokens": 4, "reused_tokens": 4}}
-    prediction = NS(parsed=parsed, responses=[want] * n, profile={}, generated=[])
+    prediction = NS(parsed=parsed, responses=[want] * n, profile={}, generated=[], trace=None)
     flags = NS(enable_context_reuse=True, output_hidden_states=False, max_records=8, warmup=0,
                semantics_profile="kvconform-1")
     engine = NS(tokens_per_page=4, kind="vanilla", kv_pool_pages=64)
