@@ -109,6 +109,7 @@ class Trace:
         self._ids_keys = weakref.WeakKeyDictionary()
         self.first_audio = None                    # the ordinal of the first request with audio input
         self.audio_pages: dict[bytes, int] = {}    # first-page key of an audio request's history -> it
+        self.tails: dict[bytes, list] = {}         # parent key -> (ids of a publisher's partial last page, who)
 
     # --- recording ----------------------------------------------------------------------------
     def add(self, owner, rule, value, to, why, before=UNSET, refs=None, causes=()) -> Step:
@@ -193,11 +194,20 @@ class Trace:
         if other is not None:
             rule, why = self._identity_cause(self.of(seq), seq, other, 0, hi, "pages")
             return rule, f"{where} is not cached: {why}", ()
-        ident = self.add(self.of(seq), "CR-ID-1", "matched_tokens", k * P,
-                         f"the identity of {where} is the ids of positions 0-{hi - 1} under "
-                         f"{adapter_name(seq.request.lora_name)}: no cached page has it",
-                         refs={"pages": [k, k + 1], "positions": [lo, hi]})
-        return "CR-PLAN-1", f"{where} is not cached: no earlier request published a page of its identity", (ident,)
+        mine = seq.history.tokens[lo:hi]
+        for tail, who in self.tails.get(self._parent(seq.history, k), ()):
+            if mine[:len(tail)] == tail:
+                return "CR-ID-2", (f"{where} is not cached: {who} holds {positions_of(lo, lo + len(tail))} of the "
+                                   f"same prefix only in its partial last page, and only complete pages have an "
+                                   f"identity"), ()
+        return "CR-ID-1", (f"{where} is not cached: its identity (the ids of positions 0-{hi - 1} under "
+                           f"{adapter_name(seq.request.lora_name)}, compared exactly, CR-ID-6) is that of no page "
+                           "an earlier request published"), ()
+
+    @staticmethod
+    def _parent(history, k: int):
+        """What page k of `history` hangs from: page k - 1's key, or the adapter's root."""
+        return history.key(k - 1) if k else history.root
 
     def hit_causes(self, key) -> tuple:
         """Where the page of `key` came from, and the latest evictions it survived since."""
@@ -474,6 +484,10 @@ class Trace:
         self.by_ids.setdefault(ids_key, {})[record_key] = (self.name(seq), seq.request.lora_name)
         if seq.warmup:
             return
+        held = min(len(seq.history.tokens), seq.n if point == "prefill_end" else seq.n + seq.generated_count - 1)
+        if held % self.P and held // self.P == pages:          # the partial page past its record (CR-ID-2)
+            self.tails.setdefault(self._parent(seq.history, pages), []).append(
+                (seq.history.tokens[pages * self.P:held], self.name(seq)))
         for j in range(pages):
             key = seq.history.key(j)
             if key not in self.origin and key in cache.index:
@@ -641,20 +655,22 @@ def input_steps(engine, parsed, request) -> list:
         return [Step(None, "input_tokens", n, why)]
     loader = engine.tokenizer["loader"]
     loader_rule = {"tokenizers-raw": "TOK-HF-2", "transformers-auto": "TOK-HF-3"}.get(loader, "TOK-HF-9")
-    steps = []
     template = getattr(parsed, "template", None) or {}
     switches = {k: v for k, v in template.items() if k != "apply_chat_template"}
     kwargs = dict(engine.tokenizer.get("chat_template_kwargs") or {})
-    if not template.get("apply_chat_template", True):
-        steps.append(Step("TOK-HF-8", "input_tokens", None, "apply_chat_template is false: the message texts are "
-                                                             "joined and encoded, no template"))
-    elif switches or kwargs:
-        said = ", ".join(f"{k}={v!r}" for k, v in {**kwargs, **switches}.items())
-        steps.append(Step("TOK-HF-4", "input_tokens", None, f"the chat template renders the prompt with {said}"))
     text = n - media
     profile = f"the hf profile ({loader} loader, {loader_rule}, spec/hf-tokenizer.md)"
-    steps.append(Step(loader_rule, "input_tokens", text, f"{profile} gives n = {text} text and template ids"
-                      + (" before the images are expanded" if media else "")))
+    steps = [Step(loader_rule, "input_tokens", text, f"{profile} gives n = {text} text and template ids"
+                  + (" before the images are expanded" if media else ""))]
+    # what the prompt the loader encodes is: the template's switches decide the text ids as much
+    # as the loader does, so where the file sets them theirs is the deciding step
+    if not template.get("apply_chat_template", True):
+        steps.append(Step("TOK-HF-8", "input_tokens", text, "apply_chat_template is false: the message texts are "
+                                                             f"joined and encoded, no template: {text} ids"))
+    elif switches or kwargs:
+        said = ", ".join(f"{k}={v!r}" for k, v in {**kwargs, **switches}.items())
+        steps.append(Step("TOK-HF-4", "input_tokens", text, f"the chat template renders the prompt with {said}: "
+                                                             f"{text} text and template ids"))
     counter = (engine.vision or {}).get("counter")
     rule = {"hf/qwen-vl": "TOK-MEDIA-2", "vllm/qwen-vl": "TOK-MEDIA-2", "edge-llm/qwen-vl": "TOK-MEDIA-3",
             "hf/internvl": "TOK-MEDIA-4", "edge-llm/internvl": "TOK-MEDIA-5",

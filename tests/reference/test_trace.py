@@ -61,3 +61,23 @@ def test_tracing_changes_no_count_and_each_fact_has_its_deciding_step(path):
             assert step is not None, f"{path.name}: request {i} {key} has no step"
             assert step.to == facts[key], f"{path.name}: request {i} {key}: step says {step.to}, oracle {facts[key]}"
             assert step.rule and step.why
+
+
+def _traced(*texts, batch_size=None):
+    from .test_simulator_api import ON, doc, engine
+    sim = reference.Simulator(engine(), ON, trace=True)
+    sim.run(doc(*texts, **({"batch_size": batch_size} if batch_size else {})), ".")
+    return sim
+
+
+def test_a_miss_names_why_the_page_is_not_in_the_index():
+    """CR-ID-2: positions an earlier request held only in its partial last page; CR-ID-1: no page
+    of that identity was ever published; each as the deciding step of matched_tokens."""
+    sim = _traced("abcdef", "abcdefgh", "abcdxyzw")
+    partial = deciding(sim.trace.steps_of(1, "matched_tokens"))
+    assert (partial.rule, partial.to) == ("CR-ID-2", 4)
+    assert "request 0 holds positions 4-5 of the same prefix only in its partial last page" in partial.why
+    fresh = deciding(sim.trace.steps_of(2, "matched_tokens"))
+    assert (fresh.rule, fresh.to) == ("CR-ID-1", 4) and "is that of no page an earlier request published" in fresh.why
+    hit = deciding(sim.trace.steps_of(1, "plan"))
+    assert hit.causes and hit.causes[0].value == "publications[0]" and hit.causes[0].owner == 0
