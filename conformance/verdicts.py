@@ -77,7 +77,7 @@ class Failure:
         where = f"request {self.request}: " if self.request is not None else ""
         rule = f"[{self.rule}] " if self.rule else ""
         steps = [s.get("rule") or "input" for s in self.chain]
-        decided = f" (decided by {' -> '.join(steps)})" if len(steps) > 1 else ""
+        decided = f" (the oracle's steps: {' -> '.join(steps)})" if len(steps) > 1 else ""
         return (f"{self.verdict} {rule}{where}{self.what}: expected {_short(self.expected)}, "
                 f"observed {_short(self.observed)}; {self.why}{decided}")
 
