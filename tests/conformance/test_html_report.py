@@ -101,6 +101,20 @@ def test_the_page_map_holds_what_the_oracle_decided(failing):
                                                for r in passed["details"]["page_map"]["requests"])
 
 
+def test_a_failure_carries_the_oracle_steps_that_decided_it(failing):
+    """report.json's failures[].chain and summary.md's lines under a failure are the oracle's
+    decision trace: the deciding step (the failure's rule and reason) and the steps it followed
+    from, here the publication of request 0 that the trimmed hit would have reused."""
+    doc, _ = _load(failing)
+    _, case = _case(doc, FAILING)
+    failed = next(f for f in case["failures"] if f["what"] == "responses[1].context_cache.reused_tokens")
+    chain = failed["chain"]
+    assert chain[-1]["rule"] == failed["rule"] == "CR-MEDIA-3" and chain[-1]["why"] == failed["why"]
+    assert any(s["rule"] == "CR-PUB-1" and s["request"] == 0 for s in chain[:-1])
+    summary = (failing / "summary.md").read_text()
+    assert f"  - CR-MEDIA-3 (request 1) reused_tokens: {failed['why']}" in summary
+
+
 def test_every_run_writes_the_page_and_kvconform_report_writes_it_again(failing, capsys):
     doc, page = _load(failing)
     _assert_page(doc, page)
