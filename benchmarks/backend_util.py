@@ -108,10 +108,10 @@ class Probe:
 
     def reset(self):
         self.gather = self.forward = 0.0
-        self.planning_ns = self.rt.cache.m.planning_ns
+        self.planning_ns = self.rt.cache.metrics.planning_ns
 
     def lookup(self) -> float:
-        return (self.rt.cache.m.planning_ns - self.planning_ns) / 1e9
+        return (self.rt.cache.metrics.planning_ns - self.planning_ns) / 1e9
 
 
 def timed_infer(rt, doc, probe: Probe | None = None) -> tuple[float, dict]:

@@ -4,14 +4,16 @@
 Counters, pools, records, per-request facts and prefill counts are compared exactly; outputs
 are compared metamorphically against the bypass replay, with the near-tie and log-probability
 tolerances below. Every mismatch becomes a Failure naming the rule, the request, expected and
-observed values, and a one-line explanation (from `explain`).
+observed values, the oracle's reason and the chain of its steps that decided the expected
+value (conformance/explain.py formats the oracle's trace); a difference the spec leaves open
+(CR-MEDIA-6) is UNSPECIFIED, as the trace says (verdicts.counter_verdict, request_verdict).
 """
 from __future__ import annotations
 
 import math
 
 from .explain import Explainer
-from .verdicts import Failure, Verdict
+from .verdicts import Failure, Verdict, counter_verdict, request_verdict
 
 NEAR_TIE_NATS = 0.05
 LOGPROB_DRIFT = 0.02
@@ -107,8 +109,9 @@ def compare_profile(expected: dict, observed: dict | None, ex: Explainer, prefil
                                    None if got is MISSING else got, "missing or not an integer",
                                    verdict=Verdict.ERROR))
             elif got != value:
+                why, chain = ex.counter(key, value, got)
                 out.append(Failure(COUNTER_RULES.get(key.split(".")[0]), f"profile.context_cache.{key}",
-                                   value, got, ex.counter(key, value, got), verdict=ex.counter_verdict()))
+                                   value, got, why, verdict=counter_verdict(ex.trace), chain=chain))
     if prefill:
         want_p, have_p = expected.get("prefill") or {}, (observed or {}).get("prefill")
         if want_p and have_p is None:
@@ -120,9 +123,9 @@ def compare_profile(expected: dict, observed: dict | None, ex: Explainer, prefil
             for key in PREFILL_KEYS:
                 _count(tally)
                 if have_p.get(key) != want_p.get(key):
+                    why, chain = ex.prefill(key, want_p.get(key), have_p.get(key))
                     out.append(Failure("CR-MET-12", f"profile.prefill.{key}", want_p.get(key), have_p.get(key),
-                                       ex.prefill(key, want_p.get(key), have_p.get(key)),
-                                       verdict=ex.counter_verdict()))
+                                       why, verdict=counter_verdict(ex.trace), chain=chain))
     return out
 
 
@@ -145,15 +148,19 @@ def compare_requests(predicted: list[dict], responses: list[dict], ex: Explainer
         if p["status"] is not None:
             _count(tally)
         if p["status"] is not None and status != p["status"]:
-            rule, why = ex.status(i, p, r)
+            rule, why, chain = ex.status(i)
+            if p["status"] == "ok":
+                why += f"; the backend failed it: {str(r.get('output_text'))[:120]}"
             out.append(Failure(rule, f"responses[{i}].finish_reason",
-                               "error" if p["status"] == "error" else "not error", r.get("finish_reason"), why, i))
+                               "error" if p["status"] == "error" else "not error", r.get("finish_reason"), why, i,
+                               chain=chain))
             continue
         if input_tokens and "input_tokens" in r:
             _count(tally)
         if input_tokens and "input_tokens" in r and r["input_tokens"] != p["input_tokens"]:
-            rule, why = ex.input_tokens(i)
-            out.append(Failure(rule, f"responses[{i}].input_tokens", p["input_tokens"], r["input_tokens"], why, i))
+            rule, why, chain = ex.input_tokens(i)
+            out.append(Failure(rule, f"responses[{i}].input_tokens", p["input_tokens"], r["input_tokens"], why, i,
+                               chain=chain))
         want = p.get("context_cache")
         if not per_request or want is None:
             continue
@@ -167,9 +174,9 @@ def compare_requests(predicted: list[dict], responses: list[dict], ex: Explainer
                 continue
             _count(tally)
             if have.get(key) != want[key]:
-                rule, why = ex.request_field(i, key, want, have)
+                rule, why, chain = ex.request_field(i, key, want, have)
                 out.append(Failure(rule, f"responses[{i}].context_cache.{key}", want[key], have.get(key), why, i,
-                                   ex.request_verdict(i)))
+                                   request_verdict(ex.trace, i), chain))
     return out
 
 

@@ -1,8 +1,9 @@
 """The runner's view of the reference oracle (`reference/`).
 
 Everything the runner expects of a backend comes from here: whether a deployment is refused,
-how each request is tokenized (for explanations), each request's cache facts and the profile.
-Nothing is hard-coded in the runner.
+how each request is tokenized, each request's cache facts, the profile, and the decision trace
+that says which rule decided each of them (the runner's explanations print it). Nothing is
+hard-coded in the runner.
 """
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ class Prediction:
     profile: dict
     parsed: ParsedFile | None = None
     generated: list = field(default_factory=list)
+    trace: object = None
+    """The oracle's decision trace (reference.trace.Trace): the rule-tagged step that decided
+    each predicted value, indexed by the request's place on the runtime instance."""
 
 
 def derive_engine(build_args: dict):
@@ -59,10 +63,10 @@ def predict(engine, flags, doc: dict, base_dir: str, generated: list | None,
     when the counts depend on tokens that were not given, reference.Unreported when they depend
     on an acceptance that was not reported.
     """
-    sim = reference.Simulator(engine, flags)
+    sim = reference.Simulator(engine, flags, trace=True)
     responses = sim.run(doc, base_dir, generated=generated, last_accepted=last_accepted)
     return Prediction(responses, list(sim.batches), sim.profile(),
-                      parse(doc, base_dir, engine, flags), list(generated or []))
+                      parse(doc, base_dir, engine, flags), list(generated or []), sim.trace)
 
 
 class OracleSession:
@@ -70,13 +74,13 @@ class OracleSession:
 
     def __init__(self, engine, flags):
         self.engine, self.flags = engine, flags
-        self.sim = reference.Simulator(engine, flags)
+        self.sim = reference.Simulator(engine, flags, trace=True)
 
     def run(self, doc: dict, base_dir: str, generated: list | None, last_accepted: list | None = None) -> Prediction:
         before = len(self.sim.batches)
         responses = self.sim.run(doc, base_dir, generated=generated, last_accepted=last_accepted)
         return Prediction(responses, list(self.sim.batches)[before:], self.sim.profile(),
-                          parse(doc, base_dir, self.engine, self.flags), list(generated or []))
+                          parse(doc, base_dir, self.engine, self.flags), list(generated or []), self.sim.trace)
 
 
 def transcript(response: dict, engine=None) -> list[int] | None:

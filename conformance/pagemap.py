@@ -6,10 +6,11 @@ at the point where it holds the oracle's prediction and the backend's answer, so
 (conformance/html_report.py) only draws and never derives a count:
 
 - per request: its length n, batch, LoRA adapter, its media items (placeholder spans from the
-  oracle's parse) with the page boundaries that fall inside each item (where the CR-MEDIA-3 trim
-  applies), the oracle's per-request facts (plan, matched, reused, publications at prefill end
-  and decode end, lookup bypass, media-aware, hybrid restore) beside the backend's, and the first
-  position where they differ;
+  oracle's parse) with the page boundaries the oracle's CR-MEDIA-3 trim gave back inside each,
+  the trim step itself and the deciding step of each fact (both from the oracle's decision
+  trace, reference/trace.py), the oracle's per-request facts (plan, matched, reused,
+  publications at prefill end and decode end, lookup bypass, media-aware, hybrid restore)
+  beside the backend's, and the first position where they differ;
 - per file: the page size, the engine kind, the file's lookup and commit policies, the runtime
   flags that change a plan, and the `prefill` profile section (computed and reused tokens) of
   both sides where present.
@@ -18,12 +19,15 @@ For a peer server (spec/peer-profiles.md) the same map is drawn in the profile's
 block size, the cached tokens predicted and reported, and the N - 1 cap computed by the peer
 oracle's own count functions.
 
-This module is the one place that turns oracle output into drawable facts: when the oracle
-records a rule-tagged decision trace, the maps take it from here.
+This module is the one place that turns oracle output into drawable facts; where a fact is a
+decision of a rule (a trim, a plan), it is the oracle's trace step, never worked out here.
 """
 from __future__ import annotations
 
 from reference import peers
+from reference.trace import deciding
+
+from .explain import step_json
 
 MAX_REQUESTS = 64
 """Requests drawn per case at most: every request a failure names, then the first others."""
@@ -32,6 +36,8 @@ FACT_KEYS = ("plan", "matched_tokens", "reused_tokens", "lookup_bypass", "media_
              "hybrid_restore", "snapshot_pressure_skips")
 PUBLICATION_KEYS = ("point", "tokens", "pages", "status")
 PREFILL_KEYS = ("total_runs", "reused_tokens", "computed_tokens")
+STEP_VALUES = FACT_KEYS + ("input_tokens", "status")
+"""The values whose deciding trace step a request's map shows (publications have their own)."""
 
 
 def case_page_map(engine, flags, prediction, responses, profile, failures) -> dict:
@@ -57,8 +63,10 @@ def case_page_map(engine, flags, prediction, responses, profile, failures) -> di
     for i in chosen:
         want = prediction.responses[i] if i < len(prediction.responses) else {}
         have = observed[i] if i < len(observed) and isinstance(observed[i], dict) else None
-        out["requests"].append(_request(i, requests[i], want, have, batch_of.get(i), P,
-                                        _generated(prediction, i), failures))
+        entry = _request(i, requests[i], want, have, batch_of.get(i), P, _generated(prediction, i), failures,
+                         _trim(prediction.trace, i))
+        entry["steps"] = _steps(prediction.trace, i)
+        out["requests"].append(entry)
     if len(requests) > len(chosen):
         out["omitted_requests"] = len(requests) - len(chosen)
     return out
@@ -74,7 +82,8 @@ def _chosen(count: int, named: list) -> list:
     return sorted(keep + rest)
 
 
-def _request(i: int, request, want: dict, have: dict | None, batch, P: int, generated, failures) -> dict:
+def _request(i: int, request, want: dict, have: dict | None, batch, P: int, generated, failures,
+             trim: dict | None = None) -> dict:
     expected = _facts(want.get("context_cache"))
     seen = _facts(have.get("context_cache")) if have is not None else None
     entry = {
@@ -82,7 +91,8 @@ def _request(i: int, request, want: dict, have: dict | None, batch, P: int, gene
         "status": want.get("status"), "error": want.get("error"),
         "generated": want["generated_tokens"] if isinstance(want.get("generated_tokens"), int)
         else len(generated) if generated is not None else None,
-        "media": _media(request.spans, P),
+        "media": _media(request.spans, trim),
+        "trim": trim,
         "expected": expected,
         "observed": seen,
         "observed_n": _int(have.get("input_tokens")) if have is not None else None,
@@ -94,15 +104,39 @@ def _request(i: int, request, want: dict, have: dict | None, batch, P: int, gene
     return entry
 
 
-def _media(spans, P: int) -> list:
-    """Each media item's placeholder span, and the page boundaries strictly inside it: the
-    boundaries at which a reuse would split the item (CR-MEDIA-3)."""
+def _media(spans, trim: dict | None) -> list:
+    """Each media item's placeholder span, and the page boundaries inside it that the oracle's
+    trim gave back (CR-MEDIA-3, as the trace's trim step says)."""
+    given_back = trim["given_back"] if trim else []
     out = []
     for k, s in enumerate(spans, 1):
-        first = (s.start // P + 1) * P
         out.append({"item": k, "modality": s.modality, "start": s.start, "end": s.end,
                     "digest": s.digest.hex()[:8] if isinstance(s.digest, (bytes, bytearray)) else str(s.digest)[:8],
-                    "splits": list(range(first, s.end, P))[:64]})
+                    "splits": [b for b in given_back if s.start < b < s.end]})
+    return out
+
+
+def _trim(trace, i: int) -> dict | None:
+    """The oracle's CR-MEDIA-3 step of request i: reuse before and after, the boundaries it gave
+    back and why; None where the request was not trimmed (no media, or nothing reused)."""
+    step = next((s for s in (trace.steps_of(i, "reused_tokens") if trace is not None else ())
+                 if s.rule == "CR-MEDIA-3"), None)
+    if step is None:
+        return None
+    refs = step.refs or {}
+    return {"from": step.before, "to": step.to, "given_back": list(refs.get("boundaries", []))
+            if step.before != step.to else [], "why": _scalar(step.why)}
+
+
+def _steps(trace, i: int) -> list:
+    """The deciding step of each of request i's facts (the last that changed it): the reason the
+    map shows beside the oracle's value."""
+    out = []
+    for value in STEP_VALUES:
+        steps = trace.steps_of(i, value) if trace is not None else []
+        if steps:
+            head = deciding(steps)
+            out.append(dict(step_json(head), why=_scalar(head.why)))
     return out
 
 

@@ -376,6 +376,7 @@ def summary_markdown(doc: dict, results: list[CaseResult]) -> str:
                 lines.append("")
             for f in r.failures[:12]:
                 lines.append(f"- {f.line()}")
+                lines += [f"  - {step}" for step in f.chain_lines()]   # the oracle's steps that decided it
             if len(r.failures) > 12:
                 lines.append(f"- ... {len(r.failures) - 12} more in report.json")
             if r.reproducer:

@@ -170,32 +170,35 @@ def predict_known(engine, flags, doc: dict, base_dir: str, known: list[Known], m
     prediction.parsed = parsed                  # inputs of every request, for explanations and input_tokens
     coverage = Coverage(size, total, False, reasons, counted, sources)
     if not any(m[0] == cut and m[3] for m in meetings):
-        coverage.admission = _admission(predict, doc, filled, parsed, cut, max_length, placeholder)
+        coverage.admission, trace = _admission(predict, doc, filled, parsed, cut, max_length, placeholder)
         prediction.responses = prediction.responses + coverage.admission
+        if coverage.admission:            # the same batches simulated, and the admission of the next
+            prediction.trace = trace
     return prediction, coverage
 
 
-def _admission(predict, doc, filled, parsed, cut: int, max_length: int, placeholder: int) -> list:
+def _admission(predict, doc, filled, parsed, cut: int, max_length: int, placeholder: int) -> tuple[list, object]:
     """Batch `cut`'s admission facts: what its requests find and reuse depends only on the batches
-    before it, which are predicted exactly, so any count of its own generated tokens gives them."""
+    before it, which are predicted exactly, so any count of its own generated tokens gives them.
+    Returns them with the trace of that prediction (its steps up to those admissions hold)."""
     members = parsed.batches[cut]
     end = members[-1] + 1
     guess = filled[:members[0]] + [f if f is not None else [placeholder] * max_length for f in filled[members[0]:end]]
     try:
         hypothetical = predict(dict(doc, requests=doc["requests"][:end]), guess)
     except (reference.NeedsTranscript, reference.Unreported, reference.InputError):
-        return []
+        return [], None
     out = []
     for p in hypothetical.responses[members[0]:end]:
         if p["status"] != "ok":
-            return []                            # it fails in the guess: maybe at admission, maybe later
+            return [], None                      # it fails in the guess: maybe at admission, maybe later
         facts = {k: v for k, v in (p.get("context_cache") or {}).items() if k in ADMISSION_FACTS}
         entry = {"request_idx": p["request_idx"], "batch_idx": p["batch_idx"], "status": None,
                  "input_tokens": p["input_tokens"], "context_cache": facts if p.get("context_cache") else None}
         if p.get("outputs_defined") is False:
             entry["outputs_defined"] = False
         out.append(entry)
-    return out
+    return out, hypothetical.trace
 
 
 def _placeholder(engine) -> int:

@@ -42,26 +42,44 @@ class Failure:
     why: str
     request: int | None = None
     verdict: Verdict = Verdict.FAIL
+    chain: list = field(default_factory=list)
+    """The oracle's steps that decided the expected value, oldest first (conformance/explain.py):
+    each {rule, value, why[, request]}; `rule` and `why` are those of the step that produced it."""
 
     def to_json(self) -> dict:
-        return {"rule": self.rule, "request": self.request, "what": self.what,
-                "expected": self.expected, "observed": self.observed, "why": self.why,
-                "verdict": str(self.verdict)}
+        out = {"rule": self.rule, "request": self.request, "what": self.what,
+               "expected": self.expected, "observed": self.observed, "why": self.why,
+               "verdict": str(self.verdict)}
+        if self.chain:
+            out["chain"] = self.chain
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> "Failure":
         return cls(d.get("rule"), d["what"], d.get("expected"), d.get("observed"), d["why"],
-                   d.get("request"), Verdict[d.get("verdict", "FAIL")])
+                   d.get("request"), Verdict[d.get("verdict", "FAIL")], list(d.get("chain") or []))
+
+    def rules(self) -> list:
+        """The rules the failure names: its own, then those of its chain."""
+        out = [self.rule] if self.rule else []
+        return out + [r for r in dict.fromkeys(s.get("rule") for s in self.chain) if r and r not in out]
 
     def signature(self) -> tuple:
         """What "fails the same way" compares: the rule, the observable and the request."""
         return (self.rule, self.what, self.request)
 
+    def chain_lines(self) -> list:
+        """The chain as the reports print it under the failure: one step a line, oldest first."""
+        return [f"{s.get('rule') or 'input'}" + (f" (request {s['request']})" if s.get("request") is not None else "")
+                + f" {s.get('value')}: {s.get('why')}" for s in self.chain]
+
     def line(self) -> str:
         where = f"request {self.request}: " if self.request is not None else ""
         rule = f"[{self.rule}] " if self.rule else ""
+        steps = [s.get("rule") or "input" for s in self.chain]
+        decided = f" (the oracle's steps: {' -> '.join(steps)})" if len(steps) > 1 else ""
         return (f"{self.verdict} {rule}{where}{self.what}: expected {_short(self.expected)}, "
-                f"observed {_short(self.observed)}; {self.why}")
+                f"observed {_short(self.observed)}; {self.why}{decided}")
 
 
 @dataclass
@@ -250,3 +268,16 @@ def judged_line(summary: dict, cases: int) -> str:
 def _short(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def counter_verdict(trace) -> Verdict:
+    """The verdict of a counter that differs: UNSPECIFIED where the oracle's trace says the
+    counters add up counts the spec leaves open (CR-MEDIA-6: an audio request), else FAIL."""
+    return Verdict.UNSPECIFIED if trace is not None and trace.aggregates_unspecified() else Verdict.FAIL
+
+
+def request_verdict(trace, i: int) -> Verdict:
+    """The verdict of a per-request fact of request i that differs: UNSPECIFIED where the trace
+    marks its counts open (CR-MEDIA-6: its audio input, a page it shares with an audio request,
+    evictions after one), else FAIL."""
+    return Verdict.UNSPECIFIED if trace is not None and trace.unspecified(i) else Verdict.FAIL

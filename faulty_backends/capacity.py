@@ -112,7 +112,7 @@ class StaleIndexAfterEvict(ContextCache):
                 # DEFECT: the index keeps the key of a page whose cache count reached 0
                 if freed:
                     pool.reclaimed += 1
-        self.m.evicted += 1
+        self.metrics.evicted += 1
 
 
 @variant("pinned-pages-evicted", "capacity")

@@ -25,10 +25,10 @@ class HitCountedAtLookup(ContextCache):
     def admit(self, ident, n, *, bypass, media_aware, splits_media):
         looked_up = self.enabled and not bypass and self.kind == "vanilla"
         found = len(self._lookup(ident, n // self.P)) if looked_up else 0
-        hits = self.m.hits
+        hits = self.metrics.hits
         got = super().admit(ident, n, bypass=bypass, media_aware=media_aware, splits_media=splits_media)
-        if got is not None and found and self.m.hits == hits:
-            self.m.hits += 1                                                           # DEFECT
+        if got is not None and found and self.metrics.hits == hits:
+            self.metrics.hits += 1                                                           # DEFECT
         return got
 
 

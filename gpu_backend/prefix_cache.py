@@ -89,10 +89,6 @@ class Record:
     pkv_slot: int | None = None
     draft: list | None = None       # the draft path of an EAGLE record (CR-SPEC-4)
 
-    @property
-    def checkpoint_len(self) -> int | None:
-        return self.key[2] if self.key[0] == "ckpt" else None
-
     def holdings(self):
         yield PAGES, self.pages
         if self.rec_slot is not None:
@@ -177,7 +173,7 @@ class ContextCache:
         self.page_key: dict[int, bytes] = {}
         self.records: OrderedDict = OrderedDict()  # LRU first
         self.ckpt_lengths: dict[int, int] = {}       # checkpoint length -> number of records
-        self.m = Metrics()
+        self.metrics = Metrics()
 
     @property
     def pages(self) -> ResourcePool:
@@ -200,7 +196,7 @@ class ContextCache:
             plan = self._plan_vanilla(ident, n, total, splits_media)
         else:
             plan = self._plan_checkpoint(ident, n, total)
-        self.m.planning_ns += time.perf_counter_ns() - t0
+        self.metrics.planning_ns += time.perf_counter_ns() - t0
         return plan
 
     def _trim_checkpoint(self, ident, n, plan, splits_media) -> Plan:
@@ -321,7 +317,7 @@ class ContextCache:
                     del self.index[self.page_key.pop(i)]
                 if freed:
                     pool.reclaimed += 1
-        self.m.evicted += 1
+        self.metrics.evicted += 1
 
     def _make_room(self, need: tuple, protect=None) -> bool:
         victims = self._plan_eviction(need, protect)
@@ -368,7 +364,7 @@ class ContextCache:
             return None
         if self.trim_checkpoint_hits and plan.record is not None and not plan.paired and ident.spans:
             plan = self._trim_checkpoint(ident, n, plan, splits_media)   # hybrid hits, after acquisition, as 0.10
-        m = self.m
+        m = self.metrics
         m.admitted += 1
         m.hits += plan.matched > 0
         m.media_aware += media_aware
@@ -444,13 +440,13 @@ class ContextCache:
         """Publish the first k pages of a sequence's history as a record (CR-PUB-4..6)."""
         keys = ident.page_keys(k)
         key = ("pages", keys[-1], k)
-        self.m.attempts += 1
+        self.metrics.attempts += 1
         if key in self.records:
             self.records.move_to_end(key)
-            self.m.existing += 1
+            self.metrics.existing += 1
             return "existing"
         self._insert(Record(key, self._canonical_path(keys, page_table)))
-        self.m.committed += 1
+        self.metrics.committed += 1
         return "committed"
 
     def publish_pairs(self, ident, page_table: list, draft_table: list, k: int) -> str:
@@ -459,14 +455,14 @@ class ContextCache:
         touched (committed); a paired one is touched (existing). Both commits are pair publications."""
         keys = ident.page_keys(k)
         key = ("pages", keys[-1], k)
-        self.m.attempts += 1
+        self.metrics.attempts += 1
         rec = self.records.get(key)
         if rec is not None and rec.draft is not None:
             self.records.move_to_end(key)
-            self.m.existing += 1
+            self.metrics.existing += 1
             return "existing"
-        self.m.committed += 1
-        self.m.pair_publications += 1
+        self.metrics.committed += 1
+        self.metrics.pair_publications += 1
         if rec is not None:
             rec.draft = list(draft_table[:k])
             for d in rec.draft:
@@ -480,7 +476,7 @@ class ContextCache:
         """Reserve the slots of one checkpoint capture, evicting if needed (CR-HYB-4).
         Returns (recurrent slot, partial-KV slot or None), or None for a pressure skip."""
         if not self._make_room((0, 1, int(need_partial))):
-            self.m.pressure_skips += 1
+            self.metrics.pressure_skips += 1
             return None
         rec = self.pools[RECURRENT].allocate(1)[0]
         pkv = self.pools[PARTIAL].allocate(1)[0] if need_partial else None
@@ -490,10 +486,10 @@ class ContextCache:
         """Publish a staged capture at exact length L (CR-HYB-4)."""
         rec_slot, pkv_slot = slots
         key = ("ckpt", ident.exact_key(L), L)
-        self.m.attempts += 1
+        self.metrics.attempts += 1
         if key in self.records:
             self.records.move_to_end(key)
-            self.m.existing += 1
+            self.metrics.existing += 1
             self.pools[RECURRENT].unpin(rec_slot)
             if pkv_slot is not None:
                 self.pools[PARTIAL].unpin(pkv_slot)
@@ -501,13 +497,13 @@ class ContextCache:
         full = L // self.P if self.kind == "hybrid" else 0
         rec = Record(key, self._canonical_path(ident.page_keys(full), page_table), rec_slot, pkv_slot)
         self._insert(rec, staged=[(p, i) for p, i in ((RECURRENT, rec_slot), (PARTIAL, pkv_slot)) if i is not None])
-        self.m.committed += 1
+        self.metrics.committed += 1
         return "committed"
 
     # ------------------------------------------------------------------ reporting and checks
 
     def profile(self) -> dict:
-        m = self.m
+        m = self.metrics
         pool = lambda p: {"free": p.num_free, "capacity": p.capacity}
         return {
             "admitted_sequences": m.admitted, "hit_sequences": m.hits,

@@ -113,7 +113,7 @@ class Sequence:
     finish: str | None = None
     text_end: int | None = None
     published_pages: int = 0
-    published_len: int = 0
+    checkpoint_length: int = 0
     publications: list = field(default_factory=list)
     pressure_skips: int = 0
     draft_pages: list | None = None     # a paired EAGLE sequence's draft page table (CR-SPEC-6)
@@ -741,7 +741,7 @@ class Runtime:
             staged = self._reserve_captures(seqs, point, bypass, state, rows)
         for s, L, slots in staged:                                                  # publish pass
             status = self.cache.publish_checkpoint(s.ident, s.pages, L, slots)
-            s.published_len = L
+            s.checkpoint_length = L
             pages = L // self.P if self.kind == "hybrid" else 0
             s.publications.append({"point": point, "tokens": L, "pages": pages, "status": status})
 
@@ -756,7 +756,7 @@ class Runtime:
         staged = []
         for s in self._publishing(seqs, point, bypass):
             L = s.n + len(s.generated) - 1 if point == "decode_end" else s.n
-            if L <= s.published_len:
+            if L <= s.checkpoint_length:
                 continue
             slots = self.cache.reserve_capture(self.kind == "hybrid" and L % self.P != 0)
             if slots is None:
@@ -765,7 +765,7 @@ class Runtime:
             self._capture(s, L, slots, state, rows[id(s)])
             staged.append((s, L, slots))
         if staged and point == "decode_end":       # prefill-end captures ride the prefill's own sync
-            self.cache.m.capture_syncs += 1
+            self.cache.metrics.capture_syncs += 1
         return staged
 
     def _capture(self, s, L, slots, state, row):

@@ -1,9 +1,33 @@
 """kvconform's reference oracle: an executable transcription of spec/context-reuse.md.
 
-Stdlib only; one module per spec section (identity CR-ID, planning CR-PLAN, media CR-MEDIA,
-publication CR-PUB, policy CR-POL, capacity CR-CAP, batching CR-BATCH, hybrid CR-HYB,
-support CR-SUP, metrics CR-MET), plus the bytes-v1 tokenizer, media decoding, engine
-descriptions and request files. Written to be read beside the spec, not for speed.
+Stdlib only (but hf_tokenizer.py and jpeg.py); written to be read beside the spec, not for
+speed. Its modules, by the spec section each transcribes:
+
+    identity.py      section 1, cache identity (CR-ID): page keys, media item digests
+    planning.py      section 2, planning (CR-PLAN)
+    media.py         section 3, media spans (CR-MEDIA): the page-boundary trim
+    publication.py   section 4, publication (CR-PUB)
+    policy.py        section 5, lookup and commit policy (CR-POL)
+    capacity.py      section 6, capacity (CR-CAP): pools, page index, records, eviction planner
+    batching.py      section 7, batches and the order of events (CR-BATCH)
+    hybrid.py        section 8, recurrent and hybrid models (CR-HYB)
+    support.py       section 9, the support matrix (CR-SUP)
+    metrics.py       section 10, metrics (CR-MET)
+    speculative.py   section 12, attention-only EAGLE (CR-SPEC)
+    sequence.py      one sequence's state in its batch and the facts it reports (CR-MET-13)
+    simulator.py     one runtime instance over request files: the predictions it writes
+    trace.py         the decision trace: a rule-tagged step wherever a predicted value is decided
+    semantics.py     semantics profiles (spec/profiles.md)
+    engine.py        engine descriptions, build arguments, runtime flags (spec/engine.md)
+    requests.py      request files: parsing, checks, batches (spec/tokenizer.md, CR-POL, CR-BATCH)
+    tokenizer.py     the bytes-v1 tokenizer (spec/tokenizer.md sections 1 and 2)
+    decode.py, jpeg.py   media decoding (spec/tokenizer.md section 3)
+    hf_tokenizer.py, bounded_template.py   real tokenizers and chat templates (spec/hf-tokenizer.md)
+    media_tokens.py  image token counts per runtime (spec/media-tokens.md)
+    transcript.py    generated tokens from a backend's output (spec/RUNNING.md section 4)
+    errors.py        InputError and the other exceptions of the oracle
+    peers.py, peer_common.py, peer_llama.py, peer_vllm.py, peer_sglang.py, peer_trtllm.py
+                     the peer profiles of OpenAI-compatible servers (spec/peer-profiles.md)
 
 Public API:
     SPEC_VERSION, InputError, NeedsTranscript, OutOfScope, Unreported, DeploymentRejected,

@@ -115,6 +115,7 @@ class ContextCache:
         self.reclaimed = [0, 0, 0, 0]
         self.truth: dict[int, bytes] = {}       # page -> true identity (conflating profiles only)
         self.lengths: dict[int, int] = {}     # tokens covered -> number of records (CR-HYB-5)
+        self.trace = None                       # a reference.trace.Trace while tracing (no effect on counts)
 
     @property
     def pages(self) -> Pool:
@@ -141,6 +142,8 @@ class ContextCache:
 
     def touch(self, record: Record) -> None:
         self.records.move_to_end(record.key)
+        if self.trace is not None:
+            self.trace.touched(record)
 
     def attach_draft(self, record: Record, draft_pages: list) -> None:
         """CR-SPEC-4: an EAGLE publication of an endpoint held as a base-only record upgrades it
@@ -164,14 +167,18 @@ class ContextCache:
             self.pools[pool].unpin(r)
         self.records[record.key] = record
         self.lengths[record.tokens] = self.lengths.get(record.tokens, 0) + 1
+        if self.trace is not None:
+            self.trace.touched(record)
         if self.max_records == 0:
             victim = record
         if victim is not None:
-            self.evict(victim)
+            self.evict(victim, "CR-CAP-6")
 
-    def evict(self, record: Record) -> None:
+    def evict(self, record: Record, rule: str = "CR-CAP-4") -> None:
         """Remove a record: drop its cache references; a page whose cache count reaches 0 leaves
-        the index (CR-CAP-2); resources that become free count as reclaimed (CR-MET-10)."""
+        the index (CR-CAP-2); resources that become free count as reclaimed (CR-MET-10). `rule`:
+        what chose it, the planner (CR-CAP-4) or the record limit (CR-CAP-6), for the trace."""
+        unindexed, in_use, freed = [], [], 0
         del self.records[record.key]
         self.evicted += 1
         left = self.lengths[record.tokens] - 1
@@ -181,10 +188,16 @@ class ContextCache:
             del self.lengths[record.tokens]
         for pool, r in record.resources():
             if pool == PAGES and self.pools[PAGES].cache[r] == 1:
-                del self.index[self.page_key.pop(r)]
+                unindexed.append(self.page_key.pop(r))
+                del self.index[unindexed[-1]]
                 self.truth.pop(r, None)
+                if r in self.pools[PAGES].active:
+                    in_use.append(r)
             if self.pools[pool].drop_cache(r):
                 self.reclaimed[pool] += 1
+                freed += pool == PAGES
+        if self.trace is not None:
+            self.trace.evicted(self, record, rule, unindexed, in_use, freed)
 
     # -- eviction planner (CR-CAP-4) and acquisition (CR-CAP-3) --------------------------------
 

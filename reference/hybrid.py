@@ -95,12 +95,16 @@ def reserve_captures(cache, wanted: list, point: str, page_size: int, pure: bool
     """
     staged = []
     for seq, length in wanted:
-        if length <= seq.published_tokens:
+        if length <= seq.checkpoint_length:
             continue
         partial = not pure and length % page_size != 0
+        if cache.trace is not None:
+            cache.trace.actor = seq
         if not cache.reserve((0, 1, 1 if partial else 0)):
             seq.pressure_skips += 1
             metrics.pressure_skips += 1
+            if cache.trace is not None:
+                cache.trace.pressure_skip(seq, length)
             continue
         slots = [(RECURRENT, cache.pools[RECURRENT].allocate())]
         if partial:
@@ -119,20 +123,27 @@ def publish_captures(cache, staged: list, point: str, page_size: int, pure: bool
         key = (seq.history.exact_digest(length), length)
         full = 0 if pure else length // page_size
         record = cache.records.get(key)
+        seq.checkpoint_length = length
+        publication = {"point": point, "tokens": length, "pages": full,
+                       "status": EXISTING if record is not None else COMMITTED}
+        seq.publications.append(publication)
+        metrics.published(publication)
         if record is not None:
+            _traced(cache, seq, publication, key)
             cache.touch(record)
             for pool, r in slots:
                 cache.pools[pool].unpin(r)
-            status = EXISTING
         else:
             truth = seq.history.truth
             pages = [cache.canonical_page(seq.history.key(i), seq.pages[i], truth.key(i) if truth else None)
                      for i in range(full)]
             slot = dict(slots)
+            _traced(cache, seq, publication, key)      # before the insertion, which may evict (CR-CAP-6)
             cache.insert(Record(key, pages, length, slot[RECURRENT], slot.get(PARTIAL_KV),
                                 truth.exact_digest(length) if truth else None), transfer=slots)
-            status = COMMITTED
-        seq.published_tokens = length
-        publication = {"point": point, "tokens": length, "pages": full, "status": status}
-        seq.publications.append(publication)
-        metrics.published(publication)
+
+
+def _traced(cache, seq, publication: dict, key) -> None:
+    """Record the capture in the cache's trace, if it has one (reference/trace.py)."""
+    if cache.trace is not None:
+        cache.trace.checkpoint_publication(seq, publication, key, cache)

@@ -24,7 +24,7 @@ def decode_end_pages(seq, page_size: int, including_generated: bool) -> int:
     CR-PUB-3: none under prefill_state_only. CR-PUB-7: none after bypass. 0 means no attempt."""
     if seq.lookup_bypass or not including_generated:
         return 0
-    count = (seq.n + seq.length - 1) // page_size
+    count = (seq.n + seq.generated_count - 1) // page_size
     return count if count > seq.published_pages else 0
 
 
@@ -40,15 +40,22 @@ def publish_pages(cache, seq, count: int, point: str, page_size: int) -> dict:
     keys = seq.history.keys(count)
     key = (keys[-1], count)
     record = cache.records.get(key)
+    seq.published_pages = count
+    publication = {"point": point, "tokens": count * page_size, "pages": count,
+                   "status": EXISTING if record is not None else COMMITTED}
+    seq.publications.append(publication)
     if record is not None:
+        traced_publication(cache, seq, publication, key)
         cache.touch(record)
-        status = EXISTING
     else:
         truths = seq.history.truth.keys(count) if seq.history.truth is not None else [None] * count
         pages = [cache.canonical_page(k, seq.pages[i], truths[i]) for i, k in enumerate(keys)]
+        traced_publication(cache, seq, publication, key)          # before the insertion, which may evict (CR-CAP-6)
         cache.insert(Record(key, pages, count * page_size))
-        status = COMMITTED
-    seq.published_pages = count
-    publication = {"point": point, "tokens": count * page_size, "pages": count, "status": status}
-    seq.publications.append(publication)
     return publication
+
+
+def traced_publication(cache, seq, publication: dict, key, upgraded: bool = False) -> None:
+    """Record the publication in the cache's trace, if it has one (reference/trace.py)."""
+    if cache.trace is not None:
+        cache.trace.page_publication(seq, publication, key, cache, upgraded)

@@ -50,6 +50,9 @@ class ParsedFile:
     lookup_policy: str
     commit_policy: str
     available_lora: dict = field(default_factory=dict)
+    template: dict = field(default_factory=dict)
+    """The file's chat-template switches as given (apply_chat_template, add_generation_prompt,
+    enable_thinking; TOK-HF-4): what the trace says decided an `hf` input's ids."""
 
 
 def _check(cond: bool, path: str, message: str) -> None:
@@ -128,7 +131,8 @@ def parse_request_file(doc, base_dir: str, engine=None, batch_size: int | None =
                 raise InputError(f"$.requests[{i}].lora_name",
                                  f"batch {b} mixes LoRA adapters {first!r} (request {batch[0]}) and "
                                  f"{requests[i].lora_name!r} (request {i}) (CR-BATCH-4)")
-    return ParsedFile(requests, batches, size, mgl, lookup, commit, lora)
+    switches = {k: doc[k] for k in ("apply_chat_template", "add_generation_prompt", "enable_thinking") if k in doc}
+    return ParsedFile(requests, batches, size, mgl, lookup, commit, lora, switches)
 
 
 def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: dict, engine,

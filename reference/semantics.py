@@ -2,7 +2,7 @@
 
 A profile is data (`spec/profiles/NAME.json`): a value for each switch below, and the rules
 that do not hold in it. The oracle reads the profile named by the runtime flag
-`semanticsProfile` (default `kvconform-1`, spec 1.0.0's own rules) and consults it at the few
+`semanticsProfile` (default `kvconform-1`, the spec's own rules) and consults it at the few
 points where shipped Edge-LLM 0.10 and the documented promise part ways; everywhere else the
 two profiles are the same rules.
 

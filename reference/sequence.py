@@ -8,13 +8,14 @@ from .planning import Plan
 
 @dataclass(eq=False)
 class Sequence:
-    """One request of a batch, in its slot. `length` is g, the number of tokens it generates:
-    known from the transcript, or max_generate_length when `generated` is None (unknown)."""
+    """One request of a batch, in its slot. `generated_count` is g, the number of tokens it
+    generates: known from the transcript, or max_generate_length when `generated` is None
+    (unknown)."""
     request: object
     slot: int
     history: TokenHistory
     n: int
-    length: int
+    generated_count: int
     generated: list | None
     bypass: bool
     plan: Plan | None = None
@@ -29,9 +30,14 @@ class Sequence:
     None: not reported."""
     slot_pins: list = field(default_factory=list)
     published_pages: int = 0
-    published_tokens: int = 0
+    checkpoint_length: int = 0
+    """The length L of the last checkpoint it published (CR-HYB-3); 0: none."""
     pressure_skips: int = 0
     publications: list = field(default_factory=list)
+    ordinal: int = 0
+    """Its place among every request the runtime instance has run (the trace's request number)."""
+    warmup: int = 0
+    """The warmup run it belongs to (1 .. --warmup, CR-POL-4); 0: a request of the file."""
     outputs_defined: bool = True
     """False when the sequence reuses KV computed for other media than its own (a profile whose
     identity conflates items, spec/profiles.md): its outputs need not equal a bypass run's."""

@@ -18,12 +18,15 @@ from .requests import parse_request_file
 from .speculative import eagle_reuse, greedy_file
 from .support import validate_deployment
 from .tokenizer import EOS, VOCAB_SIZE
+from .trace import Trace
 
 
 class Simulator:
-    """Simulate request files on one engine with one set of runtime flags."""
+    """Simulate request files on one engine with one set of runtime flags. With `trace` the
+    instance records the decision trace of every prediction (reference/trace.py, `self.trace`);
+    the predictions are the same either way."""
 
-    def __init__(self, engine, flags):
+    def __init__(self, engine, flags, trace: bool = False):
         self.engine = engine
         self.flags = flags
         self.rejection = validate_deployment(engine, flags)
@@ -36,8 +39,11 @@ class Simulator:
         self.eagle = eagle_reuse(engine, self.reuse)                        # CR-SPEC-5: the draft pool
         draft = engine.draft_kv_pool_pages if self.eagle else 0
         self.cache = ContextCache(pages, recurrent, partial, flags.max_records, draft)
+        self.trace = Trace(engine.tokens_per_page) if trace else None
+        self.cache.trace = self.trace
         self.batches: list[dict] = []     # batch records of every run, in order
         self._files = 0
+        self.requests_run = 0             # requests of earlier files: the ordinal of this file's first
 
     def run(self, request_dict, base_dir: str, generated=None, *, lora_files: bool = False,
             last_accepted=None) -> list[dict]:
@@ -62,15 +68,21 @@ class Simulator:
         gens = _check_generated(generated, len(parsed.requests), mgl, self.engine)
         accepted = _check_accepted(last_accepted, gens)
         speculative = self.eagle and greedy_file(request_dict)              # CR-SPEC-7
-        runner = BatchRunner(self.engine, self.flags, self.cache, self.metrics, self.prefill, speculative)
+        first_ordinal = self.requests_run
+        runner = BatchRunner(self.engine, self.flags, self.cache, self.metrics, self.prefill, speculative,
+                             first_ordinal)
+        trace = self.trace
+        if trace is not None:
+            trace.file_started(self.engine, parsed, first_ordinal, gens, self.reuse)
         if self._files == 0 and self.flags.warmup:
             first = [parsed.requests[i] for i in parsed.batches[0]]
-            for _ in range(self.flags.warmup):                         # CR-POL-4
+            for run in range(1, self.flags.warmup + 1):                # CR-POL-4
                 try:
-                    runner.run(first, parsed, [None] * len(first), mgl, warmup=True)
+                    runner.run(first, parsed, [None] * len(first), mgl, warmup=run)
                 except BatchFailed:
                     pass
         self._files += 1
+        self.requests_run += len(parsed.requests)
         responses = []
         for b, batch in enumerate(parsed.batches):
             requests = [parsed.requests[i] for i in batch]
@@ -81,15 +93,21 @@ class Simulator:
                 self.batches.append({"batch_idx": b, "status": "failed", "error": failure.message,
                                      "rule": failure.rule})
                 responses += [_response(r, b, "error", failure.message) for r in requests]
+                if trace is not None:
+                    trace.batch_failed([first_ordinal + r.index for r in requests], b, failure.rule, failure.message)
                 continue
             self.batches.append({"batch_idx": b, "status": "ok", "error": None, "rule": None})
+            if trace is not None:
+                trace.batch_ran(seqs, b)
             for seq in seqs:
                 known = seq.generated is not None or mgl == 1
-                response = _response(seq.request, b, "ok", None, seq.length if known else None,
+                response = _response(seq.request, b, "ok", None, seq.generated_count if known else None,
                                      seq.facts() if self.reuse else None)
                 if not seq.outputs_defined:
                     response["outputs_defined"] = False
                 responses.append(response)
+        if trace is not None:
+            trace.file_done(self.engine, parsed, first_ordinal, self.cache.evicted > 0)
         return responses
 
     def profile(self) -> dict:

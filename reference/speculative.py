@@ -15,7 +15,7 @@ other sequence of an EAGLE deployment plans and publishes as a vanilla one.
 from .capacity import Record
 from .errors import Unreported
 from .planning import FULL_INPUT_REWIND, NO_REUSABLE_PREFIX, STANDARD, Plan, ceil_div
-from .publication import COMMITTED, EXISTING
+from .publication import COMMITTED, EXISTING, traced_publication
 
 
 def eagle_reuse(engine, reuse: bool) -> bool:
@@ -109,7 +109,7 @@ def decode_end_pairs(seq, page_size: int, including_generated: bool) -> int:
     prefill published); otherwise it raises Unreported, never guessing."""
     if not including_generated:
         return 0
-    most = paired_pages(seq.n + seq.length - 2, page_size)          # a = 1
+    most = paired_pages(seq.n + seq.generated_count - 2, page_size)          # a = 1
     if most <= seq.published_pages:
         return 0
     if seq.generated is None:
@@ -117,10 +117,10 @@ def decode_end_pairs(seq, page_size: int, including_generated: bool) -> int:
     if seq.last_accepted is None:
         raise Unreported(
             f"request {seq.request.index}: its decode-end paired publication covers "
-            f"floor((n + g - 1 - a) / P) pages (n = {seq.n}, g = {seq.length}, P = {page_size}), a being the "
+            f"floor((n + g - 1 - a) / P) pages (n = {seq.n}, g = {seq.generated_count}, P = {page_size}), a being the "
             f"tokens its last EAGLE verification accepted: between {paired_pages(seq.n, page_size)} and {most} "
             "pages, and the backend does not report a (output field last_verification_accepted)")
-    count = paired_pages(seq.n + seq.length - 1 - seq.last_accepted, page_size)
+    count = paired_pages(seq.n + seq.generated_count - 1 - seq.last_accepted, page_size)
     return count if count > seq.published_pages else 0
 
 
@@ -135,19 +135,19 @@ def publish_pairs(cache, seq, count: int, point: str, page_size: int) -> dict:
     key = (keys[-1], count)
     record = cache.records.get(key)
     draft = seq.draft_pages[:count]
-    if record is not None and record.draft_pages is not None:
+    paired = record is None or record.draft_pages is None
+    seq.published_pages = count
+    publication = {"point": point, "tokens": count * page_size, "pages": count,
+                   "status": COMMITTED if paired else EXISTING}
+    seq.publications.append(publication)
+    if record is not None:
+        traced_publication(cache, seq, publication, key, upgraded=paired)
         cache.touch(record)
-        status, paired = EXISTING, False
-    elif record is not None:
-        cache.touch(record)
-        cache.attach_draft(record, draft)
-        status, paired = COMMITTED, True
+        if paired:
+            cache.attach_draft(record, draft)
     else:
         truths = seq.history.truth.keys(count) if seq.history.truth is not None else [None] * count
         pages = [cache.canonical_page(k, seq.pages[i], truths[i]) for i, k in enumerate(keys)]
+        traced_publication(cache, seq, publication, key)          # before the insertion, which may evict (CR-CAP-6)
         cache.insert(Record(key, pages, count * page_size, draft_pages=draft))
-        status, paired = COMMITTED, True
-    seq.published_pages = count
-    publication = {"point": point, "tokens": count * page_size, "pages": count, "status": status}
-    seq.publications.append(publication)
     return publication, paired

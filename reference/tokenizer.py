@@ -90,7 +90,3 @@ def _item(prompt: Prompt, item: dict, path: str, base_dir: str, engine) -> None:
         raise InputError(where, str(e)) from None
     prompt.media(media, IMAGE if kind == "image" else AUDIO)
 
-
-def token_text(tokens) -> str:
-    """Spell tokens for messages: bytes as characters, specials by their spelling."""
-    return "".join(SPECIAL_SPELLINGS.get(t, chr(t) if t < 256 else f"<{t}>") for t in tokens)

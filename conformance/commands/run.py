@@ -442,6 +442,10 @@ def main(args) -> int:
     if problems:
         print()
         print(problems)
+        failed = next((r for r in results if r.first_failure() is not None and r.first_failure().chain), None)
+        if failed is not None:             # the oracle's steps that decided the first mismatch
+            print(f"\nwhy the oracle expects what {failed.id} missed (its decision trace, oldest step first):")
+            print("\n".join(f"  {step}" for step in failed.first_failure().chain_lines()))
         first = next((r for r in results if r.rerun), None)
         if first:
             print(f"\nre-run a reproducer against the same backend, e.g. {first.id}:\n  {first.rerun}")

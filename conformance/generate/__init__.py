@@ -33,7 +33,7 @@ from ..numerical_judge import merge_facts
 from ..report import write_reproducer
 from ..verdicts import CaseResult, Failure, Verdict
 from .draw import FAMILIES, draw_setup, fixed_engine_gaps, policy_switch, recipes
-from .machine import Example, Mismatch, run_whole
+from .example import Example, Mismatch, run_whole
 
 RULES = {
     "text": ["CR-PLAN-1", "CR-PLAN-2", "CR-ID-1", "CR-ID-3", "CR-PUB-2", "CR-PUB-4", "CR-CAP-4", "CR-CAP-6",

@@ -126,7 +126,8 @@
           m.modality + " #" + m.item + " (" + m.digest + ") at positions " + m.start + "-" + (m.end - 1),
           m.modality + " #" + m.item);
         (m.splits || []).forEach(function (b) {
-          s.down(b, "split", "the page boundary at " + b + " splits " + m.modality + " #" + m.item + " (CR-MEDIA-3)");
+          s.down(b, "split", "CR-MEDIA-3: the page boundary at " + b + " splits " + m.modality + " #" + m.item +
+            (r.trim ? "; " + r.trim.why : ""));
         });
       });
       s.next();
@@ -216,11 +217,21 @@
     if (d) bits.push("first difference: " + d.what + (isInt(d.position) ? " at position " + d.position + ", " + pm.unit + " " + d.page : ""));
     return '<p class="req-head">' + esc(bits.join(" · ")) + "</p>";
   }
+  function stepsList(r) {
+    /* the oracle's deciding step of each fact (its decision trace), as report.json has it */
+    var steps = r.steps || [];
+    if (!steps.length) return "";
+    return '<ul class="steps">' + steps.map(function (st) {
+      return '<li data-value="' + esc(st.value) + '"><code>' + esc(st.rule || "input") + "</code> " + esc(st.value) +
+        ": " + esc(st.why) + "</li>";
+    }).join("") + "</ul>";
+  }
   function request(pm, r) {
     var d = r.first_difference;
     return '<div class="req' + (d ? " differs" : "") + '" data-request="' + esc(r.request) + '"' +
       (d && isInt(d.page) ? ' data-first-page="' + d.page + '"' : "") + ">" + head(pm, r) +
-      (pm.unit === "page" ? requestStrip(pm, r) + factsTable(pm, r) : peerStrip(pm, r) + peerTable(pm, r)) + "</div>";
+      (pm.unit === "page" ? requestStrip(pm, r) + factsTable(pm, r) + stepsList(r) : peerStrip(pm, r) + peerTable(pm, r)) +
+      "</div>";
   }
   function fileLine(pm) {
     var bits = [];

@@ -63,7 +63,7 @@ def test_same_pixels_in_other_encodings_decode_equal(tmp_path):
 def test_recipes_build_valid_request_files(tmp_path_factory, data):
     """Every drawn example is a request file the oracle accepts (or fails only by a length limit)."""
     from conformance.adapters.reference import ReferenceAdapter
-    from conformance.generate.machine import Example
+    from conformance.generate.example import Example
     manifest = ReferenceAdapter().capabilities()
     family = data.draw(st.sampled_from(list(FAMILIES)))
     setup = draw_setup(data, family, manifest)

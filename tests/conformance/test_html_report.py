@@ -87,12 +87,32 @@ def test_the_page_map_holds_what_the_oracle_decided(failing):
     assert request["first_difference"] == {"what": "reused_tokens", "position": low, "page": low // 4,
                                            "expected": failed["expected"], "observed": failed["observed"]}
     assert request["rules"] == ["CR-MEDIA-3"] and pm["requests"][0]["first_difference"] is None
+    # the trim and the reasons are the oracle's trace steps (reference/trace.py), not worked out again
+    assert request["trim"]["given_back"] == [4] and request["trim"]["to"] == failed["expected"]
+    assert "straddles the boundary at 4" in request["trim"]["why"]
+    steps = {s["value"]: s for s in request["steps"]}
+    assert steps["reused_tokens"]["rule"] == "CR-MEDIA-3" and steps["reused_tokens"]["why"] == failed["why"]
+    assert pm["requests"][0]["trim"] is None and steps["input_tokens"]["rule"] is None
     prefill = pm["prefill"]
     assert prefill["expected"]["computed_tokens"] == by_what["profile.prefill.computed_tokens"]["expected"]
     assert prefill["observed"]["computed_tokens"] == by_what["profile.prefill.computed_tokens"]["observed"]
     _, passed = _case(doc, PASSING)
     assert passed["verdict"] == "PASS" and all(r["first_difference"] is None
                                                for r in passed["details"]["page_map"]["requests"])
+
+
+def test_a_failure_carries_the_oracle_steps_that_decided_it(failing):
+    """report.json's failures[].chain and summary.md's lines under a failure are the oracle's
+    decision trace: the deciding step (the failure's rule and reason) and the steps it followed
+    from, here the publication of request 0 that the trimmed hit would have reused."""
+    doc, _ = _load(failing)
+    _, case = _case(doc, FAILING)
+    failed = next(f for f in case["failures"] if f["what"] == "responses[1].context_cache.reused_tokens")
+    chain = failed["chain"]
+    assert chain[-1]["rule"] == failed["rule"] == "CR-MEDIA-3" and chain[-1]["why"] == failed["why"]
+    assert any(s["rule"] == "CR-PUB-1" and s["request"] == 0 for s in chain[:-1])
+    summary = (failing / "summary.md").read_text()
+    assert f"  - CR-MEDIA-3 (request 1) reused_tokens: {failed['why']}" in summary
 
 
 def test_every_run_writes_the_page_and_kvconform_report_writes_it_again(failing, capsys):
@@ -217,7 +237,7 @@ def test_a_long_file_keeps_the_requests_its_failures_name():
     parsed = NS(requests=requests, batches=[[i] for i in range(n)], lookup_policy="use_cache",
                 commit_policy="including_generated_tokens")
     want = {"status": "ok", "context_cache": {"plan": "standard", "matched_tokens": 4, "reused_tokens": 4}}
-    prediction = NS(parsed=parsed, responses=[want] * n, profile={}, generated=[])
+    prediction = NS(parsed=parsed, responses=[want] * n, profile={}, generated=[], trace=None)
     flags = NS(enable_context_reuse=True, output_hidden_states=False, max_records=8, warmup=0,
                semantics_profile="kvconform-1")
     engine = NS(tokens_per_page=4, kind="vanilla", kv_pool_pages=64)

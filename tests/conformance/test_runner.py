@@ -46,8 +46,8 @@ def test_broken_session_is_error_not_pass(reference_manifest):
 
 
 @pytest.mark.parametrize("mutant, case_id, rule, words", [
-    ("no_media_trim", "sections/media/trim-split", "CR-MEDIA-3", "splits"),
-    ("no_media_trim", "sections/media/trim-offsets", "CR-MEDIA-3", "splits"),
+    ("no_media_trim", "sections/media/trim-split", "CR-MEDIA-3", "straddles the boundary"),
+    ("no_media_trim", "sections/media/trim-offsets", "CR-MEDIA-3", "straddles the boundary"),
     ("lora_not_in_identity", "sections/id/lora-isolation", "CR-ID-3", "adapter"),
     ("no_rewind_accounting", "sections/plan/boundary-p4-k2-exact", "CR-PLAN-2", "multiple of P"),
 ])

@@ -14,7 +14,7 @@ from reference.planning import Plan
 from conformance.adapters.reference import ReferenceAdapter, ReferenceSession
 
 
-def _no_trim(plan, history, n, page_size, test="same-item"):
+def _no_trim(plan, history, n, page_size, test="same-item", given_back=None):
     """CR-MEDIA-3 broken: a page boundary may split a media item."""
     return plan
 

@@ -29,7 +29,7 @@ class History:
 
 class Seq:
     def __init__(self, keys, n, pages, draft_pages, length=1, last_accepted=None):
-        self.history, self.n, self.length = History(keys), n, length
+        self.history, self.n, self.generated_count = History(keys), n, length
         self.pages, self.draft_pages = pages, draft_pages
         self.published_pages, self.publications = 0, []
         self.generated, self.last_accepted = [120] * length, last_accepted
@@ -118,7 +118,7 @@ def test_publication_points():
     assert decode_end_pairs(seq, P, False) == 0               # prefill_state_only (CR-PUB-3)
     seq.last_accepted = 2
     assert decode_end_pairs(seq, P, True) == 0                # a = 2: floor(7/4) = 1, not more than published
-    seq.length, seq.last_accepted = 2, 1
+    seq.generated_count, seq.last_accepted = 2, 1
     assert decode_end_pairs(seq, P, True) == 0                # floor(7/4) = 1, not more than published
 
 
@@ -145,7 +145,7 @@ def test_an_unreported_acceptance_is_never_guessed():
     with pytest.raises(reference.Unreported, match="last_verification_accepted"):
         decode_end_pairs(seq, P, True)
     # no a in 1 .. g - 1 publishes more than prefill did (n + g - 2 = 7 < 8): predicted without it
-    seq.length = 3
+    seq.generated_count = 3
     assert decode_end_pairs(seq, P, True) == 0
 
 

@@ -4,7 +4,7 @@ With a session-capable adapter each step sends one batch, as its own request fil
 runtime instances kept for the whole example: the backend under the drawn lookup policy, the
 backend under `bypass` (the replay of CR-OUT-1, and the source of `{{output:K}}` answers),
 and the oracle. After every step the backend's counters, per-request facts and outputs are
-judged exactly as a case is (`execute.judge`), with request indices of the whole example.
+judged exactly as a case is (`judging.judge`), with request indices of the whole example.
 A request file per step on one runtime instance is the same as one file holding all the
 batches (CR-BATCH-3), which is what the reproducer is: the trace written as one case file.
 
@@ -20,7 +20,8 @@ import reference
 from .. import oracle
 from ..adapters.base import Adapter
 from ..cases import bypass_replay_of, materialize, resolve_outputs
-from ..execute import judge, merged_transcripts, prediction_refused, same_reason, shape_failures
+from ..explain import Explainer
+from ..judging import judge, merged_transcripts, prediction_refused, same_reason, shape_failures
 from ..materialize import engine_key, write_units
 from ..numerical_judge import check_outputs, merge_facts
 from ..verdicts import Failure, Verdict
@@ -150,7 +151,8 @@ class Example:
         whole = dict(self.setup.settings, requests=self.resolved, context_cache_lookup_policy=doc.get(
             "context_cache_lookup_policy", "use_cache"))  # explanations follow this batch's policy
         prediction = oracle.Prediction(self.predicted, self.batches, predicted.profile,
-                                       oracle.parse(whole, self.base_dir, self.engine, self.flags), self.generated)
+                                       oracle.parse(whole, self.base_dir, self.engine, self.flags), self.generated,
+                                       predicted.trace)
         main_all = copy.copy(main)
         main_all.responses = self.main_responses
         replay_all = copy.copy(replay)
@@ -159,7 +161,7 @@ class Example:
                          start=offset, failed_before=failed_before)
         found, facts = check_outputs(self.manifest, self.handle.directory, self.engine, doc, self.base_dir,
                                      predicted.parsed, predicted.responses, main.responses, offset)
-        failures += found                                      # against the numerical reference
+        failures += Explainer(self.engine, self.flags, prediction).with_chains(found)   # the numerical reference
         self.reference = merge_facts(self.reference, facts)
         for f in failures:
             if f.what.startswith("profile."):
