@@ -95,7 +95,7 @@ def report(folder: Path) -> dict:
     return json.loads((folder / "report.json").read_text())
 
 
-@pytest.mark.parametrize("name, shard", _conformance_params())
+@pytest.mark.parametrize("name, shard", list(_conformance_params()))
 def test_the_bundled_backend_is_conformant_on_each_fixed_engine(name, shard, engines, tmp_path, capsys):
     code = kvconform(["run", "--no-progress", "--engine-dir", engines[name], "--no-generated",
                       *(["--shard", f"{shard}/{SHARDS}"] if shard else []), "--report", str(tmp_path / "r")])
