@@ -8,10 +8,19 @@ own implementation of context reuse (spec/context-reuse.md). It shares no code w
     Runtime(engine_dir, enable_context_reuse=..., ...).infer(request_dict, base_dir) -> results
     capabilities(device="auto") -> manifest (spec/schemas/capabilities.schema.json)
 """
-from .capabilities import capabilities
-from .engine_build import build_engine
-from .errors import BackendInputError, DeploymentRejected
-from .runtime import Runtime
+from importlib import import_module
 
-__all__ = ["BackendInputError", "DeploymentRejected", "Runtime", "build_engine", "capabilities"]
+# Imported when first used (PEP 562), so `python -m gpu_backend` answers a usage error, and the
+# kit's tools read engine_build, without paying for torch.
+_LAZY = {"capabilities": ".capabilities", "build_engine": ".engine_build", "BackendInputError": ".errors",
+         "DeploymentRejected": ".errors", "Runtime": ".runtime"}
+__all__ = sorted(_LAZY)
 __version__ = "1.0.0"
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
