@@ -200,7 +200,8 @@ class ContextCache:
         """Remove a record: drop its cache references; a page whose cache count reaches 0 leaves
         the index (CR-CAP-2); resources that become free count as reclaimed (CR-MET-10). `rule`:
         what chose it, the planner (CR-CAP-4) or the record limit (CR-CAP-6), for the trace."""
-        unindexed, in_use, freed = [], [], 0
+        traced = self.trace is not None
+        unindexed, in_use, freed = [], [], 0              # what the trace says of it (kept only when traced)
         del self.records[record.key]
         self.evicted += 1
         left = self.lengths[record.tokens] - 1
@@ -211,16 +212,18 @@ class ContextCache:
         for pool_id, held in record.holdings():
             pool = self.pools[pool_id]
             for r in held:
-                if pool_id == PAGES and pool.cache[r] == 1:
-                    unindexed.append(self.page_key.pop(r))
-                    del self.index[unindexed[-1]]
+                if pool_id == PAGES and pool.cache[r] == 1:      # its last record: it leaves the index
+                    key = self.page_key.pop(r)
+                    del self.index[key]
                     self.truth.pop(r, None)
-                    if r in pool.active:
-                        in_use.append(r)
+                    if traced:
+                        unindexed.append(key)
+                        if r in pool.active:
+                            in_use.append(r)
                 if pool.drop_cache(r):
                     self.reclaimed[pool_id] += 1
                     freed += pool_id == PAGES
-        if self.trace is not None:
+        if traced:
             self.trace.evicted(self, record, rule, unindexed, in_use, freed)
 
     # -- eviction planner (CR-CAP-4) and acquisition (CR-CAP-3) --------------------------------
