@@ -9,8 +9,6 @@ sequence generates g tokens (`Sequence.generated_count`), the end-of-sequence to
 (end-of-sequence, stop string, max-length) changes no count, so only g and the tokens matter.
 """
 
-from array import array
-
 from .errors import NeedsTranscript
 from .hybrid import capture_checkpoints, plan_checkpoint, publish_captures, reserve_captures, restore_pins
 from .identity import TokenHistory, adapter_root
@@ -156,9 +154,9 @@ class BatchRunner:
 
     def _sequence(self, slot, request, generated, parsed, max_generate_length, warmup) -> Sequence:
         spans = identity_spans(request.spans, self.profile)
-        history = TokenHistory(array("i", request.tokens), spans, adapter_root(request.lora_name), self.P)
+        history = TokenHistory(request.tokens, spans, adapter_root(request.lora_name), self.P)
         if spans != request.spans:            # the profile's key conflates media: keep the truth beside it
-            history.truth = TokenHistory(array("i", request.tokens), request.spans, history.root, self.P)
+            history.truth = TokenHistory(request.tokens, request.spans, history.root, self.P)
         if warmup:
             length, generated = 1, []
         else:

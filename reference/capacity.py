@@ -45,20 +45,37 @@ class Pool:
         return r
 
     def pin(self, r: int) -> None:
-        if r not in self.active and r not in self.cache:
-            self.held += 1
-        self.active[r] = self.active.get(r, 0) + 1
+        self.pin_all((r,))
 
     def unpin(self, r: int) -> None:
-        left = self.active[r] - 1
-        if left:
-            self.active[r] = left
-        else:
-            del self.active[r]
-            self._maybe_free(r)
+        self.unpin_all((r,))
+
+    def pin_all(self, rs) -> None:
+        """One more active reference on each of `rs` (a loop here, not a call per resource: a
+        sequence pins and releases some twenty pages)."""
+        active, cache = self.active, self.cache
+        for r in rs:
+            if r not in active and r not in cache:
+                self.held += 1
+            active[r] = active.get(r, 0) + 1
+
+    def unpin_all(self, rs) -> None:
+        active = self.active
+        for r in rs:
+            left = active[r] - 1
+            if left:
+                active[r] = left
+            else:
+                del active[r]
+                self._maybe_free(r)
 
     def add_cache(self, r: int) -> None:
         self.cache[r] = self.cache.get(r, 0) + 1
+
+    def add_cache_all(self, rs) -> None:
+        cache = self.cache
+        for r in rs:
+            cache[r] = cache.get(r, 0) + 1
 
     def drop_cache(self, r: int) -> bool:
         """Remove one cache reference; return True when the resource became free."""
@@ -91,14 +108,19 @@ class Record:
 
     def resources(self):
         """(pool, resource) pairs this record holds a cache reference on."""
-        for p in self.pages:
-            yield PAGES, p
+        for pool, held in self.holdings():
+            for r in held:
+                yield pool, r
+
+    def holdings(self):
+        """(pool, resources) for each pool this record holds cache references in, in pool order."""
+        yield PAGES, self.pages
         if self.recurrent_slot is not None:
-            yield RECURRENT, self.recurrent_slot
+            yield RECURRENT, (self.recurrent_slot,)
         if self.partial_kv_slot is not None:
-            yield PARTIAL_KV, self.partial_kv_slot
-        for d in self.draft_pages or ():
-            yield DRAFT, d
+            yield PARTIAL_KV, (self.partial_kv_slot,)
+        if self.draft_pages:
+            yield DRAFT, self.draft_pages
 
 
 class ContextCache:
@@ -161,8 +183,8 @@ class ContextCache:
         victim = None
         if self.max_records and len(self.records) >= self.max_records:
             victim = next(iter(self.records.values()))
-        for pool, r in record.resources():
-            self.pools[pool].add_cache(r)
+        for pool, held in record.holdings():
+            self.pools[pool].add_cache_all(held)
         for pool, r in transfer:
             self.pools[pool].unpin(r)
         self.records[record.key] = record
@@ -178,7 +200,8 @@ class ContextCache:
         """Remove a record: drop its cache references; a page whose cache count reaches 0 leaves
         the index (CR-CAP-2); resources that become free count as reclaimed (CR-MET-10). `rule`:
         what chose it, the planner (CR-CAP-4) or the record limit (CR-CAP-6), for the trace."""
-        unindexed, in_use, freed = [], [], 0
+        traced = self.trace is not None
+        unindexed, in_use, freed = [], [], 0              # what the trace says of it (kept only when traced)
         del self.records[record.key]
         self.evicted += 1
         left = self.lengths[record.tokens] - 1
@@ -186,17 +209,21 @@ class ContextCache:
             self.lengths[record.tokens] = left
         else:
             del self.lengths[record.tokens]
-        for pool, r in record.resources():
-            if pool == PAGES and self.pools[PAGES].cache[r] == 1:
-                unindexed.append(self.page_key.pop(r))
-                del self.index[unindexed[-1]]
-                self.truth.pop(r, None)
-                if r in self.pools[PAGES].active:
-                    in_use.append(r)
-            if self.pools[pool].drop_cache(r):
-                self.reclaimed[pool] += 1
-                freed += pool == PAGES
-        if self.trace is not None:
+        for pool_id, held in record.holdings():
+            pool = self.pools[pool_id]
+            for r in held:
+                if pool_id == PAGES and pool.cache[r] == 1:      # its last record: it leaves the index
+                    key = self.page_key.pop(r)
+                    del self.index[key]
+                    self.truth.pop(r, None)
+                    if traced:
+                        unindexed.append(key)
+                        if r in pool.active:
+                            in_use.append(r)
+                if pool.drop_cache(r):
+                    self.reclaimed[pool_id] += 1
+                    freed += pool_id == PAGES
+        if traced:
             self.trace.evicted(self, record, rule, unindexed, in_use, freed)
 
     # -- eviction planner (CR-CAP-4) and acquisition (CR-CAP-3) --------------------------------
@@ -217,11 +244,12 @@ class ContextCache:
         victims = []
         for record in walk:
             victims.append(record)
-            for pool, r in record.resources():
-                d = dropped[pool][r] = dropped[pool].get(r, 0) + 1
-                p = self.pools[pool]
-                if d == p.cache[r] and r not in p.active:
-                    short[pool] -= 1
+            for pool_id, held in record.holdings():
+                pool, drops = self.pools[pool_id], dropped[pool_id]
+                for r in held:
+                    d = drops[r] = drops.get(r, 0) + 1
+                    if d == pool.cache[r] and r not in pool.active:
+                        short[pool_id] -= 1
             if max(short) <= 0:
                 return victims
         return None
@@ -243,12 +271,15 @@ class ContextCache:
         and return None. Returns the sequence's page list (kept pages, then private pages), or
         with draft pages a pair (pages, draft pages)."""
         pages = self.pages
-        pins = [(PAGES, p) for p in kept] + list(slot_pins) + [(DRAFT, d) for d in draft_kept]
-        for pool, r in pins:
+        pages.pin_all(kept)
+        for pool, r in slot_pins:
             self.pools[pool].pin(r)
+        self.draft.pin_all(draft_kept)
         if not self.reserve((private, 0, 0, draft_private), protected):
-            for pool, r in pins:
+            pages.unpin_all(kept)
+            for pool, r in slot_pins:
                 self.pools[pool].unpin(r)
+            self.draft.unpin_all(draft_kept)
             return None
         held = list(kept) + [pages.allocate() for _ in range(private)]
         if not draft_kept and not draft_private:
@@ -271,12 +302,10 @@ class ContextCache:
 
     def release(self, held: list, draft_held: list | None = None) -> None:
         """CR-CAP-10: a finished (or failed) sequence gives back its pages (active - 1)."""
-        for p in held:
-            self.pages.unpin(p)
+        self.pages.unpin_all(held)
         held.clear()
-        for d in draft_held or ():
-            self.draft.unpin(d)
         if draft_held:
+            self.draft.unpin_all(draft_held)
             draft_held.clear()
 
     # -- checks -----------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import hashlib
 import struct
 from array import array
 from bisect import bisect_right
+from functools import lru_cache
 from typing import NamedTuple
 
 _sha256 = hashlib.sha256
@@ -27,8 +28,10 @@ def _field(data: bytes) -> bytes:
     return struct.pack("<Q", len(data)) + data
 
 
+@lru_cache(maxsize=None)
 def adapter_root(lora_name: str | None) -> bytes:
-    """The chain root of a sequence: its LoRA adapter name, or a distinct "no adapter" tag (CR-ID-3)."""
+    """The chain root of a sequence: its LoRA adapter name, or a distinct "no adapter" tag (CR-ID-3).
+    A function of the name alone, so digested once per name (not once per sequence)."""
     if lora_name is None:
         return _sha256(b"kvconform-root\x00").digest()
     return _sha256(b"kvconform-root\x01" + _field(lora_name.encode("utf-8"))).digest()
@@ -90,8 +93,9 @@ class TokenHistory:
         return bool(self.spans)
 
     def extend(self, generated) -> None:
-        """Append generated tokens (never media, CR-HYB-7) to the history."""
-        self.tokens.extend(generated)
+        """Append generated tokens (never media, CR-HYB-7) to the history. The tokens given to
+        the constructor are not changed (a new array), so a history can share its request's."""
+        self.tokens = self.tokens + array("i", generated)
         self._bytes = self.tokens.tobytes()
         if self.truth is not None:
             self.truth.extend(generated)
@@ -117,7 +121,7 @@ class TokenHistory:
             start = j * P
             media = self._media(start, start + P) if self.spans else _NO_MEDIA
             page = data[start * _WIDTH:(start + P) * _WIDTH]
-            parent = _sha256(b"\x01" + parent + head + page + b"\x03" + media).digest()
+            parent = _sha256(b"".join((b"\x01", parent, head, page, b"\x03", media))).digest()
             keys.append(parent)
 
     def exact_digest(self, length: int) -> bytes:

@@ -18,7 +18,6 @@ from .requests import parse_request_file
 from .speculative import eagle_reuse, greedy_file
 from .support import validate_deployment
 from .tokenizer import EOS, VOCAB_SIZE
-from .trace import Trace
 
 
 class Simulator:
@@ -39,7 +38,10 @@ class Simulator:
         self.eagle = eagle_reuse(engine, self.reuse)                        # CR-SPEC-5: the draft pool
         draft = engine.draft_kv_pool_pages if self.eagle else 0
         self.cache = ContextCache(pages, recurrent, partial, flags.max_records, draft)
-        self.trace = Trace(engine.tokens_per_page) if trace else None
+        self.trace = None
+        if trace:
+            from .trace import Trace        # imported only when a trace is recorded
+            self.trace = Trace(engine.tokens_per_page)
         self.cache.trace = self.trace
         self.batches: list[dict] = []     # batch records of every run, in order
         self._files = 0

@@ -8,7 +8,6 @@ import os
 import sys
 from array import array
 
-from .decode import DecodeError, load_audio, load_image
 from .errors import InputError
 from .identity import MediaSpan
 
@@ -20,8 +19,8 @@ SPECIAL_SPELLINGS = {BOS: "<|bos|>", EOS: "<|eos|>", SYSTEM: "<|system|>", USER:
                      AUDIO: "<|audio|>"}
 
 
-_WIDTH = array("i").itemsize                          # bytes per token id
-_LOW = 0 if sys.byteorder == "little" else _WIDTH - 1  # where a byte value sits in a token id
+assert array("i").itemsize == 4, "token ids are 32-bit"
+_UTF32 = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"   # the array's own byte order
 
 
 class Prompt:
@@ -32,12 +31,11 @@ class Prompt:
         self.spans: list[MediaSpan] = []
 
     def text(self, s: str) -> None:
-        # Token ids of the UTF-8 bytes. Equivalent to tokens.extend(data), but the bytes are
-        # widened in C (one strided copy into zeroed token ids) instead of one by one.
-        data = s.encode("utf-8")
-        wide = bytearray(len(data) * _WIDTH)
-        wide[_LOW::_WIDTH] = data
-        self.tokens.frombytes(wide)
+        # Token ids of the UTF-8 bytes. Equivalent to tokens.extend(s.encode("utf-8")), but
+        # widened in C: decoded as Latin-1 the bytes are one character each, of the byte's
+        # value, and UTF-32 writes each character as one 32-bit id. ASCII text is its bytes.
+        chars = s if s.isascii() else s.encode("utf-8").decode("latin-1")
+        self.tokens.frombytes(chars.encode(_UTF32))
 
     def special(self, token: int) -> None:
         self.tokens.append(token)
@@ -81,6 +79,7 @@ def _item(prompt: Prompt, item: dict, path: str, base_dir: str, engine) -> None:
         raise InputError(where, f"the engine has no {'vision' if kind == 'image' else 'audio'} "
                                 f"encoder, so it cannot take {kind} input")
     file = os.path.join(base_dir, item[kind])
+    from .decode import DecodeError, load_audio, load_image      # imported only for media input
     try:
         if kind == "image":
             media = load_image(file, engine.max_input_len if engine is not None else None)

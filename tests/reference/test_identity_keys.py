@@ -75,6 +75,16 @@ def test_generated_tokens_extend_the_chain():
     assert h.key(0) == before and h.key(1) == history(b"abcdefgXY").key(1)
 
 
+def test_extending_a_history_leaves_the_tokens_it_was_given_unchanged():
+    """A sequence's history shares its request's token array (batching.py): the generated tokens
+    of a decode-end publication must not grow the request, which a warmup run or a later file
+    parses from again."""
+    tokens = array("i", list(b"abcdefg"))
+    h = TokenHistory(tokens, [], adapter_root(None), 4)
+    h.extend([88, 89])
+    assert tokens == array("i", list(b"abcdefg")) and len(h) == 9
+
+
 def test_the_reference_never_calls_builtin_hash():
     """CR-ID-6: Python's hash() is process-randomized and must not decide identity."""
     for path in (ROOT / "reference").glob("*.py"):
