@@ -95,3 +95,24 @@ def test_contiguous_baseline_decodes_like_the_paged_pool(tmp_path):
     out = paged.model_level(rt, batch=2, n0=40, steps=6, reps=1)
     assert out["tokens_per_s"]["paged"] > 0 and out["tokens_per_s"]["contiguous"] > 0
     assert out["greedy_tokens_equal"]
+
+
+def test_side_by_side_times_two_trees_and_refuses_outputs_that_differ(tmp_path):
+    """benchmarks/simulate_side_by_side.py: the same tree twice gives two rows and a ratio; a tree
+    whose `kvconform simulate` writes other predictions is refused, naming the first difference."""
+    from pathlib import Path
+    from benchmarks import simulate_side_by_side as sbs
+    root = Path(__file__).resolve().parents[2]
+    r = sbs.run(root, root, requests=20, reps=1)
+    assert r["prompt_tokens"] > 0 and len(r["old"]["seconds"]) == len(r["new"]["seconds"]) == 1
+    assert r["speedup"] > 0 and "| old |" in sbs.table(r) and "| new |" in sbs.table(r)
+    fake = tmp_path / "fake"
+    (fake / "conformance").mkdir(parents=True)
+    (fake / "conformance" / "__init__.py").write_text("")
+    (fake / "conformance" / "cli.py").write_text(
+        "import json, sys\n"
+        "a = sys.argv[1:]\n"
+        "json.dump({'responses': []}, open(a[a.index('--outputFile') + 1], 'w'))\n"
+        "json.dump({}, open(a[a.index('--profileOutputFile') + 1], 'w'))\n")
+    with pytest.raises(SystemExit, match=r"predictions.json differs between the two trees.*\$\["):
+        sbs.run(root, fake, requests=20, reps=1)
