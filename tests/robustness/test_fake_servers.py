@@ -68,6 +68,10 @@ class FakeLlamaServer:
             doc["usage"] = usage
         return 200, doc
 
+    def serve(self, method: str, path: str, body, headers):
+        """The HTTP entry (a subclass may look at the headers)."""
+        return self.handle(method, path, body)
+
     def handle(self, method: str, path: str, body):
         route = urlparse(path).path
         if route == "/v1/models":
@@ -87,17 +91,21 @@ class FakeLlamaServer:
 
 
 def handler(fake: FakeLlamaServer):
+    """The HTTP side of a fake: `fake.serve` answers (status, document); a document that is a
+    list of byte strings is sent chunk by chunk (a large body the fake never holds whole)."""
     class Handler(BaseHTTPRequestHandler):
         def _serve(self, method):
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            status, doc = fake.handle(method, self.path, json.loads(raw) if raw else None)
-            data = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+            status, doc = fake.serve(method, self.path, json.loads(raw) if raw else None, self.headers)
+            chunks = (doc if isinstance(doc, list) and all(isinstance(c, bytes) for c in doc)
+                      else [doc if isinstance(doc, bytes) else json.dumps(doc).encode()])
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
+                self.send_header("Content-Length", str(sum(map(len, chunks))))
                 self.end_headers()
-                self.wfile.write(data)
+                for chunk in chunks:
+                    self.wfile.write(chunk)
             except OSError:
                 pass                              # the kit gave up on a hanging request
 
@@ -113,8 +121,8 @@ def handler(fake: FakeLlamaServer):
 
 
 @contextlib.contextmanager
-def fake_server(mode: str):
-    fake = FakeLlamaServer(mode)
+def serving(fake: FakeLlamaServer):
+    """Serve `fake` on a free loopback port until the block ends; yields its base URL."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler(fake))
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -125,6 +133,10 @@ def fake_server(mode: str):
         fake.release.set()
         httpd.shutdown()
         httpd.server_close()
+
+
+def fake_server(mode: str):
+    return serving(FakeLlamaServer(mode))
 
 
 def run(url: str, tmp_path, *extra: str) -> tuple[int, dict]:

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from conformance.cli import main as kvconform
 
-from tests.robustness.test_fake_servers import FakeLlamaServer
+from tests.robustness.test_fake_servers import FakeLlamaServer, serving
 
 KEY = "sk-test-SECRET-0123456789abcdef"
-HUGE = object()
+HUGE = [b"{\"pad\": \""] + [b"x" * (1 << 20)] * 40 + [b"\"}"]   # 40 MB sent, one 1 MiB chunk held
 PASSWORD = "hunter2-PASSWORD"
 
 
@@ -36,41 +34,9 @@ class Gateway(FakeLlamaServer):
 
 @contextlib.contextmanager
 def gateway(mode: str):
-    fake = Gateway(mode)
-
-    class Handler(BaseHTTPRequestHandler):
-        def _serve(self, method):
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            status, doc = fake.serve(method, self.path, json.loads(raw) if raw else None, self.headers)
-            chunks = [b"{\"pad\": \""] + [b"x" * (1 << 20)] * 40 + [b"\"}"] if doc is HUGE else \
-                [doc if isinstance(doc, bytes) else json.dumps(doc).encode()]
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(sum(map(len, chunks))))
-                self.end_headers()
-                for chunk in chunks:           # 40 MB sent, never held: the test measures the kit
-                    self.wfile.write(chunk)
-            except OSError:
-                pass
-
-        def do_GET(self):
-            self._serve("GET")
-
-        def do_POST(self):
-            self._serve("POST")
-
-        def log_message(self, *args):
-            pass
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield httpd.server_address[1]
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    """The gateway on a free loopback port; yields the port."""
+    with serving(Gateway(mode)) as url:
+        yield int(url.rsplit(":", 1)[1])
 
 
 def everything_written(folder: Path) -> str:
