@@ -1,8 +1,9 @@
 """Planning defects: which prefix a sequence reuses (CR-PLAN, CR-MEDIA-3/4).
 
 Each class is a `gpu_backend.prefix_cache.ContextCache` whose vanilla planner differs from the
-bundled one (`ContextCache._plan_vanilla`) in the line marked `# DEFECT`; the partial-page
-variant is a runtime that also copies the partially matched positions.
+bundled one in the line marked `# DEFECT`, in the one step it overrides (`_rewind`, the
+CR-PLAN-2 rewind, or `_plan_vanilla` around the media trim); the partial-page variant is a
+runtime that also copies the partially matched positions.
 """
 from __future__ import annotations
 
@@ -37,16 +38,9 @@ class FullHitZeroTokenPrefill(ContextCache):
     the fix caps the match at len - 1 as SGLang does).
     """
 
-    def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
-        P = self.P
-        kept = self._lookup(ident, n // P)
+    def _rewind(self, kept, n):
         m = len(kept)
-        matched = m * P
-        kind = "standard" if m else "no_reusable_prefix"      # DEFECT: no CR-PLAN-2 rewind
-        r = len(kept) * P
-        demand = total - len(kept)
-        r, matched, kind = self._trim_media(ident, r, matched, kind, splits_media)
-        return Plan(kind, matched, r, kept, demand)
+        return m * self.P, "standard" if m else "no_reusable_prefix"    # DEFECT: no CR-PLAN-2 rewind
 
 
 @variant("full-hit-replays-last-token", "planning")
@@ -60,19 +54,11 @@ class FullHitReplaysLastToken(ContextCache):
     the block-hash chain; fixed by recomputing the whole last block).
     """
 
-    def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
-        P, full = self.P, n // self.P
-        kept = self._lookup(ident, full)
+    def _rewind(self, kept, n):
         m = len(kept)
-        matched = m * P
-        r = len(kept) * P
-        if m and n % P == 0 and m == full:
-            r, kind = n - 1, "full_input_rewind"              # DEFECT: one token, not one page
-        else:
-            kind = "standard" if m else "no_reusable_prefix"
-        demand = total - len(kept)
-        r, matched, kind = self._trim_media(ident, r, matched, kind, splits_media)
-        return Plan(kind, matched, r, kept, demand)
+        if m and n % self.P == 0 and m == n // self.P:
+            return n - 1, "full_input_rewind"                 # DEFECT: one token, not one page
+        return m * self.P, "standard" if m else "no_reusable_prefix"
 
 
 @variant("rewind-non-aligned", "planning")
@@ -85,20 +71,12 @@ class RewindNonAligned(ContextCache):
     instead of the token count (related: vLLM #54607, alignment floors on hits).
     """
 
-    def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
-        P, full = self.P, n // self.P
-        kept = self._lookup(ident, full)
+    def _rewind(self, kept, n):
         m = len(kept)
-        matched = m * P
-        if m and m == full:                                   # DEFECT: `n % P == 0` dropped
+        if m and m == n // self.P:                            # DEFECT: `n % P == 0` dropped
             kept.pop()
-            kind = "full_input_rewind"
-        else:
-            kind = "standard" if m else "no_reusable_prefix"
-        r = len(kept) * P
-        demand = total - len(kept)
-        r, matched, kind = self._trim_media(ident, r, matched, kind, splits_media)
-        return Plan(kind, matched, r, kept, demand)
+            return (m - 1) * self.P, "full_input_rewind"
+        return m * self.P, "standard" if m else "no_reusable_prefix"
 
 
 @variant("media-trim-missing", "planning")

@@ -213,18 +213,22 @@ class ContextCache:
         return plan
 
     def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
-        P, full = self.P, n // self.P
-        kept = self._lookup(ident, full)
-        m = len(kept)
-        matched = m * P
-        if m and n % P == 0 and m == full:                 # CR-PLAN-2: give back the last page
-            kept.pop()
-            kind = "full_input_rewind"
-        else:
-            kind = "standard" if m else "no_reusable_prefix"
+        kept = self._lookup(ident, n // self.P)
+        matched = len(kept) * self.P
+        r, kind = self._rewind(kept, n)
         demand = total - len(kept)                        # CR-PLAN-5
-        r, matched, kind = self._trim_media(ident, len(kept) * P, matched, kind, splits_media)
+        r, matched, kind = self._trim_media(ident, r, matched, kind, splits_media)
         return Plan(kind, matched, r, kept, demand)       # CR-MEDIA-5: kept/demand unchanged
+
+    def _rewind(self, kept: list, n: int) -> tuple[int, str]:
+        """CR-PLAN-2: when every page of an aligned input matched, the last page is given back
+        (popped from `kept`) and recomputed, so the prefill has a token to compute; returns
+        (reused tokens, plan kind)."""
+        m = len(kept)
+        if m and n % self.P == 0 and m == n // self.P:
+            kept.pop()
+            return (m - 1) * self.P, "full_input_rewind"
+        return m * self.P, "standard" if m else "no_reusable_prefix"
 
     def _plan_paired(self, ident, n, total, splits_media) -> Plan:
         """CR-SPEC-1: the base match, paired with the longest prefix one record's draft path
