@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import platform
 import statistics
 import subprocess
@@ -92,6 +93,11 @@ def child_env(**extra) -> dict:
     copy of the packages keeps it), then the repository."""
     path = os.environ.get("PYTHONPATH", "")
     return {**os.environ, "PYTHONPATH": (path + os.pathsep if path else "") + str(ROOT), **extra}
+
+
+def one_core() -> list:
+    """The command prefix that pins a child process to one core (taskset), or [] where there is none."""
+    return ["taskset", "-c", str(min(os.sched_getaffinity(0)))] if shutil.which("taskset") else []
 
 
 def log(msg: str) -> None:

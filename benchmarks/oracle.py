@@ -12,21 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 
 from gpu_backend.engine_build import make_config
 
-from .common import child_env, log, median, run_json
+from .common import child_env, log, median, one_core, run_json
 from .trace import TraceModel, oracle_engine_args, write_trace
 
 PHASES = ("imports", "read", "schema", "parse", "simulate", "write")
-
-
-def _pin() -> list:
-    return ["taskset", "-c", str(min(os.sched_getaffinity(0)))] if shutil.which("taskset") else []
 
 
 def _kvconform() -> list:
@@ -34,13 +29,25 @@ def _kvconform() -> list:
     return [exe] if os.path.exists(exe) else [sys.executable, "-m", "conformance.cli"]
 
 
+def simulate_args(engine: str, trace: str, out_dir: str, records: int) -> list:
+    """The arguments of `kvconform simulate` on a benchmark trace, outputs into out_dir."""
+    return ["simulate", "--engineConfig", engine, "--inputFile", trace, "--profileOutputFile",
+            os.path.join(out_dir, "profile.json"), "--outputFile", os.path.join(out_dir, "predictions.json"),
+            "--enableContextReuse", "--contextCacheMaxRecords", str(records), "--dumpProfile"]
+
+
+def write_engine(path: str, model: TraceModel, pages: int) -> None:
+    """The engine description the benchmark traces run on (P = 128, a pool of `pages`)."""
+    with open(path, "w") as f:
+        json.dump(make_config(oracle_engine_args(model.max_tokens, pool_pages=pages)), f)
+
+
 def run(tmp: str, *, sizes=(1000, 10000, 100000), reps=None, seed: int = 0, records: int = 1024,
         pages: int = 4096) -> dict:
     reps = reps or {n: (5 if n <= 10000 else 2) for n in sizes}
     model = TraceModel(seed)
     engine = os.path.join(tmp, "oracle-engine.json")
-    with open(engine, "w") as f:
-        json.dump(make_config(oracle_engine_args(model.max_tokens, pool_pages=pages)), f)
+    write_engine(engine, model, pages)
     traces, stats = {}, {}
     for n in sizes:
         traces[n] = os.path.join(tmp, f"trace-{n}.json")
@@ -57,10 +64,7 @@ def run(tmp: str, *, sizes=(1000, 10000, 100000), reps=None, seed: int = 0, reco
             if rep >= reps[n]:
                 continue
             prof = os.path.join(tmp, "profile.json")
-            cmd = _pin() + _kvconform() + ["simulate", "--engineConfig", engine, "--inputFile", traces[n],
-                                           "--profileOutputFile", prof, "--outputFile",
-                                           os.path.join(tmp, "predictions.json"), "--enableContextReuse",
-                                           "--contextCacheMaxRecords", str(records), "--dumpProfile"]
+            cmd = one_core() + _kvconform() + simulate_args(engine, traces[n], tmp, records)
             t0 = time.perf_counter()
             subprocess.run(cmd, check=True, env=env, cwd=tmp)
             cli[n].append(time.perf_counter() - t0)
@@ -71,7 +75,7 @@ def run(tmp: str, *, sizes=(1000, 10000, 100000), reps=None, seed: int = 0, reco
             stats[n]["hit_sequences"] = p["context_cache"]["hit_sequences"]
             stats[n]["reused_tokens"] = p["prefill"]["reused_tokens"]
             stats[n]["records_evicted"] = p["context_cache"]["records"]["evicted"]
-            w = run_json(_pin() + [sys.executable, "-m", "benchmarks.oracle_worker", "--engineConfig", engine,
+            w = run_json(one_core() + [sys.executable, "-m", "benchmarks.oracle_worker", "--engineConfig", engine,
                                    "--inputFile", traces[n], "--maxRecords", str(records)], env=env, cwd=tmp)
             phases[n].append(w)
             log(f"oracle rep {rep + 1} n={n}: cli {cli[n][-1]:.2f} s = "
@@ -101,4 +105,4 @@ def run(tmp: str, *, sizes=(1000, 10000, 100000), reps=None, seed: int = 0, reco
         r["cost_per_token_vs_smallest_oracle"] = r["us_per_1k_tokens_oracle"] / base["us_per_1k_tokens_oracle"]
     return {"engine": {"tokens_per_page": 128, "kv_pool_pages": pages, "max_records": records,
                        "max_input_len": model.max_tokens + 1},
-            "trace_model": {k: v for k, v in model.p.items()}, "pinned": bool(_pin()), "rows": rows}
+            "trace_model": {k: v for k, v in model.p.items()}, "pinned": bool(one_core()), "rows": rows}

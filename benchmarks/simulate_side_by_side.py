@@ -17,21 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from gpu_backend.engine_build import make_config
-
-from .common import code_provenance, loadavg, machine, median
-from .trace import TraceModel, oracle_engine_args, write_trace
-
-
-def _pin() -> list:
-    return ["taskset", "-c", str(min(os.sched_getaffinity(0)))] if shutil.which("taskset") else []
+from .common import code_provenance, loadavg, machine, median, one_core
+from .oracle import simulate_args, write_engine
+from .trace import TraceModel, write_trace
 
 
 def _revision(tree: Path) -> str:
@@ -41,10 +35,7 @@ def _revision(tree: Path) -> str:
 
 def _simulate(tree: Path, engine: str, trace: str, out_dir: str, records: int) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
-    cmd = _pin() + [sys.executable, "-m", "conformance.cli", "simulate", "--engineConfig", engine,
-                    "--inputFile", trace, "--outputFile", os.path.join(out_dir, "predictions.json"),
-                    "--profileOutputFile", os.path.join(out_dir, "profile.json"), "--enableContextReuse",
-                    "--contextCacheMaxRecords", str(records), "--dumpProfile"]
+    cmd = one_core() + [sys.executable, "-m", "conformance.cli"] + simulate_args(engine, trace, out_dir, records)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, cwd=out_dir, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
@@ -67,8 +58,7 @@ def run(old: Path, new: Path, *, requests: int, reps: int, seed: int = 0, record
     with tempfile.TemporaryDirectory(prefix="kvconform-side-by-side-") as tmp:
         model = TraceModel(seed)
         engine = os.path.join(tmp, "engine.json")
-        with open(engine, "w") as f:
-            json.dump(make_config(oracle_engine_args(model.max_tokens, pool_pages=pages)), f)
+        write_engine(engine, model, pages)
         trace = os.path.join(tmp, "trace.json")
         stats = write_trace(trace, requests, seed=seed)
         dirs = {"old": os.path.join(tmp, "old"), "new": os.path.join(tmp, "new")}
@@ -87,7 +77,7 @@ def run(old: Path, new: Path, *, requests: int, reps: int, seed: int = 0, record
     tokens = stats["prompt_tokens"]
     row = lambda name, tree: {"tree": str(tree), "revision": _revision(tree), "seconds": seconds[name],
                               "median_s": median(seconds[name]), "tokens_per_s": tokens / median(seconds[name])}
-    result = {"requests": requests, "prompt_tokens": tokens, "reps": reps, "pinned": bool(_pin()),
+    result = {"requests": requests, "prompt_tokens": tokens, "reps": reps, "pinned": bool(one_core()),
               "old": row("old", old), "new": row("new", new), "machine": machine(), "loadavg": loadavg(),
               "code": code_provenance()}
     result["speedup"] = result["old"]["median_s"] / result["new"]["median_s"]
