@@ -2,8 +2,9 @@
 (spec/RUNNING.md section 7).
 
 A step says which rule decided which value, the value it decided (and, where it changed one,
-the value before), why in the request's own terms, what it refers to (positions, pages, media
-items, other requests) and which earlier steps it followed from (its causes):
+the value before), why in the request's own terms, what it refers to where a reader of the
+trace needs it (`refs`: the request that published a page or record, the page boundaries a
+media trim gave back) and which earlier steps it followed from (its causes):
 
     CR-PLAN-1   request 2 matched_tokens 8: pages 0-1 (positions 0-7) are in the page index ...
     CR-MEDIA-3  request 2 reused_tokens 8 -> 4: image #1 at positions 6-9 straddles the boundary at 8
@@ -224,8 +225,7 @@ class Trace:
         runs = [s for s in seq.history.spans if s.start < m * P]
         said = ", ".join(f"{s.modality} run at {positions_of(s.start, s.end)}" for s in runs[:4])
         return self.add(self.of(seq), "CR-ID-4", "matched_tokens", m * P,
-                        f"pages 0-{m - 1} are keyed by the semantics profile's media identity, not per item: {said}",
-                        refs={"pages": [0, m]})
+                        f"pages 0-{m - 1} are keyed by the semantics profile's media identity, not per item: {said}")
 
     def looked_up(self, seq, plan, cache, batch) -> None:
         """The steps of a vanilla lookup (CR-PLAN-1 .. CR-PLAN-4): matched, reused and kind."""
@@ -234,7 +234,6 @@ class Trace:
         causes = self.hit_causes(seq.history.key(m - 1)) if m else ()
         found = (f"{pages_of(0, m)} (positions 0-{m * P - 1}) {'is' if m == 1 else 'are'} in the page index"
                  + (f", first published by {causes[0].refs['by']}" if causes and causes[0].refs else "")) if m else ""
-        refs = {"pages": [0, m], "positions": [0, m * P]}
         for k in range(m):                                # CR-CAP-5: a hit touches no record
             self.page_hit[cache.index[seq.history.key(k)]] = (self._order, self.name(seq))
         if m and seq.history.truth is not None and seq.history.spans:
@@ -249,10 +248,10 @@ class Trace:
             rule = "CR-PLAN-1"
             why = found + (f"; {positions_of(full * P, n)} of the partial last page "
                            f"{'are' if n - full * P > 1 else 'is'} never keyed (CR-ID-2)" if n % P else "")
-        self.add(owner, rule, "matched_tokens", m * P, why, refs=refs, causes=causes)
-        self.add(owner, rule, "reused_tokens", m * P, why, refs=refs, causes=causes)
+        self.add(owner, rule, "matched_tokens", m * P, why, causes=causes)
+        self.add(owner, rule, "reused_tokens", m * P, why, causes=causes)
         kind = "standard" if m else "no_reusable_prefix"
-        self.add(owner, rule, "plan", kind, why, refs=refs, causes=causes)
+        self.add(owner, rule, "plan", kind, why, causes=causes)
         if m and m == full:
             self._rewind(seq, plan, owner)
 
@@ -263,7 +262,7 @@ class Trace:
         if n % P == 0:
             why = (f"n = {n} is a multiple of P = {P} and all {m} pages match: the last page is given back and "
                    f"recomputed, {m - 1} page(s) kept, matched stays {n}")
-            self.add(owner, "CR-PLAN-2", "reused_tokens", n - P, why, before=n, refs={"pages": [m - 1, m]})
+            self.add(owner, "CR-PLAN-2", "reused_tokens", n - P, why, before=n)
             self.add(owner, "CR-PLAN-2", "plan", "full_input_rewind", why, before="standard")
         else:
             why = (f"every complete page matched, but n = {n} is not a multiple of P = {P}: the partial last page "
@@ -307,7 +306,7 @@ class Trace:
 
     def trimmed(self, seq, before, after, given_back: list, test: str) -> None:
         """CR-MEDIA-3 / CR-MEDIA-4 on a media-aware plan that reused r > 0 tokens."""
-        owner, P = self.of(seq), self.P
+        owner = self.of(seq)
         spans = seq.request.spans
         if given_back:
             parts = []
@@ -318,8 +317,7 @@ class Trace:
             why = "; ".join(parts) + f", so reuse must stop at {after.reused} ({len(given_back)} page(s) given back)"
             if test == "any-media" and any(len(items_in(spans, r - 1, r + 1)) > 1 for r in given_back):
                 why += " (the profile trims where both positions are media)"
-            refs = {"boundaries": list(given_back), "pages": [after.reused // P, before.reused // P],
-                    "items": sorted({k for r in given_back for k, _ in items_in(spans, r - 1, r + 1)})}
+            refs = {"boundaries": list(given_back)}
         else:
             r = before.reused
             inside = items_in(spans, r - 1, r + 1)
@@ -361,7 +359,7 @@ class Trace:
         else:
             rule, why, causes = self._no_checkpoint(seq, held, cache)
         for value, to in (("matched_tokens", plan.matched), ("reused_tokens", plan.reused), ("plan", plan.kind)):
-            self.add(owner, rule, value, to, why, refs={"positions": [0, plan.reused]}, causes=causes)
+            self.add(owner, rule, value, to, why, causes=causes)
         self.add(owner, rule, "hybrid_restore", plan.record is not None,
                  f"a checkpoint hit restores its recurrent state (CR-HYB-6): {why}", causes=causes)
 
@@ -416,8 +414,7 @@ class Trace:
             return
         why = (f"{base} base page(s) match; the record of {origin.refs['by'] if origin and origin.refs else 'an earlier request'} "
                f"pairs {pages_of(0, paired)} with its draft path: matched {paired * P}")
-        pair = self.add(owner, "CR-SPEC-1", "matched_tokens", plan.matched, why, refs={"pages": [0, paired]},
-                        causes=(origin,))
+        pair = self.add(owner, "CR-SPEC-1", "matched_tokens", plan.matched, why, causes=(origin,))
         replay = (f"the last paired page ({pages_of(paired - 1, paired)}) is always recomputed: {paired - 1} pair(s) "
                   f"kept, reused {plan.reused}, kind {plan.kind}")
         self.add(owner, "CR-SPEC-2", "reused_tokens", plan.reused, replay, before=plan.matched, causes=(pair,))
@@ -457,7 +454,7 @@ class Trace:
         owner, k = self.of(seq), len(seq.publications) - 1
         point = publication["point"]
         step = self.add(owner, rule, f"publications[{k}]", {kk: publication[kk] for kk in ("point", "tokens", "pages")},
-                        how, refs={"point": point, "pages": [0, pages], "by": self.name(seq)})
+                        how, refs={"by": self.name(seq)})
         if publication["status"] == "existing":
             origin = self.record_origin.get(record_key)
             by = origin.refs["by"] if origin is not None and origin.refs else "an earlier publication"
@@ -522,7 +519,7 @@ class Trace:
     def not_published(self, seq, point: str, rule: str, why: str) -> Step:
         """No publication at `point` (CR-PUB-1/2/3/7, CR-HYB-3)."""
         step = self.add(self.of(seq), rule, f"publications.{point}", None, why,
-                        refs={"point": point, "by": self.name(seq)})
+                        refs={"by": self.name(seq)})
         if seq.lookup_bypass and point == "prefill_end":
             for key in seq.history.keys(seq.n // self.P):
                 if key not in self.origin:
@@ -556,7 +553,7 @@ class Trace:
                                  f"{max(hits)[1]} hit the pages of the record of {by} after it was last touched: a "
                                  "page hit does not touch a record, so it stays where publication put it in the "
                                  "LRU order")
-        step = self.add(None, rule, "records", cache.evicted, why, refs={"by": by, "pages": len(record.pages)},
+        step = self.add(None, rule, "records", cache.evicted, why, refs={"by": by},
                         causes=(origin, untouched))
         self.gone_records[record.key] = step
         if left_index:
@@ -682,7 +679,7 @@ def input_steps(engine, parsed, request) -> list:
         steps.append(Step(rule, "input_tokens", count + size,
                           f"{profile} gives n = {count + size}: {text} text and template ids and {k} image(s) of "
                           f"{images} tokens under {counter} ({rule}, spec/media-tokens.md)",
-                          before=count, refs={"items": [k], "positions": [s.start, s.end]}))
+                          before=count))
         count += size
     return steps
 
