@@ -98,21 +98,8 @@ class StaleIndexAfterEvict(ContextCache):
     was served after reallocation) and kvcached #362 (`block_hash` not reset on free).
     """
 
-    def _evict(self, rec: Record) -> None:
-        del self.records[rec.key]
-        if rec.key[0] == "ckpt":
-            L = rec.key[2]
-            self.ckpt_lengths[L] -= 1
-            if not self.ckpt_lengths[L]:
-                del self.ckpt_lengths[L]
-        for p, ids in rec.holdings():
-            pool = self.pools[p]
-            for i in ids:
-                freed = pool.drop_cache(i)
-                # DEFECT: the index keeps the key of a page whose cache count reached 0
-                if freed:
-                    pool.reclaimed += 1
-        self.metrics.evicted += 1
+    def _unindex(self, page: int) -> None:
+        pass                          # DEFECT: the index keeps the key of a page whose cache count reached 0
 
 
 @variant("pinned-pages-evicted", "capacity")

@@ -318,10 +318,14 @@ class ContextCache:
             for i in ids:
                 freed = pool.drop_cache(i)
                 if p == PAGES and pool.cache[i] == 0:
-                    del self.index[self.page_key.pop(i)]
+                    self._unindex(i)
                 if freed:
                     pool.reclaimed += 1
         self.metrics.evicted += 1
+
+    def _unindex(self, page: int) -> None:
+        """CR-CAP-2: a page no record holds any more leaves the page index: its key finds nothing."""
+        del self.index[self.page_key.pop(page)]
 
     def _make_room(self, need: tuple, protect=None) -> bool:
         victims = self._plan_eviction(need, protect)
