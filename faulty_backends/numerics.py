@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gpu_backend.layers import apply_rope, lora_linear
 from gpu_backend.model import Model
 from gpu_backend.runtime import Runtime
 
@@ -84,22 +83,11 @@ class ConstantLogits(Runtime):
 
 
 class _NoCacheAttentionModel(Model):
-    def _attention(self, h, fb, kv_pool, layer, p, cos, sin, mask):
-        B, T, _ = h.shape
-        w, H, G, D = self.w, self.H, self.G, self.D
-        q = lora_linear(h, w[f"{p}.wq"], self._lora(fb, f"{p}.wq")).view(B, T, H, D)
-        k = lora_linear(h, w[f"{p}.wk"], self._lora(fb, f"{p}.wk")).view(B, T, G, D)
-        v = lora_linear(h, w[f"{p}.wv"], self._lora(fb, f"{p}.wv")).view(B, T, G, D)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if fb.all_valid:
-            kv_pool.write(layer, fb.write_slots, k.reshape(B * T, G, D), v.reshape(B * T, G, D))
-        else:
-            kv_pool.write(layer, fb.write_slots, k[fb.valid], v[fb.valid])
+    def _attend(self, q, k, v, kv_pool, layer, fb, mask):
         # DEFECT: attends over the positions of this forward only, never the cached ones
         k, v = k.to(kv_pool.dtype).to(torch.float32), v.to(kv_pool.dtype).to(torch.float32)
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=T > 1,
-                                           enable_gqa=H != G).transpose(1, 2)
-        return lora_linear(o.reshape(B, T, H * D), w[f"{p}.wo"], self._lora(fb, f"{p}.wo"))
+        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                              is_causal=q.shape[1] > 1, enable_gqa=self.H != self.G).transpose(1, 2)
 
 
 @variant("attention-ignores-cache", "compute")

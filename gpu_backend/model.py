@@ -195,9 +195,14 @@ class Model:
             kv_pool.write(layer, fb.write_slots, k.reshape(B * T, G, D), v.reshape(B * T, G, D))
         else:
             kv_pool.write(layer, fb.write_slots, k[fb.valid], v[fb.valid])
-        k_all, v_all = kv_pool.gather(layer, fb.read_slots)                 # [B, S, G, D] through the page table
-        o = paged_attention(q, k_all, v_all, mask).reshape(B, T, H * D)
+        o = self._attend(q, k, v, kv_pool, layer, fb, mask).reshape(B, T, H * D)
         return lora_linear(o, w[f"{p}.wo"], self._lora(fb, f"{p}.wo"))
+
+    def _attend(self, q, k, v, kv_pool, layer, fb, mask):
+        """q [B, T, H, D] over every position its page table holds (the reused prefix and this
+        forward's own keys, just written): [B, T, H, D]. k and v are this forward's alone."""
+        k_all, v_all = kv_pool.gather(layer, fb.read_slots)                 # [B, S, G, D] through the page table
+        return paged_attention(q, k_all, v_all, mask)
 
     def _recurrence(self, h, fb, state, p):
         B, T, _ = h.shape
