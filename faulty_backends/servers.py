@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpu_backend.peer_cache import BlockCache, RadixCache, SlotCache, TrtBlockTree
+from gpu_backend.peer_cache import BlockCache, RadixCache, SlotCache, TrtBlockTree, walk
 
 
 @dataclass(frozen=True)
@@ -173,18 +173,11 @@ class PartlyReusedLeafKept(TrtBlockTree):
     (freeLeafBlock) replaced by a copy."""
 
     def lookup(self, req):
-        saved = {id(n): dict(n.children) for n in self._nodes()}
+        saved = {id(n): dict(n.children) for n in walk(self.root)}
         out = super().lookup(req)
-        for node in self._nodes():                           # DEFECT: the leaf taken out is put back
+        for node in walk(self.root):                           # DEFECT: the leaf taken out is put back
             node.children.update({k: v for k, v in saved.get(id(node), {}).items() if k not in node.children})
         return out
-
-    def _nodes(self):
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            yield node
-            stack.extend(node.children.values())
 
 
 @server_variant("vllm-salt-dropped-on-adapters", "vllm-apc")

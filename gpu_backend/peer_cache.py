@@ -24,6 +24,15 @@ from dataclasses import dataclass, field
 import torch
 
 
+def walk(root):
+    """Every node of a tree whose nodes keep their children in `.children` (a dict), root first."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.children.values())
+
+
 @dataclass
 class ChatRequest:
     ids: list
@@ -328,11 +337,7 @@ class RadixCache:
                 leaves.append(parent)
 
     def _all(self):
-        stack = [self.root]
-        while stack:
-            nd = stack.pop()
-            yield nd
-            stack.extend(nd.children.values())
+        return walk(self.root)
 
     def decode_step(self):
         """A sampled token fed back takes a slot (the bundled server calls this per step)."""
