@@ -5,10 +5,12 @@ so each distinct argument set is built once into `$KVCONFORM_CACHE/engines/<dige
 `.kvconform-cache/` at the repository root). The digest covers the arguments and a *salt* that
 names the builder (for the bundled backend: a digest of its source files), so editing the
 backend invalidates its engines. A build goes to a temporary folder that is renamed into place,
-so concurrent shards never see a half-written engine.
+so concurrent shards never see a half-written engine; a process that wants an engine another
+is building waits for that build (a lock per engine) instead of building it a second time.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -47,6 +49,14 @@ def build_cached(build_args: dict, salt: str, build: Callable[[Path], None]) -> 
     if (folder / ".built").exists():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".lock-{key}", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)        # a second process wanting the same engine waits for it
+        if (folder / ".built").exists():
+            return folder
+        return _build_into(folder, key, build_args, build)
+
+
+def _build_into(folder: Path, key: str, build_args: dict, build: Callable[[Path], None]) -> Path:
     tmp = folder.parent / f".tmp-{key}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-import gpu_backend
+import gpu_backend.semantics
 import reference
 from conformance.adapters.inprocess import InprocessAdapter
 from conformance.adapters.reference import ReferenceAdapter

@@ -1,23 +1,38 @@
 """The command lines (docs/ARCHITECTURE.md section 4): files, exit codes and one-line errors.
 
-Subprocesses are slow (torch import), so each test checks one path end to end.
+One test starts the real process (`python -m gpu_backend`, torch imported in two seconds); the
+others call the same entry point in process, which returns the exit code the process exits with
+(gpu_backend/__main__.py: `sys.exit(main())`) and prints the same lines.
 """
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
+from gpu_backend.cli import main
 from tests.helpers.backend import MEDIA, ROOT, schema_validator
 
 
-def cli(*args, cwd=None):
+def process(*args):
+    """`python -m gpu_backend ARGS` in a process of its own."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run([sys.executable, "-m", "gpu_backend", *map(str, args)], capture_output=True, text=True,
-                       env=env, cwd=cwd, timeout=120)
+                       env=env, timeout=120)
     assert "Traceback" not in p.stderr
     return p
+
+
+def cli(*args):
+    """The same command in process: its exit code and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def one_line_error(p, code):
@@ -58,9 +73,9 @@ def test_build_and_infer_write_valid_files(cli_engine, tmp_path):
     schema_validator("engine").validate(json.loads((cli_engine / "config.json").read_text()))
     assert (cli_engine / "lora" / "b.safetensors").is_file()
     inp = write(tmp_path / "in.json", with_adapters(DOC, cli_engine))
-    p = cli("infer", "--engineDir", cli_engine, "--inputFile", inp, "--outputFile", tmp_path / "out.json",
-            "--enableContextReuse", "--profileOutputFile", tmp_path / "prof.json", "--dumpProfile",
-            "--poisonFreshPages", "--checkInvariants", "--warmup", 1, "--device", "cpu")
+    p = process("infer", "--engineDir", cli_engine, "--inputFile", inp, "--outputFile", tmp_path / "out.json",
+                "--enableContextReuse", "--profileOutputFile", tmp_path / "prof.json", "--dumpProfile",
+                "--poisonFreshPages", "--checkInvariants", "--warmup", 1, "--device", "cpu")
     assert p.returncode == 0, p.stderr
     out = json.loads((tmp_path / "out.json").read_text())
     prof = json.loads((tmp_path / "prof.json").read_text())
