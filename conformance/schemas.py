@@ -278,10 +278,15 @@ def unknown_request_keys(doc: Any) -> list[tuple[str, str]]:
     if not isinstance(doc, dict):
         return []
     levels = _request_key_levels()
+    request_keys, message_keys = frozenset(levels["a request"]), frozenset(levels["a message"])
     out = _unknown_in(doc, [], "the top level", levels)
     for i, r in enumerate(_dicts(doc.get("requests"))):
+        messages = _dicts(r.get("messages"))
+        if request_keys.issuperset(r) and all(message_keys.issuperset(m) and type(m.get("content")) is str
+                                              for m in messages):
+            continue                         # the common case, told at once: nothing to report
         out += _unknown_in(r, ["requests", i], "a request", levels)
-        for j, m in enumerate(_dicts(r.get("messages"))):
+        for j, m in enumerate(messages):
             out += _unknown_in(m, ["requests", i, "messages", j], "a message", levels)
             for k, item in enumerate(_dicts(m.get("content"))):
                 kind = item.get("type")
