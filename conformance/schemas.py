@@ -49,49 +49,20 @@ def read_json(path: str | Path) -> Any:
         raise KvconformError(f"not valid UTF-8 (byte {e.start})", str(path)) from None
     except OSError as e:
         raise KvconformError(f"cannot read: {e.strerror}", str(path)) from None
-    doc = _parse(text, str(path))
-    if not _repeats_no_key(text, doc):            # rare: the careful parse finds out, and where
-        duplicated: list = []
-        doc = _parse(text, str(path), lambda pairs: _object(pairs, duplicated))
-        if duplicated:
-            where, key = _first_duplicate(doc)
-            raise KvconformError(f"duplicate key {key!r}", str(path), where)
-    return doc
-
-
-def _parse(text: str, path: str, object_pairs_hook=None) -> Any:
-    """json.loads, refusing NaN and infinities; a problem becomes a KvconformError."""
+    duplicated: list = []
     try:
-        return json.loads(text, parse_constant=_not_json, parse_float=_finite_float,
-                          object_pairs_hook=object_pairs_hook)
+        doc = json.loads(text, parse_constant=_not_json, parse_float=_finite_float,
+                         object_pairs_hook=lambda pairs: _object(pairs, duplicated))
     except json.JSONDecodeError as e:
-        raise KvconformError(f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}", path) from None
+        raise KvconformError(f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}", str(path)) from None
     except RecursionError:
-        raise KvconformError("invalid JSON: nested too deeply", path) from None
+        raise KvconformError("invalid JSON: nested too deeply", str(path)) from None
     except ValueError as e:  # NaN / Infinity, or an integer of more than 4300 digits
-        raise KvconformError(f"invalid JSON: {e}", path) from None
-
-
-def _repeats_no_key(text: str, doc: Any) -> bool:
-    """True only if no object of `text` repeats a key; `doc` is json.loads(text), which keeps
-    the last value of a repeated key. Proved by counting, as a hook per object (the careful
-    parse) costs more than parsing a large file.
-
-    Each ':' of a JSON text either separates a key from its value or is a character of a
-    string. orjson writes `doc` back with one ':' per key json.loads kept and each ':' of its
-    strings as is. Where `text` has no escape \\u003a (so every ':' of its strings is a ':' in
-    the text), the two counts are equal when no key repeats, and a repeated key drops at least
-    one pair (with any ':' in the value it replaced): fewer in what orjson writes. False also
-    when orjson cannot write `doc` (a lone surrogate, an integer beyond 64 bits, deep nesting).
-    """
-    import orjson
-    if "\\u003" in text:          # \u003a or \u003A may spell a ':' of a string
-        return False
-    try:
-        written = orjson.dumps(doc)
-    except orjson.JSONEncodeError:
-        return False
-    return written.count(b":") == text.count(":")
+        raise KvconformError(f"invalid JSON: {e}", str(path)) from None
+    if duplicated:
+        where, key = _first_duplicate(doc)
+        raise KvconformError(f"duplicate key {key!r}", str(path), where)
+    return doc
 
 
 class _Duplicated(dict):
