@@ -11,6 +11,7 @@ backend's output file) when the counts depend on them. Exit codes: 0 ok, 1 some 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import re
@@ -70,6 +71,20 @@ def _int(text: str, minimum: int) -> int:
 
 
 def main(args) -> int:
+    """The command, with Python's cyclic garbage collector paused throughout (speed only): a
+    large request file is some hundred thousand containers, none in a cycle, and while they
+    live every collection triggered by reading, checking or writing walks them again (about
+    60 ms of a 10,000-request run). Reference counting frees everything as before."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _simulate(args)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _simulate(args) -> int:
     if args.warmup > MAX_WARMUP:            # the same bound as the runtime's (spec/engine.md section 3)
         raise KvconformError(f"--warmup: {args.warmup} is above the maximum {MAX_WARMUP}")
     engine_file = os.path.join(args.engineDir, "config.json") if args.engineDir else args.engineConfig
