@@ -182,8 +182,11 @@ def _check_input_size(messages: list, path: str) -> None:
     longer one is refused at once, not tokenized for minutes before its length fails the batch."""
     size = 0
     for m in messages:
-        items = m["content"] if isinstance(m["content"], list) else [{"type": "text", "text": m["content"]}]
-        size += sum(_utf8_size(i["text"]) for i in items if i.get("type") == "text")
+        content = m["content"]
+        if isinstance(content, str):
+            size += _utf8_size(content)
+        else:
+            size += sum(_utf8_size(i["text"]) for i in content if i.get("type") == "text")
     _check(size <= MAX_INPUT_TEXT_BYTES, path, f"the text of this request is {size} bytes, more than the "
                                                f"{MAX_INPUT_TEXT_BYTES} a request may hold before tokenization")
 
