@@ -1,13 +1,15 @@
 """One oracle run, timed by phase (run in a subprocess pinned to one core by benchmarks.oracle).
 
 Does what `kvconform simulate` does (conformance/commands/simulate.py), in the same order and
-with the same functions, and prints one JSON line of phase seconds:
-    read (file -> JSON), schema (request schema check), parse (reference: validate + tokenize),
+with the same functions (the cyclic GC paused throughout, as there), and prints one JSON line
+of phase seconds:
+    read (file -> JSON), schema (request schema check, unknown-key warnings), parse (reference: validate + tokenize),
     simulate (reference: plan, acquire, publish, evict), write (profile + predictions JSON).
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -44,6 +46,7 @@ def main() -> None:
             parse_s[0] += time.perf_counter() - t0
 
     simulator_mod.parse_request_file = timed_parse
+    gc.disable()
     t0 = time.perf_counter()
     config = schemas.read_json(a.engineConfig)
     engine = reference.engine_from_config(config)
@@ -51,6 +54,7 @@ def main() -> None:
     t1 = time.perf_counter()
     if not a.noSchema:
         schemas.check(doc, "request", a.inputFile)
+        schemas.unknown_request_keys(doc)
     t2 = time.perf_counter()
     flags = reference.RuntimeFlags(enable_context_reuse=True, max_records=a.maxRecords, dump_profile=True)
     predictions, profile = reference.simulate(engine, flags, doc, os.path.dirname(a.inputFile))
@@ -59,6 +63,7 @@ def main() -> None:
         _write_json(os.path.join(d, "profile.json"), profile)
         _write_json(os.path.join(d, "predictions.json"), predictions)
     t4 = time.perf_counter()
+    gc.enable()
     t.update(read=t1 - t0, schema=t2 - t1, parse=parse_s[0], simulate=t3 - t2 - parse_s[0], write=t4 - t3)
     cc = profile["context_cache"]
     pf = profile["prefill"]

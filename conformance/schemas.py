@@ -4,24 +4,20 @@ Every message names the file and the JSON path of the offending value (`$.reques
 so a user can find the problem without a traceback.
 
 Validation is on the hot path of `kvconform simulate` and of every output a run judges, so a
-document is first checked by a validator compiled to Python code (`fastjsonschema`); only a
-document that check rejects is walked again by jsonschema, which has the last word and
-describes the problem. So the messages are jsonschema's, and a disagreement between
-the two can only cost time: the compiled check is trusted only to accept. It implements
-drafts 4-7, not 2020-12, so `compiled_keywords_suffice` (tested) pins the schemas to the
-keywords both read alike.
+document is first checked by a fast validator (`jsonschema-rs`, in Rust); only a document that
+check rejects is walked again by jsonschema, which has the last word and describes the problem.
+So the messages are jsonschema's, and a disagreement between the two can only cost time: the
+fast check is trusted only to accept (tests/robustness/test_fast_schema_check.py draws
+documents to hold it to that).
 """
 from __future__ import annotations
 
-import copy
 import difflib
 import json
 import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-
-import fastjsonschema
 
 from .errors import KvconformError
 
@@ -137,124 +133,44 @@ def validator(name: str):
     return Draft202012Validator(_registry().contents(_URN + name), registry=_registry())
 
 
-# The keywords of spec/schemas that fastjsonschema's draft-7 code and jsonschema's 2020-12 read
-# alike. `$ref` must stand alone (draft 7 ignores the keywords beside it, 2020-12 applies them)
-# and `items` must be one schema (2020-12 spells tuples `prefixItems`).
-COMPILED_KEYWORDS = frozenset({
-    "$schema", "$id", "$defs", "$ref", "title", "description", "type", "properties", "required",
-    "additionalProperties", "items", "enum", "const", "oneOf", "anyOf", "allOf", "not", "if", "then", "else",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength",
-    "minItems", "maxItems", "minProperties", "maxProperties", "pattern", "propertyNames", "uniqueItems"})
-
-
-_SUBSCHEMA = ("additionalProperties", "items", "not", "if", "then", "else", "propertyNames")
-_SUBSCHEMA_MAPS = ("properties", "$defs")
-_SUBSCHEMA_LISTS = ("oneOf", "anyOf", "allOf")
-_EMBEDDED = "kvconform-schema-"            # $defs key of a schema copied in
-
-
-def compiled_keywords_suffice(schema: Any, where: str = "$") -> list[str]:
-    """Where a schema uses what the compiled check would read differently (empty: nothing)."""
-    if isinstance(schema, bool):
-        return []
-    if not isinstance(schema, dict):
-        return [f"{where}: not a schema"]
-    out = [f"{where}: keyword {k!r}" for k in schema if k not in COMPILED_KEYWORDS]
-    if "$ref" in schema and set(schema) - {"$ref", "title", "description"}:
-        out.append(f"{where}: keywords beside $ref")
-    if "items" in schema and not isinstance(schema["items"], (dict, bool)):
-        out.append(f"{where}: items is not one schema")
-    if "const" in schema and "enum" in schema:
-        out.append(f"{where}: const beside enum")      # self_contained spells const as an enum
-    for key in _SUBSCHEMA_MAPS:
-        for k, sub in (schema.get(key) or {}).items():
-            out += compiled_keywords_suffice(sub, f"{where}.{key}.{k}")
-    for key in _SUBSCHEMA:
-        if key in schema:
-            out += compiled_keywords_suffice(schema[key], f"{where}.{key}")
-    for key in _SUBSCHEMA_LISTS:
-        for i, sub in enumerate(schema.get(key, [])):
-            out += compiled_keywords_suffice(sub, f"{where}.{key}[{i}]")
-    return out
-
-
-def self_contained(name: str) -> dict:
-    """Schema `name` as the compiled check reads it: every schema it refers to copied into its
-    `$defs` and every `$ref` made local (fastjsonschema resolves references as URLs, and `urn:`
-    names are none), `$id` dropped, and `const` spelled as a one-value `enum` (the same test;
-    fastjsonschema 2.22 cannot compile `const` without detailed exceptions, which would embed
-    every subschema in the generated code and triple its size)."""
-    embedded: dict = {}
-
-    def local(ref: str, doc: str) -> str:
-        target, _, fragment = ref.partition("#")
-        target = target[len(_URN):] if target.startswith(_URN) else doc
-        if target != name and target not in embedded:
-            embedded[target] = None                      # reserved: a cycle embeds once
-            embedded[target] = walk(_schema_file(target), target)
-        return ("#" if target == name else f"#/$defs/{_EMBEDDED}{target}") + fragment
-
-    def walk(schema, doc: str):
-        if not isinstance(schema, dict):
-            return schema
-        out = {}
-        for key, value in schema.items():
-            if key == "$id":
-                continue
-            if key == "$ref":
-                out[key] = local(value, doc)
-            elif key == "const":
-                out["enum"] = [value]
-            elif key in _SUBSCHEMA:
-                out[key] = walk(value, doc)
-            elif key in _SUBSCHEMA_MAPS:
-                out[key] = {k: walk(v, doc) for k, v in value.items()}
-            elif key in _SUBSCHEMA_LISTS:
-                out[key] = [walk(v, doc) for v in value]
-            else:
-                out[key] = copy.deepcopy(value)
-        return out
-
-    out = walk(_schema_file(name), name)
-    out.setdefault("$defs", {}).update({_EMBEDDED + k: v for k, v in embedded.items()})
-    return out
-
-
 @lru_cache(maxsize=None)
 def _schema_files() -> dict:
     """spec/schemas/<name>.schema.json by name, parsed once (no jsonschema needed)."""
-    out = {}
-    for f in sorted(SCHEMA_DIR.glob("*.schema.json")):
-        contents = json.loads(f.read_text())
-        out[contents["$id"][len(_URN):]] = contents
-    return out
-
-
-def _schema_file(name: str) -> dict:
-    return _schema_files()[name]
+    names = sorted(f.name[:-len(".schema.json")] for f in SCHEMA_DIR.glob("*.schema.json"))
+    return {name: _schema_file(name) for name in names}
 
 
 @lru_cache(maxsize=None)
-def _compiled(name: str):
-    """The compiled check of schema `name` (no defaults filled in, no formats asserted)."""
-    return fastjsonschema.compile(self_contained(name), use_default=False, use_formats=False,
-                                  detailed_exceptions=False)
+def _schema_file(name: str) -> dict:
+    """spec/schemas/<name>.schema.json, parsed once; its `$id` is urn:kvconform:schema:<name>."""
+    contents = json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text())
+    assert contents["$id"] == _URN + name, f"{name}.schema.json: $id {contents['$id']!r}"
+    return contents
 
 
-def _passes_compiled(instance: Any, name: str) -> bool:
-    """Whether the compiled check accepts `instance` (it only ever raises its own exception;
-    a document nested too deep for it goes to jsonschema, which says so)."""
-    check = _compiled(name)
+@lru_cache(maxsize=None)
+def _fast(name: str):
+    """The fast check of schema `name`: jsonschema-rs (Rust, Draft 2020-12, formats not asserted),
+    the schemas it refers to read from spec/schemas when it first needs them."""
+    import jsonschema_rs
+    return jsonschema_rs.validator_for(_schema_file(name), validate_formats=False,
+                                       retriever=lambda uri: _schema_file(uri[len(_URN):]))
+
+
+def _passes_fast(instance: Any, name: str) -> bool:
+    """Whether the fast check accepts `instance`. What it cannot judge (an object with a key that
+    is not a string, a value JSON has no type for) goes to jsonschema, which says what is wrong.
+    It walks a document only as deep as the schema does, and no schema of spec/schemas is
+    recursive (tested), so a deeply nested document cannot overflow its stack."""
     try:
-        check(instance)
-    except (fastjsonschema.JsonSchemaValueException, RecursionError):
+        return _fast(name).is_valid(instance)
+    except ValueError:
         return False
-    return True
 
 
 def schema_errors(instance: Any, name: str) -> list[tuple[str, str]]:
     """All (json_path, message) problems of `instance` against schema `name`, sorted by path."""
-    if _passes_compiled(instance, name):
+    if _passes_fast(instance, name):
         return []
     out = []
     try:
@@ -333,10 +249,15 @@ def unknown_request_keys(doc: Any) -> list[tuple[str, str]]:
     if not isinstance(doc, dict):
         return []
     levels = _request_key_levels()
+    request_keys, message_keys = frozenset(levels["a request"]), frozenset(levels["a message"])
     out = _unknown_in(doc, [], "the top level", levels)
     for i, r in enumerate(_dicts(doc.get("requests"))):
+        messages = _dicts(r.get("messages"))
+        if request_keys.issuperset(r) and all(message_keys.issuperset(m) and type(m.get("content")) is str
+                                              for m in messages):
+            continue                         # the common case, told at once: nothing to report
         out += _unknown_in(r, ["requests", i], "a request", levels)
-        for j, m in enumerate(_dicts(r.get("messages"))):
+        for j, m in enumerate(messages):
             out += _unknown_in(m, ["requests", i, "messages", j], "a message", levels)
             for k, item in enumerate(_dicts(m.get("content"))):
                 kind = item.get("type")

@@ -112,6 +112,8 @@ class BatchRunner:
     def _decode(self, seqs, active, parsed) -> None:
         """Decode steps (5)-(8). Steps where no sequence grows or finishes change nothing, so
         the loop jumps from one such event to the next."""
+        if not active:
+            return
         unknown = [s for s in seqs if s.generated is None]
         including = includes_generated(parsed.commit_policy)
         step = 0
@@ -269,6 +271,8 @@ class BatchRunner:
             for i, page in enumerate(plan.kept[plan.reused // self.P:], start=plan.reused // self.P):
                 if self.cache.truth.get(page) not in (None, truth.key(i)):
                     written.add(page)
+        if not written:
+            return
         for page in written:
             self.cache.truth[page] = OVERWRITTEN
         for seq in seqs:

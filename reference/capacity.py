@@ -12,7 +12,7 @@ so ids come from a simple recycled stack.
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 
 PAGES, RECURRENT, PARTIAL_KV, DRAFT = 0, 1, 2, 3
 POOL_NAMES = ("base_kv_pages", "recurrent_snapshots", "partial_kv_snapshots", "draft_kv_pages")
@@ -35,14 +35,22 @@ class Pool:
 
     def allocate(self) -> int:
         """Take a free resource for an active user (the caller checked `free`)."""
-        assert self.held < self.capacity, "allocation from an empty pool"
-        if self._recycled:
-            r = self._recycled.pop()
-        else:
-            r, self._fresh = self._fresh, self._fresh + 1
-        self.active[r] = 1
-        self.held += 1
-        return r
+        return self.allocate_all(1)[0]
+
+    def allocate_all(self, count: int) -> list[int]:
+        """Take `count` free resources for active users (the caller checked `free`): recycled
+        ones first, most recently freed first, then fresh ids."""
+        assert self.held + count <= self.capacity, "allocation from an empty pool"
+        recycled = self._recycled
+        taken = [recycled.pop() for _ in range(min(count, len(recycled)))]
+        if len(taken) < count:
+            fresh = self._fresh + count - len(taken)
+            taken += range(self._fresh, fresh)
+            self._fresh = fresh
+        for r in taken:
+            self.active[r] = 1
+        self.held += count
+        return taken
 
     def pin(self, r: int) -> None:
         self.pin_all((r,))
@@ -60,14 +68,16 @@ class Pool:
             active[r] = active.get(r, 0) + 1
 
     def unpin_all(self, rs) -> None:
-        active = self.active
+        """One active reference less on each of `rs`; a resource no user and no record holds is free."""
+        active, cache = self.active, self.cache
         for r in rs:
             left = active[r] - 1
             if left:
                 active[r] = left
             else:
                 del active[r]
-                self._maybe_free(r)
+                if r not in cache:
+                    self._free(r)
 
     def add_cache(self, r: int) -> None:
         self.cache[r] = self.cache.get(r, 0) + 1
@@ -77,21 +87,24 @@ class Pool:
         for r in rs:
             cache[r] = cache.get(r, 0) + 1
 
-    def drop_cache(self, r: int) -> bool:
-        """Remove one cache reference; return True when the resource became free."""
-        left = self.cache[r] - 1
-        if left:
-            self.cache[r] = left
-            return False
-        del self.cache[r]
-        return self._maybe_free(r)
+    def drop_cache_all(self, rs) -> int:
+        """Remove one cache reference from each of `rs`; return how many became free."""
+        active, cache = self.active, self.cache
+        freed = 0
+        for r in rs:
+            left = cache[r] - 1
+            if left:
+                cache[r] = left
+            else:
+                del cache[r]
+                if r not in active:
+                    self._free(r)
+                    freed += 1
+        return freed
 
-    def _maybe_free(self, r: int) -> bool:
-        if r in self.active or r in self.cache:
-            return False
+    def _free(self, r: int) -> None:
         self.held -= 1
         self._recycled.append(r)
-        return True
 
 
 @dataclass(eq=False)
@@ -145,18 +158,22 @@ class ContextCache:
 
     # -- records (CR-PUB-4 .. CR-PUB-6, CR-CAP-6) ----------------------------------------------
 
-    def canonical_page(self, key: bytes, own_page: int, truth: bytes | None = None) -> int:
-        """CR-PUB-5: the page the index maps `key` to, else the publisher's own page, indexed.
-        `truth`: the page's true identity, kept beside the index where the profile's key conflates
-        media (reference/semantics.py), so a hit can tell whether it reuses other pixels' KV."""
-        page = self.index.get(key)
-        if page is None:
-            page = own_page
-            self.index[key] = page
-            self.page_key[page] = key
-            if truth is not None:
-                self.truth[page] = truth
-        return page
+    def canonical_pages(self, keys, own_pages, truths=None) -> list[int]:
+        """CR-PUB-5, for each page of a new record: the page the index maps keys[i] to, else the
+        publisher's own page own_pages[i], indexed. `truths[i]`: the page's true identity, kept
+        beside the index where the profile's key conflates media (reference/semantics.py), so a
+        hit can tell whether it reuses other pixels' KV (None: no true identities kept)."""
+        index, page_key, truth_of = self.index, self.page_key, self.truth
+        pages = []
+        for key, own, truth in zip(keys, own_pages, truths if truths is not None else repeat(None)):
+            page = index.get(key)
+            if page is None:
+                page = index[key] = own
+                page_key[own] = key
+                if truth is not None:
+                    truth_of[own] = truth
+            pages.append(page)
+        return pages
 
     @property
     def draft(self) -> Pool:
@@ -211,18 +228,20 @@ class ContextCache:
             del self.lengths[record.tokens]
         for pool_id, held in record.holdings():
             pool = self.pools[pool_id]
-            for r in held:
-                if pool_id == PAGES and pool.cache[r] == 1:      # its last record: it leaves the index
-                    key = self.page_key.pop(r)
-                    del self.index[key]
-                    self.truth.pop(r, None)
-                    if traced:
-                        unindexed.append(key)
-                        if r in pool.active:
-                            in_use.append(r)
-                if pool.drop_cache(r):
-                    self.reclaimed[pool_id] += 1
-                    freed += pool_id == PAGES
+            if pool_id == PAGES:
+                for r in held:
+                    if pool.cache[r] == 1:                       # its last record: it leaves the index
+                        key = self.page_key.pop(r)
+                        del self.index[key]
+                        self.truth.pop(r, None)
+                        if traced:
+                            unindexed.append(key)
+                            if r in pool.active:
+                                in_use.append(r)
+            reclaimed = pool.drop_cache_all(held)
+            self.reclaimed[pool_id] += reclaimed
+            if pool_id == PAGES:
+                freed = reclaimed
         if traced:
             self.trace.evicted(self, record, rule, unindexed, in_use, freed)
 
@@ -281,10 +300,10 @@ class ContextCache:
                 self.pools[pool].unpin(r)
             self.draft.unpin_all(draft_kept)
             return None
-        held = list(kept) + [pages.allocate() for _ in range(private)]
+        held = list(kept) + pages.allocate_all(private)
         if not draft_kept and not draft_private:
             return held
-        return held, list(draft_kept) + [self.draft.allocate() for _ in range(draft_private)]
+        return held, list(draft_kept) + self.draft.allocate_all(draft_private)
 
     def grow(self, held: list, need: int, draft_held: list | None = None) -> bool:
         """CR-CAP-9: extend a sequence's page list to `need` pages, evicting with the planner;
@@ -295,9 +314,9 @@ class ContextCache:
             return True
         if not self.reserve((max(extra, 0), 0, 0, max(draft_extra, 0))):
             return False
-        held.extend(self.pages.allocate() for _ in range(extra))
+        held.extend(self.pages.allocate_all(max(extra, 0)))
         if draft_held is not None:
-            draft_held.extend(self.draft.allocate() for _ in range(draft_extra))
+            draft_held.extend(self.draft.allocate_all(max(draft_extra, 0)))
         return True
 
     def release(self, held: list, draft_held: list | None = None) -> None:

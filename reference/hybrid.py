@@ -135,8 +135,7 @@ def publish_captures(cache, staged: list, point: str, page_size: int, pure: bool
                 cache.pools[pool].unpin(r)
         else:
             truth = seq.history.truth
-            pages = [cache.canonical_page(seq.history.key(i), seq.pages[i], truth.key(i) if truth else None)
-                     for i in range(full)]
+            pages = cache.canonical_pages(seq.history.keys(full), seq.pages, truth.keys(full) if truth else None)
             slot = dict(slots)
             _traced(cache, seq, publication, key)      # before the insertion, which may evict (CR-CAP-6)
             cache.insert(Record(key, pages, length, slot[RECURRENT], slot.get(PARTIAL_KV),

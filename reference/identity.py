@@ -117,8 +117,7 @@ class TokenHistory:
         if count * P > len(self.tokens):
             raise IndexError(f"page {count - 1} of a {len(self.tokens)}-token history is not complete")
         parent = keys[-1] if keys else self.root
-        for j in range(len(keys), count):
-            start = j * P
+        for start in range(len(keys) * P, count * P, P):           # page j starts at token jP
             media = self._media(start, start + P) if self.spans else _NO_MEDIA
             page = data[start * _WIDTH:(start + P) * _WIDTH]
             parent = _sha256(b"".join((b"\x01", parent, head, page, b"\x03", media))).digest()

@@ -4,8 +4,6 @@ Vanilla deployments publish page records; recurrent and hybrid deployments publi
 records instead (hybrid.py, CR-HYB-3).
 """
 
-from itertools import repeat
-
 from .capacity import Record
 
 COMMITTED, EXISTING = "committed", "existing"
@@ -50,8 +48,8 @@ def publish_pages(cache, seq, count: int, point: str, page_size: int) -> dict:
         traced_publication(cache, seq, publication, key)
         cache.touch(record)
     else:
-        truths = seq.history.truth.keys(count) if seq.history.truth is not None else repeat(None)
-        pages = [cache.canonical_page(k, own, truth) for k, own, truth in zip(keys, seq.pages, truths)]
+        truths = seq.history.truth.keys(count) if seq.history.truth is not None else None
+        pages = cache.canonical_pages(keys, seq.pages, truths)
         traced_publication(cache, seq, publication, key)          # before the insertion, which may evict (CR-CAP-6)
         cache.insert(Record(key, pages, count * page_size))
     return publication

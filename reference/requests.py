@@ -138,13 +138,18 @@ def parse_request_file(doc, base_dir: str, engine=None, batch_size: int | None =
 
 def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: dict, engine,
              lora_files: bool = False, keywords: dict | None = None) -> Request:
+    # Checked with `if` rather than _check: paths and messages are written only for an error
+    # (a file of 10,000 requests runs these lines 10,000 times).
     path = f"$.requests[{i}]"
-    _check(isinstance(r, dict), path, "a request must be an object")
-    _check("messages" in r, path, "missing required key 'messages'")
+    if not isinstance(r, dict):
+        raise InputError(path, "a request must be an object")
+    if "messages" not in r:
+        raise InputError(path, "missing required key 'messages'")
     messages = r["messages"]
-    _check(isinstance(messages, list) and messages, f"{path}.messages", "must be a non-empty array")
+    if not (isinstance(messages, list) and messages):
+        raise InputError(f"{path}.messages", "must be a non-empty array")
     for j, m in enumerate(messages):
-        _message(m, f"{path}.messages[{j}]")
+        _message(m, path, j)
     name = r.get("lora_name")
     if name is not None:
         _check(isinstance(name, str) and name, f"{path}.lora_name", "must be a non-empty string")
@@ -154,21 +159,25 @@ def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: d
             _lora_file(name, lora[name], base_dir)
     _logit_bias(r, path, engine.vocab_size if engine is not None else VOCAB_SIZE)
     legacy = r.get("save_system_prompt_kv_cache", False)
-    _check(type(legacy) is bool, f"{path}.save_system_prompt_kv_cache", "must be a boolean")
+    if type(legacy) is not bool:
+        raise InputError(f"{path}.save_system_prompt_kv_cache", "must be a boolean")
     no_spec = r.get("disable_spec_decode", False)
-    _check(type(no_spec) is bool, f"{path}.disable_spec_decode", "must be a boolean")
+    if type(no_spec) is not bool:
+        raise InputError(f"{path}.disable_spec_decode", "must be a boolean")
     stop = r.get("stop", [])
     if isinstance(stop, str):
         stop = [stop]
-    _check(isinstance(stop, list) and all(isinstance(s, str) and s for s in stop),
-           f"{path}.stop", "must be a non-empty string or a list of them")
-    _check_input_size(messages, f"{path}.messages")
+    if not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
+        raise InputError(f"{path}.stop", "must be a non-empty string or a list of them")
+    where = f"{path}.messages"
+    _check_input_size(messages, where)
     if engine is not None and engine.hf:
         from .hf_tokenizer import tokenize_hf
-        prompt = tokenize_hf(messages, f"{path}.messages", base_dir, template, gen_prompt, engine, keywords)
+        prompt = tokenize_hf(messages, where, base_dir, template, gen_prompt, engine, keywords)
     else:
-        prompt = tokenize_messages(messages, f"{path}.messages", base_dir, template, gen_prompt, engine)
-    _check(len(prompt.tokens) > 0, f"{path}.messages", "the input has 0 tokens (CR-BATCH-5)")
+        prompt = tokenize_messages(messages, where, base_dir, template, gen_prompt, engine)
+    if not prompt.tokens:
+        raise InputError(where, "the input has 0 tokens (CR-BATCH-5)")
     return Request(i, prompt.tokens, prompt.spans, name, legacy, stop, no_spec)
 
 
@@ -182,8 +191,11 @@ def _check_input_size(messages: list, path: str) -> None:
     longer one is refused at once, not tokenized for minutes before its length fails the batch."""
     size = 0
     for m in messages:
-        items = m["content"] if isinstance(m["content"], list) else [{"type": "text", "text": m["content"]}]
-        size += sum(_utf8_size(i["text"]) for i in items if i.get("type") == "text")
+        content = m["content"]
+        if isinstance(content, str):
+            size += _utf8_size(content)
+        else:
+            size += sum(_utf8_size(i["text"]) for i in content if i.get("type") == "text")
     _check(size <= MAX_INPUT_TEXT_BYTES, path, f"the text of this request is {size} bytes, more than the "
                                                f"{MAX_INPUT_TEXT_BYTES} a request may hold before tokenization")
 
@@ -216,15 +228,20 @@ def _logit_bias(obj: dict, path: str, vocab: int = VOCAB_SIZE) -> None:
                "must be a number in [-100, 100]")
 
 
-def _message(m, path: str) -> None:
-    _check(isinstance(m, dict), path, "a message must be an object")
-    _check("role" in m and "content" in m, path, "a message needs 'role' and 'content'")
-    _check(m["role"] in ("system", "user", "assistant"), f"{path}.role",
-           f"unknown role {m['role']!r}")
+def _message(m, request_path: str, j: int) -> None:
+    """Message j of a request (checked with `if`, as in _request)."""
+    if not isinstance(m, dict):
+        raise InputError(f"{request_path}.messages[{j}]", "a message must be an object")
+    if "role" not in m or "content" not in m:
+        raise InputError(f"{request_path}.messages[{j}]", "a message needs 'role' and 'content'")
+    if m["role"] not in ("system", "user", "assistant"):
+        raise InputError(f"{request_path}.messages[{j}].role", f"unknown role {m['role']!r}")
     content = m["content"]
     if isinstance(content, str):
-        _check_text(content, f"{path}.content")
+        if not content.isascii():                          # ASCII holds no lone surrogate
+            _check_text(content, f"{request_path}.messages[{j}].content")
         return
+    path = f"{request_path}.messages[{j}]"
     _check(isinstance(content, list), f"{path}.content", "must be a string or an array of items")
     for k, item in enumerate(content):
         where = f"{path}.content[{k}]"

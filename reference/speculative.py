@@ -146,8 +146,8 @@ def publish_pairs(cache, seq, count: int, point: str, page_size: int) -> dict:
         if paired:
             cache.attach_draft(record, draft)
     else:
-        truths = seq.history.truth.keys(count) if seq.history.truth is not None else [None] * count
-        pages = [cache.canonical_page(k, seq.pages[i], truths[i]) for i, k in enumerate(keys)]
+        truths = seq.history.truth.keys(count) if seq.history.truth is not None else None
+        pages = cache.canonical_pages(keys, seq.pages, truths)
         traced_publication(cache, seq, publication, key)          # before the insertion, which may evict (CR-CAP-6)
         cache.insert(Record(key, pages, count * page_size, draft_pages=draft))
     return publication, paired

@@ -53,7 +53,6 @@ def tokenize_messages(messages, path: str, base_dir: str, chat_template: bool,
     if chat_template:
         prompt.special(BOS)
     for j, message in enumerate(messages):
-        mpath = f"{path}[{j}]"
         if chat_template:
             prompt.special(ROLE_TOKENS[message["role"]])
         content = message["content"]
@@ -61,7 +60,7 @@ def tokenize_messages(messages, path: str, base_dir: str, chat_template: bool,
             prompt.text(content)
         else:
             for k, item in enumerate(content):
-                _item(prompt, item, f"{mpath}.content[{k}]", base_dir, engine)
+                _item(prompt, item, f"{path}[{j}].content[{k}]", base_dir, engine)
         if chat_template:
             prompt.special(END)
     if chat_template and generation_prompt:

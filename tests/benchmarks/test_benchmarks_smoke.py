@@ -106,6 +106,7 @@ def test_side_by_side_times_two_trees_and_refuses_outputs_that_differ(tmp_path):
     r = sbs.run(root, root, requests=20, reps=1)
     assert r["prompt_tokens"] > 0 and len(r["old"]["seconds"]) == len(r["new"]["seconds"]) == 1
     assert r["speedup"] > 0 and "| old |" in sbs.table(r) and "| new |" in sbs.table(r)
+    assert len(r["new"]["cpu_seconds"]) == 1 and 0 < r["new"]["median_cpu_s"] and r["cpu_speedup"] > 0
     fake = tmp_path / "fake"
     (fake / "conformance").mkdir(parents=True)
     (fake / "conformance" / "__init__.py").write_text("")

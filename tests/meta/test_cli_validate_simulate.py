@@ -1,6 +1,7 @@
 """`kvconform validate` and `kvconform simulate`: exit codes, one-line errors naming the file
 and the JSON path, never a traceback."""
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -188,6 +189,28 @@ def test_simulate_reproduces_a_golden_case(capsys, tmp_path):
     assert predictions["input_file"] == str(request_file.resolve()) and predictions["rejected"] is None
     assert kv(capsys, "validate", tmp_path / "prof.json", tmp_path / "pred.json")[0] == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["engine", "pred.json", "prof.json", "pub-canonical-projection.json"]
+
+
+def test_simulate_writes_one_line_per_response_and_survives_a_file_name_that_is_not_utf8(capsys, tmp_path):
+    """The outputs are indented down to the items of top-level lists, one line each. A request
+    file whose name is not UTF-8 puts a lone surrogate into `input_file`, which orjson cannot
+    write: json writes that value instead (escaped), and the file is still JSON."""
+    doc, engine_dir, request_file = case_engine(tmp_path, "pub-canonical-projection")
+    odd = tmp_path / os.fsdecode(b"in-\xff.json")
+    odd.write_bytes(request_file.read_bytes())
+    code, out, err = kv(capsys, "simulate", "--engineDir", engine_dir, "--inputFile", odd,
+                        "--profileOutputFile", tmp_path / "prof.json", "--outputFile", tmp_path / "pred.json",
+                        "--enableContextReuse", "--contextCacheMaxRecords", "2", "--dumpProfile")
+    assert code == 0, err
+    text = (tmp_path / "pred.json").read_text(encoding="utf-8")
+    predictions = json.loads(text)
+    assert predictions["input_file"] == os.path.abspath(odd) and "\\udcff" in text
+    lines = [line.removesuffix(",") for line in text.splitlines()]
+    assert lines[:2] == ["{", '  "format": "kvconform-predictions-v1"']
+    assert len(predictions["responses"]) > 1
+    for response in predictions["responses"]:
+        assert "    " + json.dumps(response, separators=(",", ":")) in lines
+    assert kv(capsys, "validate", tmp_path / "prof.json", tmp_path / "pred.json")[0] == 0
 
 
 def test_simulate_on_a_bare_config(capsys, tmp_path):
