@@ -69,15 +69,7 @@ class Pool:
 
     def unpin_all(self, rs) -> None:
         """One active reference less on each of `rs`; a resource no user and no record holds is free."""
-        active, cache = self.active, self.cache
-        for r in rs:
-            left = active[r] - 1
-            if left:
-                active[r] = left
-            else:
-                del active[r]
-                if r not in cache:
-                    self._free(r)
+        self._drop(self.active, self.cache, rs)
 
     def add_cache(self, r: int) -> None:
         self.cache[r] = self.cache.get(r, 0) + 1
@@ -89,22 +81,23 @@ class Pool:
 
     def drop_cache_all(self, rs) -> int:
         """Remove one cache reference from each of `rs`; return how many became free."""
-        active, cache = self.active, self.cache
+        return self._drop(self.cache, self.active, rs)
+
+    def _drop(self, counts: dict, other: dict, rs) -> int:
+        """One reference less in `counts` on each of `rs`; a resource that `other` does not hold
+        either is free. Returns how many became free."""
         freed = 0
         for r in rs:
-            left = cache[r] - 1
+            left = counts[r] - 1
             if left:
-                cache[r] = left
+                counts[r] = left
             else:
-                del cache[r]
-                if r not in active:
-                    self._free(r)
+                del counts[r]
+                if r not in other:
+                    self.held -= 1
+                    self._recycled.append(r)
                     freed += 1
         return freed
-
-    def _free(self, r: int) -> None:
-        self.held -= 1
-        self._recycled.append(r)
 
 
 @dataclass(eq=False)
