@@ -7,10 +7,16 @@
 
 Every position of a sequence is computed at once from position 0 (teacher forcing): full causal
 attention, and the recurrence in its closed form y_t = sum_{s<=t} exp(cum_t - cum_s) dt_s
-(C_t . B_s) x_s + D x_t, evaluated in blocks of rows. Keys and values are rounded to the engine's
-KV dtype before attention (`kv_dtype`: "fp16", "fp8", or None for exact float64), because that
-rounding is part of the engine's numerics: a runtime stores them so. The exact run measures how
-much that rounding moves the answer (the calibration of spec/RUNNING.md section 5).
+(C_t . B_s) x_s + D x_t, evaluated in blocks of rows. Keys and values are rounded to the
+engine's KV dtype before attention (`kv_dtype`: "fp16", "fp8", or None for exact float64),
+because that rounding is part of the engine's numerics: a runtime stores them so. The exact run
+measures how much that rounding moves the answer (the calibration of spec/RUNNING.md section 5).
+
+The scorer reads only the positions from the input's last on (`hidden(..., first=)`), so the
+last layer computes its mixer and MLP at those positions alone; their keys, values and
+recurrence inputs still come from every position before them, so the rows are those the whole
+forward gives (tests/conformance/test_numerics.py checks it): on an engine of two layers
+that halves the work of a long prompt.
 
 It shares no code with gpu_backend: the two are written from the spec independently, and the
 kit's tests compare them.
@@ -70,15 +76,19 @@ class Forward:
             y = y + (x @ a.T) @ b.T
         return y
 
-    def hidden(self, ids, media=(), kv_dtype: str | None = "fp16"):
-        """Final-normed hidden states [n, d] of every position. `media`: [(start, rows [k, d])]."""
+    def hidden(self, ids, media=(), kv_dtype: str | None = "fp16", first: int = 0):
+        """Final-normed hidden states [n - first, d] of positions first..n-1 (default every
+        position). `media`: [(start, rows [k, d])]."""
         cfg, w = self.cfg, self.w
-        x = w["embed"][np.asarray(ids, dtype=np.int64)].copy()
+        x = w["embed"][np.asarray(ids, dtype=np.int64)].copy()                      # [n, d]
         for start, rows in media:
             x[start:start + len(rows)] = rows
+        last = len(cfg["layer_kinds"]) - 1
         for i, kind in enumerate(cfg["layer_kinds"]):
+            at = first if i == last else 0           # the first position this layer's output is needed at
             h = rmsnorm(x, w[f"layers.{i}.norm1"])
-            x = x + (self.attention(i, h, kv_dtype) if kind == "attention" else self.recurrence(i, h))
+            mixed = self.attention(i, h, kv_dtype, at) if kind == "attention" else self.recurrence(i, h, at)
+            x = x[at:] + mixed
             h = rmsnorm(x, w[f"layers.{i}.norm2"])
             gate, up = h @ w[f"layers.{i}.mlp.gate"].T, h @ w[f"layers.{i}.mlp.up"].T
             x = x + (silu(gate) * up) @ w[f"layers.{i}.mlp.down"].T
@@ -88,28 +98,30 @@ class Forward:
         head = self.w["embed"] if self.cfg.get("tie_embeddings", True) else self.w["lm_head"]
         return hidden_rows @ head.T
 
-    def attention(self, i: int, h, kv_dtype):
+    def attention(self, i: int, h, kv_dtype, at: int = 0):
+        """The attention output [n - at, d] at positions at..n-1 of `h` [n, d]."""
         cfg = self.cfg
         n, H, G, D = len(h), cfg["num_attention_heads"], cfg["num_kv_heads"], cfg["head_dim"]
-        p = f"layers.{i}.attn"
-        q = rope(self.proj(f"{p}.wq", h).reshape(n, H, D), cfg.get("rope_theta", 10000.0))
-        k = round_kv(rope(self.proj(f"{p}.wk", h).reshape(n, G, D), cfg.get("rope_theta", 10000.0)), kv_dtype)
+        R, theta, p = H // G, cfg.get("rope_theta", 10000.0), f"layers.{i}.attn"
+        q = rope(self.proj(f"{p}.wq", h[at:]).reshape(n - at, H, D), theta, at) / math.sqrt(D)
+        k = round_kv(rope(self.proj(f"{p}.wk", h).reshape(n, G, D), theta), kv_dtype)
         v = round_kv(self.proj(f"{p}.wv", h).reshape(n, G, D), kv_dtype)
-        # heads first; GQA: query head h reads KV group h // (H / G)
-        q = q.transpose(1, 0, 2)
-        k = np.repeat(k, H // G, axis=1).transpose(1, 2, 0)                          # [H, D, n]
-        v = np.repeat(v, H // G, axis=1).transpose(1, 0, 2)                          # [H, n, D]
-        out = np.empty((H, n, D))
-        for lo in range(0, n, ROW_BLOCK):
+        # GQA: query head g * R + r reads KV group g, so the query heads are grouped by their group
+        q = q.reshape(n - at, G, R, D).transpose(1, 2, 0, 3)                          # [G, R, rows, D]
+        k = k.transpose(1, 2, 0)[:, None]                                           # [G, 1, D, n]
+        v = v.transpose(1, 0, 2)[:, None]                                           # [G, 1, n, D]
+        out = np.empty((G, R, n - at, D))
+        for lo in range(at, n, ROW_BLOCK):
             hi = min(n, lo + ROW_BLOCK)
-            s = (q[:, lo:hi] @ k[:, :, :hi]) / math.sqrt(D)                          # [H, rows, hi]
-            s[:, np.arange(hi)[None, :] > np.arange(lo, hi)[:, None]] = -np.inf     # causal
-            e = np.exp(s - s.max(-1, keepdims=True))
-            out[:, lo:hi] = (e / e.sum(-1, keepdims=True)) @ v[:, :hi]
-        out = out.transpose(1, 0, 2)
-        return self.proj(f"{p}.wo", out.reshape(n, H * D))
+            s = q[:, :, lo - at:hi - at] @ k[..., :hi]                               # [G, R, rows, hi]
+            s[..., lo:] += _above_diagonal(hi - lo)                                  # causal: keys after the row
+            s -= s.max(-1, keepdims=True)
+            np.exp(s, out=s)
+            out[:, :, lo - at:hi - at] = (s @ v[:, :, :hi]) / s.sum(-1, keepdims=True)
+        return self.proj(f"{p}.wo", out.transpose(2, 0, 1, 3).reshape(n - at, H * D))
 
-    def recurrence(self, i: int, h):
+    def recurrence(self, i: int, h, at: int = 0):
+        """The recurrent mixer's output [n - at, d] at positions at..n-1 of `h` [n, d]."""
         r, w = self.cfg["recurrent"], self.w
         C, N, K, rH = r["conv_dim"], r["state_size"], r["conv_kernel"], r["num_heads"]
         hd = C // rH
@@ -125,26 +137,36 @@ class Forward:
         A = -np.exp(w[f"{p}.A_log"])
         cum = np.cumsum(dt * A, axis=0)                                             # [n, rH], decreasing
         xdt = xc * dt[:, :, None]                                                   # [n, rH, hd]
-        y = np.empty((n, rH, hd))
-        for lo in range(0, n, ROW_BLOCK):
+        y = np.empty((n - at, rH, hd))
+        for lo in range(at, n, ROW_BLOCK):
             hi = min(n, lo + ROW_BLOCK)
             seg = cum[lo:hi, None, :] - cum[None, :hi, :]                           # [rows, hi, rH] <= 0 below
             causal = (np.arange(hi)[None, :] <= np.arange(lo, hi)[:, None])[:, :, None]
             decay = np.where(causal, np.exp(np.minimum(seg, 0.0)), 0.0)
             scores = Cm[lo:hi] @ Bm[:hi].T                                          # [rows, hi]
             weight = scores[None] * decay.transpose(2, 0, 1)                         # [rH, rows, hi]
-            y[lo:hi] = (weight @ xdt[:hi].transpose(1, 0, 2)).transpose(1, 0, 2)
-        y = y + w[f"{p}.D"][None, :, None] * xc
-        return self.proj(f"{p}.out_proj", y.reshape(n, C) * silu(z))
+            y[lo - at:hi - at] = (weight @ xdt[:hi].transpose(1, 0, 2)).transpose(1, 0, 2)
+        y = y + w[f"{p}.D"][None, :, None] * xc[at:]
+        return self.proj(f"{p}.out_proj", y.reshape(n - at, C) * silu(z[at:]))
 
 
-def rope(t, theta: float):
-    """Rotate-half RoPE at positions 0..n-1 over the first 2 * (D // 2) channels; with an odd D
-    the last channel is not rotated. Frequencies theta^(-2i/D)."""
+_CAUSAL: dict = {}
+
+
+def _above_diagonal(size: int) -> np.ndarray:
+    """[size, size]: -inf where the column is after the row, 0 elsewhere (one per block size)."""
+    if size not in _CAUSAL:
+        _CAUSAL[size] = np.triu(np.full((size, size), -np.inf), 1)
+    return _CAUSAL[size]
+
+
+def rope(t, theta: float, start: int = 0):
+    """Rotate-half RoPE at positions start..start+n-1 over the first 2 * (D // 2) channels; with an
+    odd D the last channel is not rotated. Frequencies theta^(-2i/D)."""
     n, _, D = t.shape
     half = D // 2
     inv = theta ** (-np.arange(0, 2 * half, 2) / D)
-    ang = np.arange(n)[:, None] * inv[None, :]
+    ang = np.arange(start, start + n)[:, None] * inv[None, :]
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     a, b = t[..., :half], t[..., half:2 * half]
     return np.concatenate([a * cos - b * sin, b * cos + a * sin, t[..., 2 * half:]], axis=-1)

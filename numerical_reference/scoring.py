@@ -128,12 +128,11 @@ def score(weights: Weights, inputs: Inputs, mask: np.ndarray) -> Scored:
         if len(rows) != end - start:
             raise ValueError(f"{path}: {len(rows)} encoder rows for {end - start} placeholders")
         media.append((start, rows))
-    n = len(inputs.tokens)
-    rows = slice(n - 1, n - 1 + m)
+    first = len(inputs.tokens) - 1                     # positions first .. first + m - 1 = len(ids) - 1
     kv_dtype = weights.cfg.get("kv_cache_dtype", "fp16")
     has_kv = "attention" in weights.cfg["layer_kinds"]
-    rounded = _logprobs(model, model.hidden(ids, media, kv_dtype)[rows], inputs.bias, mask)
-    exact = _logprobs(model, model.hidden(ids, media, None)[rows], inputs.bias, mask) if has_kv else rounded
+    rounded = _logprobs(model, model.hidden(ids, media, kv_dtype, first), inputs.bias, mask)
+    exact = _logprobs(model, model.hidden(ids, media, None, first), inputs.bias, mask) if has_kv else rounded
     steps = []
     for s, token in enumerate(inputs.forced):
         lp = rounded[s]

@@ -18,7 +18,7 @@ from conformance.execute import run_case
 from conformance.numerical_judge import Bounds, check_outputs, judge_request
 from conformance.verdicts import Verdict, headline_note, summarize
 from numerical_reference import reference_for
-from numerical_reference.forward import Forward, audio_rows, image_rows, round_fp8_e4m3
+from numerical_reference.forward import ROW_BLOCK, Forward, audio_rows, image_rows, round_fp8_e4m3
 from numerical_reference.layout import LayoutError, load_weights
 from numerical_reference.scoring import Scored, Step
 from numerical_reference.source import CommandReference, ReferenceUnavailable, WeightsReference
@@ -73,6 +73,28 @@ def test_the_forward_matches_an_independent_float64_forward(engines, kind, lora)
         list(r.ids), [(s.start, s.modality, s.data) for s in r.spans])
     assert got.shape == want.shape
     assert np.abs(got - want).max() < 1e-6
+
+
+@pytest.mark.parametrize("kind", ["attention", "recurrent", "hybrid"])
+def test_the_last_positions_alone_are_those_of_the_whole_forward(engines, kind):
+    """The scorer asks only for the positions from the input's last on (`hidden(first=)`), and the
+    last layer then works at those alone: its rows equal the whole forward's, for a prompt of
+    several row blocks, a first position inside a block, on a block boundary and at the end, with
+    keys and values rounded and exact. The whole forward of a prompt of two blocks also equals
+    the independent sequential one."""
+    d = engines(kind)
+    weights = load_weights(str(d))
+    model = Forward(weights)
+    ids = [int(t) for t in np.random.default_rng(3).integers(0, 256, 2 * ROW_BLOCK + 90)]
+    for kv_dtype in ("fp16", None):
+        whole = model.hidden(ids, (), kv_dtype)
+        for first in (0, 1, ROW_BLOCK - 7, ROW_BLOCK, len(ids) - 1):
+            part = model.hidden(ids, (), kv_dtype, first)
+            assert part.shape == whole[first:].shape
+            assert np.abs(part - whole[first:]).max() < 1e-10, (kind, kv_dtype, first)
+    short = ids[:ROW_BLOCK + 40]
+    want = NumpyModel(weights.cfg, f"{d}/model.safetensors").logits(short)
+    assert np.abs(model.logits(model.hidden(short, (), "fp16", 3)) - want[3:]).max() < 1e-6
 
 
 @pytest.mark.parametrize("size,counter,count", [
