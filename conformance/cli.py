@@ -3,7 +3,9 @@
 Each command module provides `add_arguments(parser)` and `main(args) -> int`. Bad input in
 any command becomes one line on stderr and exit code 2, never a traceback. A reader that goes
 away (`kvconform parity | head -1`) ends the command quietly with 141, as a command the
-SIGPIPE signal stopped: its output was not wanted, which is no error of the command.
+SIGPIPE signal stopped: its output was not wanted, which is no error of the command. Ctrl-C,
+SIGTERM and SIGHUP end any command with 128 + the signal's number (conformance/interrupts.py:
+a command with a report keeps its partial report and says so).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import importlib
 import os
 import sys
 
+from . import interrupts
 from .errors import KvconformError
 
 COMMANDS = {
@@ -83,7 +86,8 @@ def _dispatch(argv: list[str] | None) -> int:
     if report is not None:
         report.CREATED.clear()         # only this command's own folders
     try:
-        return int(modules[args.command].main(args) or 0)
+        with interrupts.handled():
+            return int(modules[args.command].main(args) or 0)
     except KvconformError as e:
         from .secrets import mask
         report = sys.modules.get("conformance.report")
@@ -91,9 +95,9 @@ def _dispatch(argv: list[str] | None) -> int:
             report.remove_created_folders()   # bad input leaves no empty report folder behind
         print(f"kvconform: error: {mask(str(e))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("kvconform: interrupted", file=sys.stderr)
-        return 130
+        return 128 + interrupts.signum_of(e)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from .commands.validate import check_case
 from .engines import digest
 from .errors import KvconformError
 from .execute import run_case
+from .interrupts import raise_pending
 from .generate import MIN_BATCHES, cannot_run, run_generated
 from .rules import spec_rule_ids
 from .generate.draw import FAMILIES
@@ -188,6 +189,7 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
         return result
 
     def settled(result: CaseResult, done: int) -> bool:
+        raise_pending()
         report.add(result)
         results.append(result)
         bar.update()

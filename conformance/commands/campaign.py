@@ -33,6 +33,7 @@ from tabulate import tabulate
 from .. import executors
 from ..adapters import SELF_CHECKS, AdapterError, choose_backend
 from ..errors import KvconformError
+from ..interrupts import raise_pending, signum_of
 from ..executors.findings import Findings
 from ..executors.local import TaskFailed
 from ..executors.units import AdapterSpec, FamilyUnit, adapter_for, failed_unit, kit_fingerprint, run_unit, unpack
@@ -40,7 +41,7 @@ from ..generate.draw import FAMILIES
 from ..report import Report, claim_report_folder, write_text_atomic
 from ..suite import Plan
 from ..verdicts import PASSING_HEADLINES
-from .run import (ADAPTER_OPTIONS, _signals_interrupt, add_backend_arguments, positive_int,
+from .run import (ADAPTER_OPTIONS, add_backend_arguments, positive_int,
                   rerun_command, resolve_profile, seconds)
 
 MAX_HOURS = 24 * 7.0
@@ -151,7 +152,6 @@ def _campaign(args, backend: str, spec: AdapterSpec, pool, families: list[str], 
     started = time.monotonic()
     deadline = started + args.hours * 3600
     in_flight, units, k = [], {}, 0
-    restore = _signals_interrupt()
 
     def refresh() -> None:
         """The report's entries and campaign block from what has finished so far."""
@@ -175,6 +175,7 @@ def _campaign(args, backend: str, spec: AdapterSpec, pool, families: list[str], 
             if not in_flight:
                 break
             for ticket in pool.wait(in_flight, timeout=1.0):
+                raise_pending()
                 in_flight.remove(ticket)
                 _absorb(pool, ticket, units[ticket.key], findings, report, started, args.no_progress)
                 state["units"] += 1
@@ -182,14 +183,12 @@ def _campaign(args, backend: str, spec: AdapterSpec, pool, families: list[str], 
                 report.write(complete=False)
     except KeyboardInterrupt as e:
         pool.cancel(in_flight)
-        signum = getattr(e, "signum", signal.SIGINT)
+        signum = signum_of(e)
         refresh()
         report.interrupted()
         print(f"interrupted ({signal.Signals(signum).name}): the campaign's report of {state['units']} unit(s) is in "
               f"{report.folder}/report.json (complete: false)", file=sys.stderr)
         return 128 + signum
-    finally:
-        restore()
     refresh()
     doc = report.finish()
     _append_summary(report.folder / "summary.md", state)

@@ -33,6 +33,7 @@ from ..adapters import NAMES, SELF_CHECKS, AdapterError, choose_backend, make_ad
 from ..cases import parse_shard
 from .. import executors
 from ..errors import KvconformError
+from ..interrupts import signum_of
 from ..report import Report, check_report, claim_report_folder, problems_table, verdict_table
 from ..schemas import read_json
 from ..suite import execute, make_plan
@@ -257,20 +258,6 @@ def _resume_options(args) -> dict:
     return doc
 
 
-def _signals_interrupt():
-    """SIGTERM and SIGHUP end the run like Ctrl-C: the partial report is kept and says so.
-    Returns a function that restores the previous handlers."""
-    def handler(signum, frame):
-        raise Interrupted(signum)
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        try:
-            previous[sig] = signal.signal(sig, handler)
-        except ValueError:        # not the main thread: leave signals alone
-            pass
-    return lambda: [signal.signal(sig, old) for sig, old in previous.items()]
-
-
 def _adapter_spec(args, backend: str):
     from ..executors.units import AdapterSpec
     return AdapterSpec.of(backend, device=args.device, timeout=args.timeout, executable=args.executable,
@@ -334,12 +321,6 @@ def resolve_profile(requested: str | None, manifest: dict | None) -> str:
         raise KvconformError(f"--profile {requested}: the backend implements {', '.join(offered)} only "
                              "(semantics_profile in its capability manifest)")
     return requested
-
-
-class Interrupted(KeyboardInterrupt):
-    def __init__(self, signum: int = signal.SIGINT):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 def main(args) -> int:
@@ -414,7 +395,6 @@ def main(args) -> int:
           + (f", shard {args.shard}" if shard else "")
           + ("; SELF-CHECK: the oracle runs in place of a backend, no backend is tested" if self_check else ""),
           file=sys.stderr)
-    restore = _signals_interrupt()
     try:
         if args.executor == "ray":
             _execute_on_ray(args, backend, plan, adapter, report, pool)
@@ -425,14 +405,13 @@ def main(args) -> int:
             from ..reuse_timing import timing_verdict                       # "reuse is real", optional
             report.add(timing_verdict(adapter, manifest, fraction=args.timing_fraction))
     except KeyboardInterrupt as e:
-        signum = getattr(e, "signum", signal.SIGINT)
+        signum = signum_of(e)
         report.interrupted()
         print(verdict_table(report.results))
         print(f"interrupted ({signal.Signals(signum).name}): partial report of {len(report.results)} case(s) in "
               f"{report.folder}/report.json (complete: false); continue it with --resume", file=sys.stderr)
         return 128 + signum
     finally:
-        restore()
         adapter.close()
     results = report.results
     doc = report.finish()

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from ..adapters.base import Adapter, AdapterError, BuildRefused
 from ..cases import load_case
 from ..engines import digest
+from ..interrupts import raise_pending
 from ..numerical_judge import merge_facts
 from ..report import write_reproducer
 from ..verdicts import CaseResult, Failure, Verdict
@@ -127,6 +128,7 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
     @hypothesis_seed(seed)
     @given(st.data())
     def example(data):
+        raise_pending()                 # a Ctrl-C that a garbage-collector callback swallowed
         shrinking = state.shrink_deadline is not None
         if shrinking and time.monotonic() > state.shrink_deadline:
             reject()

@@ -21,6 +21,7 @@ from reference import peers as oracle
 from ..adapters import choose_backend
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
 from ..errors import KvconformError
+from ..interrupts import raise_pending
 from ..report import claim_report_folder, problems_table, verdict_table, write_json_atomic
 from ..secrets import display_url
 from ..verdicts import PASSING_HEADLINES, Verdict
@@ -195,6 +196,7 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
                                                                "settings": settings, "requests": transcript})
                 result.evidence = str(folder.relative_to(args.report))
                 result.rerun = rerun_command(args, case.id)
+            raise_pending()
             report.add(result)
             if not args.no_progress:
                 print(f"  {result.verdict!s:<14} {case.id}", file=sys.stderr)

@@ -191,6 +191,56 @@ def test_ctrl_c_with_jobs_does_not_run_the_queued_cases(tmp_path, monkeypatch, c
     assert len(started) <= 6, f"{len(started)} invocations: queued cases ran after Ctrl-C"
 
 
+class _InterruptsWhenCollected:
+    """An object whose finalizer receives a Ctrl-C: Python runs the handler there, and the
+    exception it raises is printed as "Exception ignored" and dropped (as in a garbage-collector
+    callback of Hypothesis's, where a campaign once lost its Ctrl-C and ran on)."""
+
+    def __del__(self):
+        signal.raise_signal(signal.SIGINT)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")      # the swallowed exception
+def test_a_ctrl_c_that_a_finalizer_swallowed_still_stops_the_run(tmp_path, monkeypatch):
+    import conformance.commands.run as run_command
+    started = []
+
+    class Interrupting(ReferenceAdapter):
+        def start(self, engine, runtime):
+            started.append(1)
+            if len(started) == 3:
+                _InterruptsWhenCollected()          # collected at once: the KeyboardInterrupt is lost
+            return super().start(engine, runtime)
+    monkeypatch.setattr(run_command, "make_adapter", lambda *a, **k: Interrupting())
+    code = kvconform(["run", "--backend", "reference", "--no-generated", "--no-progress", "--section", "PLAN",
+                      "--report", str(tmp_path / "rep")])
+    assert code == 130, f"the run went on after Ctrl-C: {len(started)} invocations"
+    doc = _report(tmp_path / "rep")
+    assert doc["complete"] is False and len(doc["cases"]) <= 3
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_signals_are_handled_only_inside_a_command():
+    from conformance import interrupts
+    before = {s: signal.getsignal(s) for s in interrupts.SIGNALS}
+    with interrupts.handled():
+        with pytest.raises(interrupts.Interrupted) as caught:
+            _InterruptsWhenCollected()
+            interrupts.raise_pending()
+        assert caught.value.signum == signal.SIGINT
+        with interrupts.handled():                  # nested: nothing changes
+            pass
+        assert signal.getsignal(signal.SIGTERM) is not before[signal.SIGTERM]
+    assert {s: signal.getsignal(s) for s in interrupts.SIGNALS} == before
+    interrupts.raise_pending()                      # the received signal is forgotten with the block
+    signal.signal(signal.SIGINT, signal.SIG_IGN)    # a background job's ignored Ctrl-C stays ignored
+    try:
+        with interrupts.handled():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before[signal.SIGINT])
+
+
 def test_partial_report_is_always_valid_json(tmp_path):
     """Every write is a whole file: readers polling report.json never see half of one."""
     from conformance.report import write_json_atomic
