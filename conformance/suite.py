@@ -189,10 +189,10 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
         return result
 
     def settled(result: CaseResult, done: int) -> bool:
-        raise_pending()
         report.add(result)
         results.append(result)
         bar.update()
+        raise_pending()                 # a signal whose exception was dropped (conformance/interrupts.py)
         if fail_fast and stops_a_fail_fast_run(result):
             report.stopped_early(result.id, plan.size - done)
             return True

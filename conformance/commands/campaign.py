@@ -165,6 +165,7 @@ def _campaign(args, backend: str, spec: AdapterSpec, pool, families: list[str], 
 
     try:
         while True:
+            raise_pending()             # a signal whose exception was dropped (conformance/interrupts.py)
             while len(in_flight) < pool.slots and deadline - time.monotonic() >= MIN_UNIT_S:
                 family, seed = families[k % len(families)], first_seed + k // len(families)
                 k += 1
@@ -175,7 +176,6 @@ def _campaign(args, backend: str, spec: AdapterSpec, pool, families: list[str], 
             if not in_flight:
                 break
             for ticket in pool.wait(in_flight, timeout=1.0):
-                raise_pending()
                 in_flight.remove(ticket)
                 _absorb(pool, ticket, units[ticket.key], findings, report, started, args.no_progress)
                 state["units"] += 1

@@ -196,8 +196,8 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
                                                                "settings": settings, "requests": transcript})
                 result.evidence = str(folder.relative_to(args.report))
                 result.rerun = rerun_command(args, case.id)
-            raise_pending()
             report.add(result)
+            raise_pending()             # a signal whose exception was dropped (conformance/interrupts.py)
             if not args.no_progress:
                 print(f"  {result.verdict!s:<14} {case.id}", file=sys.stderr)
     except KeyboardInterrupt:
