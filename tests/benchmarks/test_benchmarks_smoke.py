@@ -117,3 +117,29 @@ def test_side_by_side_times_two_trees_and_refuses_outputs_that_differ(tmp_path):
         "json.dump({}, open(a[a.index('--profileOutputFile') + 1], 'w'))\n")
     with pytest.raises(SystemExit, match=r"predictions.json differs between the two trees.*\$\["):
         sbs.run(root, fake, requests=20, reps=1)
+
+
+def test_reference_side_by_side_times_two_trees_and_refuses_other_scores(tmp_path, monkeypatch):
+    """benchmarks/reference_side_by_side.py: the same tree twice gives a row per shape and a ratio;
+    a tree whose reference scores a step otherwise is refused, naming the request and the step."""
+    from pathlib import Path
+    from benchmarks import reference_side_by_side as rsb
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setattr(rsb, "SHAPES", {"300+2": (300, 2, 2)})
+    r = rsb.run(root, root, reps=1)
+    row = r["shapes"]["300+2"]
+    assert row["requests"] == 2 and row["old_s_per_request"] > 0 and row["cpu_speedup"] > 0
+    assert "| 300 + 2 | 2 |" in rsb.table(r)
+    fake = tmp_path / "fake" / "numerical_reference"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "layout.py").write_text(
+        "class Weights:\n    cfg = {'vocab_size': 320, 'eos_token_id': 257}\n"
+        "def load_weights(folder):\n    return Weights()\n")
+    (fake / "scoring.py").write_text(
+        "from types import SimpleNamespace as N\n"
+        "def Inputs(tokens, media, adapter, bias, forced):\n    return N(forced=forced)\n"
+        "def score(weights, inputs, mask):\n"
+        "    return N(steps=[N(token=t, logprob=-1.0, top=[(t, -1.0)], kv_shift=0.0) for t in inputs.forced])\n")
+    with pytest.raises(SystemExit, match=r"300\+2 is scored differently by the two trees.*request 0 step 0"):
+        rsb.run(root, fake.parent, reps=1)
