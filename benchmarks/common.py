@@ -1,6 +1,7 @@
-"""Shared helpers: timing, medians, machine description, load sampling."""
+"""Shared helpers: timing, medians, machine description, load sampling, side-by-side options."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -102,3 +103,19 @@ def one_core() -> list:
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def side_by_side_parser(doc: str) -> argparse.ArgumentParser:
+    """The options of a benchmark of two checkouts side by side (`--old`, `--new`, `--reps`, `--json`)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--old", type=Path, required=True, help="the checkout before the change")
+    ap.add_argument("--new", type=Path, default=Path("."), help="the checkout with it (default: .)")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--json", type=Path, help="also write the result here")
+    return ap
+
+
+def revision(tree: Path) -> str:
+    """The short commit a checkout is at ("?" where git cannot tell)."""
+    out = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "?"

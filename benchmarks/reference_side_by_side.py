@@ -22,7 +22,6 @@ Each tree runs with the same interpreter (this one) and its own source first on 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -30,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .common import code_provenance, loadavg, machine, median, one_core
+from .common import code_provenance, loadavg, machine, median, one_core, revision, side_by_side_parser
 
 SHAPES = {"1280+1": (1280, 1, 12), "3072+8": (3072, 8, 4)}     # name: (prompt tokens, generated, requests)
 TOLERANCE = 1e-9                                                # nats
@@ -56,11 +55,6 @@ cpu = time.process_time() - started
 import numerical_reference
 print(json.dumps({"source": numerical_reference.__file__, "cpu_s": cpu, "steps": [[[s.token, s.logprob, s.top, s.kv_shift] for s in r.steps] for r in scored]}))
 """
-
-
-def _revision(tree: Path) -> str:
-    out = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() or "?"
 
 
 def _build_engine(folder: str) -> None:
@@ -121,7 +115,7 @@ def run(old: Path, new: Path, *, reps: int) -> dict:
                        "old_s_per_request": per["old"], "new_s_per_request": per["new"],
                        "cpu_speedup": per["old"] / per["new"]}
     return {"reps": reps, "pinned": bool(one_core()), "tolerance_nats": TOLERANCE,
-            "old": {"tree": str(old), "revision": _revision(old)}, "new": {"tree": str(new), "revision": _revision(new)},
+            "old": {"tree": str(old), "revision": revision(old)}, "new": {"tree": str(new), "revision": revision(new)},
             "shapes": rows, "machine": machine(), "loadavg": loadavg(), "code": code_provenance()}
 
 
@@ -139,11 +133,7 @@ def table(r: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--old", type=Path, required=True, help="the checkout before the change")
-    ap.add_argument("--new", type=Path, default=Path("."), help="the checkout with it (default: .)")
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--json", type=Path, help="also write the result here")
+    ap = side_by_side_parser(__doc__)
     a = ap.parse_args(argv)
     r = run(a.old, a.new, reps=a.reps)
     print(table(r))

@@ -16,7 +16,6 @@ Each tree runs with the same interpreter (this one) and its own source first on 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -26,14 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import code_provenance, loadavg, machine, median, one_core
+from .common import code_provenance, loadavg, machine, median, one_core, revision, side_by_side_parser
 from .oracle import simulate_args, write_engine
 from .trace import TraceModel, write_trace
-
-
-def _revision(tree: Path) -> str:
-    out = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() or "?"
 
 
 def _simulate(tree: Path, engine: str, trace: str, out_dir: str, records: int) -> tuple[float, float]:
@@ -85,7 +79,7 @@ def run(old: Path, new: Path, *, requests: int, reps: int, seed: int = 0, record
                 raise SystemExit(f"simulate_side_by_side: {f} differs between the two trees: not a speed-up "
                                  f"({_first_difference(old_doc, new_doc)})")
     tokens = stats["prompt_tokens"]
-    row = lambda name, tree: {"tree": str(tree), "revision": _revision(tree), "seconds": seconds[name],
+    row = lambda name, tree: {"tree": str(tree), "revision": revision(tree), "seconds": seconds[name],
                               "median_s": median(seconds[name]), "tokens_per_s": tokens / median(seconds[name]),
                               "cpu_seconds": cpu[name], "median_cpu_s": median(cpu[name])}
     result = {"requests": requests, "prompt_tokens": tokens, "reps": reps, "pinned": bool(one_core()),
@@ -109,12 +103,8 @@ def table(r: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--old", type=Path, required=True, help="the checkout before the change")
-    ap.add_argument("--new", type=Path, default=Path("."), help="the checkout with it (default: .)")
+    ap = side_by_side_parser(__doc__)
     ap.add_argument("--requests", type=int, default=10000)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--json", type=Path, help="also write the result here")
     a = ap.parse_args(argv)
     r = run(a.old, a.new, requests=a.requests, reps=a.reps)
     print(table(r))
