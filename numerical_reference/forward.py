@@ -13,10 +13,10 @@ because that rounding is part of the engine's numerics: a runtime stores them so
 measures how much that rounding moves the answer (the calibration of spec/RUNNING.md section 5).
 
 The scorer reads only the positions from the input's last on (`hidden(..., first=)`), so the
-last layer computes its mixer and MLP at those positions alone; their keys, values and
-recurrence inputs still come from every position before them, so the rows are those the whole
-forward gives (tests/conformance/test_numerics.py checks it): on an engine of two layers
-that halves the work of a long prompt.
+last layer computes its mixer and MLP at those positions alone. Their keys, values and
+recurrence inputs still come from every position before them, and the rows are those the whole
+forward gives (tests/conformance/test_numerics.py checks it). On an engine of two layers that
+halves the work of a long prompt.
 
 It shares no code with gpu_backend: the two are written from the spec independently, and the
 kit's tests compare them.
