@@ -105,5 +105,32 @@ def text_of(tokens: list[int]) -> str:
     return bytes(t for t in tokens if t < 256).decode("latin-1") if tokens else ""
 
 
+def peer_simulator(profile: str, settings: dict | None = None):
+    """A fresh cache of a peer profile (spec/peer-profiles.md): `predict`, `commit`, and on the
+    block pools `hold` / `release`, `free_queue`, `reset_prefix_cache`."""
+    from reference import peers
+    return peers.simulator(profile, settings)
+
+
+def peer_request(ids, **fields):
+    """A request as a peer profile's cache sees it (reference.peers.PeerRequest)."""
+    from reference import peers
+    return peers.PeerRequest(list(ids), **fields)
+
+
+def peer_sglang_module():
+    """reference.peer_sglang, whose cache the cross-check's classification varies one rule at a
+    time (conformance/crosscheck/hypotheses.py)."""
+    from reference import peer_sglang
+    return peer_sglang
+
+
+def peer_profile_error():
+    """The error a peer simulator raises for a state its profile does not define."""
+    from reference import peers
+    return peers.PeerProfileError
+
+
 __all__ = ["Prediction", "derive_engine", "engine_of", "flags_of", "rejection", "parse", "predict",
-           "OracleSession", "transcript", "transcripts", "accepted_counts", "text_of", "EOS"]
+           "OracleSession", "transcript", "transcripts", "accepted_counts", "text_of", "EOS",
+           "peer_simulator", "peer_request", "peer_profile_error", "peer_sglang_module"]

