@@ -166,12 +166,14 @@ def _observe_variant(stream: dict, switches) -> list:
     return out
 
 
-def explain(stream: dict, runtime: list, compare) -> tuple | None:
-    """The smallest set of causes (in CAUSES order) whose switches make the oracle's copy agree
-    with the runtime's observations; None when no set does. `compare(a, b)` is None on agreement."""
+def explain(stream: dict, runtime: list, compare) -> list:
+    """Every smallest set of causes (each in CAUSES order) whose switches make the oracle's copy
+    agree with the runtime's observations: several when the stream cannot tell them apart, none
+    when no set explains it. `compare(a, b)` is None on agreement."""
     causes = CAUSES.get(stream["runtime"], ())
     for size in range(1, len(causes) + 1):
-        for switches in combinations(causes, size):
-            if compare(runtime, observe(stream, switches)) is None:
-                return switches
-    return None
+        found = [switches for switches in combinations(causes, size)
+                 if compare(runtime, observe(stream, switches)) is None]
+        if found:
+            return found
+    return []

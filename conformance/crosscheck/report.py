@@ -63,7 +63,8 @@ SOURCES = {
 
 
 def causes_of(label: str) -> list:
-    return [c for c, text in hypotheses.LABELS.items() if text in label.split(" + ")]
+    parts = {part for alternative in label.split(" | ") for part in alternative.split(" + ")}
+    return [c for c, text in hypotheses.LABELS.items() if text in parts]
 
 
 def table_header() -> str:
@@ -112,8 +113,7 @@ def entries_file(result: Result) -> dict:
                            "observe": {"step": step, "value": f.difference.field},
                            "known_disagreement": f"cross-check: {f.label}"}]
         entries.append({
-            "id": "crosscheck/" + "-".join(c.replace("_", "-") for c in causes_of(f.label)) if causes_of(f.label)
-            else f"crosscheck/{f.example}",
+            "id": _entry_id(f),
             "file": file, "test": function, "line": line,
             "note": (f"class '{f.label}': {f.streams} of {result.streams} generated streams; first {f.example}, "
                      f"shrunk to {sum(1 for s in f.minimal['steps'] if 'prompt' in s)} requests. The expected values "
@@ -131,6 +131,13 @@ def entries_file(result: Result) -> dict:
                         "(driven by kvconform crosscheck) and the oracle disagree, one per disagreement class."),
         "entries": entries,
     }
+
+
+def _entry_id(f) -> str:
+    if f.label.startswith("unclassified"):
+        return f"crosscheck/unclassified-{f.example}"
+    alternatives = [[c for c, t in hypotheses.LABELS.items() if t in alt.split(" + ")] for alt in f.label.split(" | ")]
+    return "crosscheck/" + "-or-".join("-".join(c.replace("_", "-") for c in alt) for alt in alternatives)
 
 
 def write(result: Result, folder: Path) -> list:

@@ -4,7 +4,7 @@
 the runtime and the oracle and compares the class). Greedy passes, repeated until none helps:
 drop runs of steps (halving the run length down to one step), drop request keys (LoRA, salt,
 extra key, the read bypass, `hold`), cut sampled ids to one, cut prompts from the end and drop
-runs of prompt tokens, and drop `eagle`. Every candidate is a valid stream: a release whose
+runs of prompt tokens, make the pool smaller (whole blocks or pages), and drop `eagle`. Every candidate is a valid stream: a release whose
 request is gone releases nothing on either side. Bounded by `budget` calls of `still`.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ def shrink(stream: dict, still, budget: int = 2000) -> dict:
     improved = True
     while improved and calls[0] < budget:
         improved = False
-        for shrink_pass in (_drop_steps, _drop_keys, _cut_sampled, _cut_prompts, _drop_eagle):
+        for shrink_pass in (_drop_steps, _drop_keys, _cut_sampled, _cut_prompts, _shrink_pool, _drop_eagle):
             candidate = shrink_pass(best, attempt)
             if candidate is not None:
                 best, improved = candidate, True
@@ -102,6 +102,25 @@ def _cut_prompts(stream: dict, attempt):
                     at += run
             run //= 2
     return _with_steps(stream, steps) if changed else None
+
+
+def _shrink_pool(stream: dict, attempt):
+    """A smaller bounded pool: fewer requests fill it."""
+    settings = stream.get("settings") or {}
+    for key, unit in (("cache_blocks", 1), ("pool_tokens", settings.get("page_size", 1))):
+        size = settings.get(key)
+        if not size:
+            continue
+        best, step = size, max(unit, (size // 2) // unit * unit)
+        while step >= unit:
+            candidate = best - step
+            if candidate >= unit and attempt(dict(stream, settings=dict(settings, **{key: candidate}))):
+                best = candidate
+            else:
+                step = step // 2 // unit * unit if step > unit else 0
+        if best != size:
+            return dict(stream, settings=dict(settings, **{key: best}))
+    return None
 
 
 def _drop_eagle(stream: dict, attempt):
