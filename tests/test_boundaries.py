@@ -142,3 +142,34 @@ def test_relative_imports_are_resolved(tmp_path):
     assert "conformance.peers.judge" in found["conformance/report/page.py"]
     assert "conformance.report.page" in found["conformance/report/__init__.py"]
     assert importers_of(PEERS, ["conformance"], tmp_path) == {"conformance/report/page.py"}
+
+
+RUNTIMES = {"vllm", "sglang", "tensorrt_llm"}
+RUN_BY_A_RUNTIME = ("tools/crosscheck/drive_", "tools/vllm_cpu_launcher.py")
+"""Scripts that a runtime's own venv runs (the cross-check's drivers, tools/real-vllm.sh's launcher)."""
+
+
+def test_the_crosscheck_drivers_import_only_their_runtime():
+    """tools/crosscheck/drive_<runtime>.py run in the runtime's own venv (docs/crosscheck.md):
+    the runtime, torch and the standard library, never the kit."""
+    modules = imported_top_levels("tools/crosscheck")
+    for runtime in ("vllm", "sglang"):
+        names = modules[f"tools/crosscheck/drive_{runtime}.py"]
+        assert runtime in names and names <= STDLIB | {runtime, "torch"}, (runtime, sorted(names - STDLIB))
+
+
+def test_the_kit_never_imports_a_runtime():
+    """A runtime is installed into .kvconform-cache/ and run as its own process, never imported:
+    only the scripts its own interpreter runs do."""
+    for package in ("conformance", "reference", "gpu_backend", "numerical_reference", "faulty_backends",
+                    "benchmarks", "tools"):
+        offenders = {f: sorted(n & RUNTIMES) for f, n in imported_top_levels(package).items()
+                     if n & RUNTIMES and not f.startswith(RUN_BY_A_RUNTIME)}
+        assert not offenders, f"{package}/ imports a runtime: {offenders}"
+
+
+def test_the_crosscheck_reaches_the_oracle_only_through_conformance_oracle():
+    found = {f: sorted(n for n in names if n == "reference" or n.startswith("reference."))
+             for f, names in imported_modules("conformance/crosscheck").items()}
+    assert found and not any(found.values()), found
+    assert any("conformance.oracle" in names for names in imported_modules("conformance/crosscheck").values())

@@ -67,6 +67,21 @@ def causes_of(label: str) -> list:
     return [c for c, text in hypotheses.LABELS.items() if text in parts]
 
 
+def cause_counts(classes: list) -> dict:
+    """Per cause: the streams whose class needs it in every explanation (certain) and in some
+    (possible). `classes`: result.json's list (`class`, `streams`)."""
+    out = {}
+    for c in classes:
+        alternatives = [set(alt.split(" + ")) for alt in c["class"].split(" | ")]
+        for label in set().union(*alternatives):
+            if label.startswith("unclassified"):
+                continue
+            entry = out.setdefault(label, {"certain": 0, "possible": 0})
+            entry["possible"] += c["streams"]
+            entry["certain"] += c["streams"] if all(label in alt for alt in alternatives) else 0
+    return out
+
+
 def table_header() -> str:
     return ("| runtime | version | streams | requests | agree (streams) | agree (requests) | disagreement classes (streams) |\n"
             "|---|---|---:|---:|---:|---:|---|")
@@ -78,11 +93,17 @@ def table_row(result: Result) -> str:
 
 
 def summary(result: Result) -> dict:
+    classes = _classes(result)
     return {
         "runtime": result.runtime, "version": result.version, "streams": result.streams,
         "requests": result.requests, "agree": result.agree, "agree_requests": result.agree_requests,
         "stopped_undefined": result.undefined, "seconds": round(result.seconds, 1),
-        "classes": [{
+        "classes": classes, "causes": cause_counts(classes),
+    }
+
+
+def _classes(result: Result) -> list:
+    return [{
             "class": f.label, "streams": f.streams, "requests": f.requests, "first_stream": f.example,
             "minimal_requests": sum(1 for s in f.minimal["steps"] if "prompt" in s) if f.minimal else None,
             "difference": f.difference.line() if f.difference else None,
@@ -90,8 +111,7 @@ def summary(result: Result) -> dict:
             "runtime_observed": f.runtime, "oracle_observed": f.oracle,
             "sources": [dict(zip(("file", "function", "line", "what"), s))
                         for c in causes_of(f.label) for s in SOURCES.get(c, {}).get(result.runtime, [])],
-        } for f in sorted(result.findings.values(), key=lambda f: -f.streams)],
-    }
+        } for f in sorted(result.findings.values(), key=lambda f: -f.streams)]
 
 
 def entries_file(result: Result) -> dict:

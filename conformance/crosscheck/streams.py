@@ -100,7 +100,7 @@ def _vllm(rng, name: str, max_requests: int) -> dict:
         if held and roll < 0.25:
             steps.append({"release": held.pop(rng.randrange(len(held)))})
             continue
-        if roll < 0.3:
+        if steps and rng.random() < 0.06:        # while a request is held, refused
             steps.append({"reset": True})
             continue
         step = _request(rng, unit, lengths, earlier, _keys(rng, sglang=False))

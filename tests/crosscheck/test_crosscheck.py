@@ -123,3 +123,14 @@ def test_a_runtime_the_crosscheck_does_not_install_is_bad_input(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "vllm==0.32.0" in err
     assert main(["crosscheck", "--runtime", "sglang==0.5.23", "--requests", "0"]) == 2
+
+
+def test_cause_counts_separate_certain_from_possible():
+    classes = [{"class": "(b) evict only the shortfall", "streams": 5},
+               {"class": "(a) split at the prompt boundary | (b) evict only the shortfall", "streams": 2},
+               {"class": "empty salt + (b) evict only the shortfall", "streams": 1},
+               {"class": "unclassified (cached)", "streams": 4}]
+    counts = report.cause_counts(classes)
+    assert counts["(b) evict only the shortfall"] == {"certain": 6, "possible": 8}
+    assert counts["(a) split at the prompt boundary"] == {"certain": 0, "possible": 2}
+    assert counts["empty salt"] == {"certain": 1, "possible": 1} and len(counts) == 3
