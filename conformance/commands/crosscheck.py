@@ -2,6 +2,7 @@
 
     kvconform crosscheck --runtime vllm==0.32.0 [--requests 100000] [--report DIR] [--speed]
     kvconform crosscheck --runtime sglang==0.5.23 --speed-only
+    kvconform crosscheck --update-doc          # docs/crosscheck.md's tables from examples/crosscheck/
 
 Installs the runtime into .kvconform-cache/crosscheck/<runtime>-<version>/ first
 (tools/crosscheck/install.sh; minutes, once), unless `--python` names an interpreter that has it.
@@ -27,8 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--runtime", required=True, metavar="NAME==VERSION",
-                        help="vllm==0.32.0, vllm==0.33.0 or sglang==0.5.23")
+    parser.add_argument("--runtime", metavar="NAME==VERSION", help="vllm==0.32.0, vllm==0.33.0 or sglang==0.5.23")
+    parser.add_argument("--update-doc", action="store_true",
+                        help="rewrite docs/crosscheck.md's tables from the committed runs (examples/crosscheck/)")
     parser.add_argument("--requests", type=_positive, default=100_000, metavar="N",
                         help="generate streams until N requests were compared (default 100000)")
     parser.add_argument("--seed", type=_count, default=0, metavar="S", help="first stream seed (default 0)")
@@ -75,8 +77,8 @@ def parse_runtime(spec: str) -> tuple[str, str]:
 def install(name: str, version: str) -> str:
     """The venv interpreter that has the runtime, installing it first when needed."""
     script = ROOT / "tools" / "crosscheck" / "install.sh"
-    print(f"crosscheck: installing {name} {version} (once; see .kvconform-cache/crosscheck/{name}-{version}/install.log)",
-          file=sys.stderr)
+    print(f"crosscheck: {name} {version} from .kvconform-cache/crosscheck/{name}-{version}/ (installed first when "
+          "missing: minutes, once; install.log there)", file=sys.stderr)
     done = subprocess.run(["bash", str(script), name, version], capture_output=True, text=True)
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
@@ -89,8 +91,14 @@ class _Failed(Exception):
 
 
 def main(args) -> int:
-    name, version = parse_runtime(args.runtime)
     from ..crosscheck import report, speed
+    if args.update_doc:
+        changed = report.update_doc()
+        print(f"{'updated' if changed else 'unchanged'}: {report.DOC}")
+        return 0
+    if not args.runtime:
+        raise KvconformError("--runtime NAME==VERSION is required (or --update-doc)")
+    name, version = parse_runtime(args.runtime)
     from ..crosscheck.driver import Driver, DriverError
     from ..crosscheck.run import crosscheck
     try:

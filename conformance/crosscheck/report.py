@@ -83,13 +83,22 @@ def cause_counts(classes: list) -> dict:
 
 
 def table_header() -> str:
-    return ("| runtime | version | streams | requests | agree (streams) | agree (requests) | disagreement classes (streams) |\n"
-            "|---|---|---:|---:|---:|---:|---|")
+    return ("| runtime | version | streams | requests | agree (streams) | agree (requests) | "
+            "disagreement classes | streams per cause: certain (possible) |\n|---|---|---:|---:|---:|---:|---:|---|")
+
+
+def _row(d: dict) -> str:
+    causes = "; ".join(f"{label}: {n['certain']:,}" + (f" ({n['possible']:,})" if n["possible"] != n["certain"] else "")
+                       for label, n in sorted(cause_counts(d["classes"]).items(), key=lambda kv: -kv[1]["possible"]))
+    unclassified = sum(c["streams"] for c in d["classes"] if c["class"].startswith("unclassified"))
+    if unclassified:
+        causes += f"; unclassified: {unclassified:,}"
+    return (f"| {NAME.get(d['runtime'], d['runtime'])} | {d['version']} | {d['streams']:,} | {d['requests']:,} | "
+            f"{d['agree']:,} | {d['agree_requests']:,} | {len(d['classes'])} | {causes or 'none'} |")
 
 
 def table_row(result: Result) -> str:
-    return (f"| {NAME.get(result.runtime, result.runtime)} | {result.version} | {result.streams:,} | "
-            f"{result.requests:,} | {result.agree:,} | {result.agree_requests:,} | {result.classes()} |")
+    return _row(summary(result))
 
 
 def summary(result: Result) -> dict:
@@ -167,3 +176,46 @@ def write(result: Result, folder: Path) -> list:
     paths[1].write_text(json.dumps(entries_file(result), indent=1) + "\n")
     paths[2].write_text(table_header() + "\n" + table_row(result) + "\n")
     return paths
+
+
+# --- the committed run, as docs/crosscheck.md shows it ----------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "crosscheck"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "crosscheck.md"
+BEGIN, END = "<!-- crosscheck table: written by kvconform crosscheck --update-doc -->", "<!-- end of crosscheck table -->"
+ORDER = {"vllm": 0, "sglang": 1}
+
+
+def committed(folder: Path = EXAMPLES) -> list:
+    docs = [json.loads(p.read_text()) for p in sorted(folder.glob("*/result.json"))]
+    return sorted(docs, key=lambda d: (ORDER.get(d["runtime"], 9), d["version"]))
+
+
+def doc_tables(results: list) -> str:
+    """The table of every committed run, then per runtime the causes and each class's minimal stream."""
+    lines = [table_header()] + [_row(d) for d in results]
+    for d in results:
+        if not d["classes"]:
+            continue
+        lines += ["", f"**{NAME.get(d['runtime'], d['runtime'])} {d['version']}**, every class (a stream's class is the "
+                  "smallest set of causes that explains it; `|` where the stream cannot tell sets apart):", "",
+                  "| class | streams | minimal stream | first difference on it |", "|---|---:|---:|---|"]
+        for c in d["classes"]:
+            lines.append(f"| {c['class']} | {c['streams']:,} | {c['minimal_requests']} requests | {c['difference']} |")
+    return "\n".join(lines)
+
+
+def update_doc(results: list | None = None, doc: Path = DOC) -> bool:
+    """Rewrite the generated block of docs/crosscheck.md; whether it changed."""
+    text = doc.read_text()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    new = text[:start] + "\n" + doc_tables(committed() if results is None else results) + "\n" + text[end:]
+    if new != text:
+        doc.write_text(new)
+    return new != text
+
+
+def doc_is_current(doc: Path = DOC) -> bool:
+    text = doc.read_text()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    return text[start:end].strip() == doc_tables(committed()).strip()

@@ -134,3 +134,26 @@ def test_cause_counts_separate_certain_from_possible():
     assert counts["(b) evict only the shortfall"] == {"certain": 6, "possible": 8}
     assert counts["(a) split at the prompt boundary"] == {"certain": 0, "possible": 2}
     assert counts["empty salt"] == {"certain": 1, "possible": 1} and len(counts) == 3
+
+
+def committed_entries():
+    return sorted(report.EXAMPLES.glob("*/entries.json"))
+
+
+def test_the_committed_runs_are_what_docs_crosscheck_shows():
+    assert report.committed(), "no committed cross-check run under examples/crosscheck/"
+    assert report.doc_is_current(), "docs/crosscheck.md is out of date: run `kvconform crosscheck --update-doc`"
+
+
+@pytest.mark.parametrize("path", committed_entries(), ids=lambda p: p.parent.name)
+def test_each_committed_minimal_stream_still_disagrees_where_it_says(path):
+    """The entries' expected values are the runtime's own; the oracle differs from each (a fix of
+    the oracle makes this fail: then run the cross-check again and commit its new result)."""
+    doc = json.loads(path.read_text())
+    for entry in doc["entries"]:
+        stream = {"id": entry["id"], "runtime": {"vLLM": "vllm", "SGLang": "sglang"}[doc["runtime"]],
+                  "settings": entry["scenario"]["settings"], "steps": entry["scenario"]["steps"]}
+        observed = oracle_side.observe(stream)
+        for a in entry["assertions"]:
+            assert a["known_disagreement"].startswith("cross-check: ")
+            assert observed[a["observe"]["step"]].get(a["observe"]["value"]) != a["expected"], (entry["id"], a)
