@@ -38,6 +38,11 @@ def add_arguments(parser) -> None:
                         help="requests per stream at most (default 20)")
     parser.add_argument("--shrink-budget", type=_positive, default=400, metavar="N",
                         help="runs of both sides a shrink may take per class (default 400)")
+    parser.add_argument("--focus", choices=("split_prompt", "shortfall", "paged_decode", "newer_leaf", "empty_salt",
+                                            "empty_extra_key"),
+                        help="run only the streams whose oracle observations change with this cause switched "
+                        "(conformance/crosscheck/hypotheses.py): a search for a rare class")
+    parser.add_argument("--max-streams", type=_positive, metavar="N", help="generate at most N streams")
     parser.add_argument("--report", metavar="DIR", help="where result.json, entries.json and table.md go "
                         "(default kvconform-crosscheck/<runtime>-<version>)")
     parser.add_argument("--python", metavar="PY", help="an interpreter that has the runtime (skips the install)")
@@ -112,7 +117,11 @@ def main(args) -> int:
             result = None
             if not args.speed_only:
                 result = crosscheck(driver, name, _seeds(args.seed), args.max_requests, args.shrink_budget,
-                                    progress=_Progress(args.requests), until_requests=args.requests)
+                                    progress=_Progress(args.requests), until_requests=args.requests,
+                                    focus=args.focus, max_streams=args.max_streams)
+                if args.focus:
+                    print(f"focus {args.focus}: {result.passed_over:,} generated streams passed over, "
+                          f"{result.streams:,} run")
                 for path in report.write(result, folder):
                     print(f"wrote {path}")
                 print(report.table_header())

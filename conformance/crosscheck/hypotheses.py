@@ -25,8 +25,8 @@ salt, as both runtimes treat it (vLLM keys a salt only `if request.cache_salt`; 
 extra key apart from none, as SGLang's cache does (its API, io_struct.py `_normalize_extra_key`,
 makes `""` None before a request reaches the cache, so a server agrees with the oracle there).
 
-`explain(stream, runtime_observations)` is the smallest set of causes under which the oracle (or
-its copy) agrees with what the runtime observed, or None.
+`explain(stream, runtime_observations, compare)` lists every smallest set of causes under which
+the oracle (or its copy) observes what the runtime did (none: unexplained).
 """
 from __future__ import annotations
 
@@ -47,6 +47,9 @@ LABELS = {
 
 
 def variant(settings: dict, switches) -> object:
+    """A copy of the `sglang-radix` cache with the switched causes; with none it is the oracle
+    (tests/crosscheck checks it on generated streams). `commit` restates the oracle's with each
+    switch where it applies; everything else is the oracle's own."""
     module = oracle.peer_sglang_module()
     on = frozenset(switches)
 

@@ -106,7 +106,7 @@ def summary(result: Result) -> dict:
     return {
         "runtime": result.runtime, "version": result.version, "streams": result.streams,
         "requests": result.requests, "agree": result.agree, "agree_requests": result.agree_requests,
-        "stopped_undefined": result.undefined, "seconds": round(result.seconds, 1),
+        "stopped_undefined": result.undefined, "passed_over": result.passed_over, "seconds": round(result.seconds, 1),
         "classes": classes, "causes": cause_counts(classes),
     }
 

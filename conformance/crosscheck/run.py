@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from . import classify, oracle_side, shrink, streams
+from . import classify, hypotheses, oracle_side, shrink, streams
 from .compare import Difference, first_difference
 
 
@@ -39,6 +39,8 @@ class Result:
     agree: int = 0
     agree_requests: int = 0
     undefined: int = 0
+    passed_over: int = 0
+    """Streams generated but not run: the oracle observes the same with the focused cause switched."""
     findings: dict = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -62,13 +64,23 @@ def check(driver, stream: dict):
 
 
 def crosscheck(driver, runtime: str, seeds, max_requests: int = 20, shrink_budget: int = 400,
-               progress=None, seed_streams=None, until_requests: int | None = None) -> Result:
+               progress=None, seed_streams=None, until_requests: int | None = None, focus: str | None = None,
+               max_streams: int | None = None) -> Result:
     """Every seed's stream through both sides (`seed_streams`: streams to use instead), stopping
-    once `until_requests` requests were compared."""
+    once `until_requests` requests were compared or `max_streams` streams generated. `focus` (a
+    cause of hypotheses.CAUSES) runs only the streams on which switching that cause changes the
+    oracle's observations: a search for a rare cause."""
     result = Result(runtime, driver.version)
     start = time.perf_counter()
     source = seed_streams if seed_streams is not None else streams.streams(runtime, seeds, max_requests)
+    generated = 0
     for s in source:
+        generated += 1
+        if max_streams is not None and generated > max_streams:
+            break
+        if focus is not None and first_difference(hypotheses.observe(s, (focus,)), oracle_side.observe(s)) is None:
+            result.passed_over += 1
+            continue
         difference, ours, theirs = check(driver, s)
         n = compared(s, ours, theirs)
         result.streams += 1

@@ -157,3 +157,15 @@ def test_each_committed_minimal_stream_still_disagrees_where_it_says(path):
         for a in entry["assertions"]:
             assert a["known_disagreement"].startswith("cross-check: ")
             assert observed[a["observe"]["step"]].get(a["observe"]["value"]) != a["expected"], (entry["id"], a)
+
+
+def test_a_focused_search_runs_only_the_streams_the_cause_changes():
+    seen = []
+
+    def runtime_observe(stream):
+        seen.append(stream["id"])
+        return hypotheses.observe(stream, ("paged_decode",))
+    with FakeDriver(runtime_observe, "sglang", "0") as driver:
+        result = crosscheck(driver, "sglang", range(300), focus="paged_decode", max_streams=300)
+    assert result.passed_over + result.streams == 300 and 0 < result.streams < 100
+    assert "(c) paged decode accounting" in result.findings and result.agree == 0
