@@ -205,17 +205,46 @@ def doc_tables(results: list) -> str:
     return "\n".join(lines)
 
 
-def update_doc(results: list | None = None, doc: Path = DOC) -> bool:
-    """Rewrite the generated block of docs/crosscheck.md; whether it changed."""
-    text = doc.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    new = text[:start] + "\n" + doc_tables(committed() if results is None else results) + "\n" + text[end:]
-    if new != text:
-        doc.write_text(new)
-    return new != text
+SPEED = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+SPEED_BEGIN = "<!-- crosscheck speed: written by kvconform crosscheck --update-doc -->"
+SPEED_END = "<!-- end of crosscheck speed -->"
+
+
+def speed_table(folder: Path = SPEED) -> str:
+    """benchmarks/results/crosscheck-speed-*.json as one table."""
+    rows = [json.loads(p.read_text()) for p in sorted(folder.glob("crosscheck-speed-*.json"))]
+    rows.sort(key=lambda m: (ORDER.get(m["runtime"], 9), m["version"]))
+    lines = ["| runtime | version | requests | repetitions | runtime's manager | oracle | oracle / runtime | load |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for m in rows:
+        r, o = sorted(m["runtime_seconds"])[len(m["runtime_seconds"]) // 2], sorted(m["oracle_seconds"])[len(m["oracle_seconds"]) // 2]
+        load = "-".join(f"{x[0]:.0f}" for x in (m.get("loadavg_before"), m.get("loadavg_after")) if x)
+        lines.append(f"| {NAME.get(m['runtime'], m['runtime'])} | {m['version']} | {m['requests']:,} | {m['reps']} | "
+                     f"{m['runtime_requests_per_s']:,.0f} requests/s ({r:.1f} s) | {m['oracle_requests_per_s']:,.0f} "
+                     f"requests/s ({o:.1f} s) | {m['oracle_over_runtime']:.2f}x | {load} |")
+    return "\n".join(lines)
+
+
+def _blocks(results, speed_folder):
+    return ((BEGIN, END, lambda: doc_tables(committed() if results is None else results)),
+            (SPEED_BEGIN, SPEED_END, lambda: speed_table(speed_folder)))
+
+
+def update_doc(results: list | None = None, doc: Path = DOC, speed_folder: Path = SPEED) -> bool:
+    """Rewrite the generated blocks of docs/crosscheck.md; whether it changed."""
+    text = old = doc.read_text()
+    for begin, end, render in _blocks(results, speed_folder):
+        start, stop = text.index(begin) + len(begin), text.index(end)
+        text = text[:start] + "\n" + render() + "\n" + text[stop:]
+    if text != old:
+        doc.write_text(text)
+    return text != old
 
 
 def doc_is_current(doc: Path = DOC) -> bool:
     text = doc.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    return text[start:end].strip() == doc_tables(committed()).strip()
+    for begin, end, render in _blocks(None, SPEED):
+        start, stop = text.index(begin) + len(begin), text.index(end)
+        if text[start:stop].strip() != render().strip():
+            return False
+    return True

@@ -43,6 +43,10 @@ sys.stdout = sys.stderr
 
 import torch  # noqa: E402
 
+# One intra-op thread: every tensor op here is microseconds of work, and on a shared machine a
+# second OpenMP thread only waits for a core (SGLang's allocation path ran 4-5x slower with two).
+torch.set_num_threads(1)
+
 from sglang.srt.managers.schedule_batch import Req  # noqa: E402
 from sglang.srt.mem_cache.allocation import alloc_for_decode_default, alloc_for_extend  # noqa: E402
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator  # noqa: E402

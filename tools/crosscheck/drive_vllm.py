@@ -42,6 +42,10 @@ sys.stdout = sys.stderr
 
 import torch  # noqa: E402
 
+# One intra-op thread: every tensor op here is microseconds of work, and on a shared machine a
+# second OpenMP thread only waits for a core (SGLang's allocation path ran 4-5x slower with two).
+torch.set_num_threads(1)
+
 from vllm.lora.request import LoRARequest  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
