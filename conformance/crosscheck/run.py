@@ -2,7 +2,7 @@
 disagrees (docs/crosscheck.md).
 
     result = crosscheck(driver, "sglang", range(10_000))
-    result.table_row()          # runtime, version, streams, requests, agree, classes
+    result.findings             # class label -> Finding (count, minimal stream, both sides on it)
 
 The first disagreeing streams of each class are shrunk to minimal streams of the same class
 (conformance/crosscheck/classify.py), and the smallest is kept.
@@ -18,8 +18,9 @@ from .compare import Difference, first_difference
 
 @dataclass
 class Finding:
-    """A class of disagreement: how many streams showed it, the first stream that did, and that
-    stream shrunk to a minimal one, with both sides' observations of it."""
+    """A class of disagreement: how many streams showed it (and their requests), the smallest
+    minimal stream its first streams shrank to, the stream that one came from (`example`), and
+    both sides' observations of it."""
     label: str
     streams: int = 0
     requests: int = 0
