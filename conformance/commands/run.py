@@ -47,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_case_arguments(parser)
 
 
+def _peer_profiles() -> str:
+    """'a, b, c or d': the peer profiles, for the help text."""
+    from ..peers import PROFILES
+    return ", ".join(PROFILES[:-1]) + " or " + PROFILES[-1]
+
+
 def add_backend_arguments(parser: argparse.ArgumentParser, servers: bool = True):
     """The adapter and its options (`kvconform campaign` takes the same, without `servers`: the
     options of `--backend openai`, which it does not drive). Returns the "backend" group."""
@@ -58,8 +64,8 @@ def add_backend_arguments(parser: argparse.ArgumentParser, servers: bool = True)
     g.add_argument("--profile", metavar="NAME",
                    help="semantics profile to judge against (spec/profiles.md): kvconform-1 or edge-llm-0.10; "
                         "default: the first the backend's capability manifest declares"
-                        + (". With --backend openai: a peer profile (spec/peer-profiles.md): llama.cpp-server, "
-                           "vllm-apc, sglang-radix or trtllm-kv-reuse" if servers else ""))
+                        + (". With --backend openai: a peer profile (spec/peer-profiles.md): " + _peer_profiles()
+                           if servers else ""))
     e = parser.add_argument_group("fixed engine and command adapter (spec/RUNNING.md section 2)")
     e.add_argument("--engine-dir", metavar="DIR",
                    help="command and inprocess adapters: one fixed engine folder for every case (each case is laid "

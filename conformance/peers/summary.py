@@ -49,6 +49,16 @@ class PeerReport(Report):
         return doc
 
 
+def explanation_lines(results: list) -> list:
+    """The oracle's steps that decided the first wrong count, as a run prints them under its
+    problems (the peer oracle's decision trace, oldest step first), or []."""
+    failed = next((r for r in results if r.first_failure() is not None and r.first_failure().chain), None)
+    if failed is None:
+        return []
+    return (["", f"why the oracle expects what {failed.id} missed (its decision trace, oldest step first):"]
+            + [f"  {step}" for step in failed.first_failure().chain_lines()])
+
+
 def peer_clauses(summary: dict) -> list:
     """What a peer run's headline does not say by itself."""
     out = []
@@ -103,7 +113,9 @@ def peer_summary_markdown(doc: dict, results: list) -> str:
             lines += [f"### `{r.id}`: {r.verdict}", ""]
             if r.reason:
                 lines += [r.reason, ""]
-            lines += [f"- {f.line()}" for f in r.failures[:12]]
+            for f in r.failures[:12]:
+                lines.append(f"- {f.line()}")
+                lines += [f"  - {step}" for step in f.chain_lines()]   # the oracle's steps that decided it
             if r.evidence:
                 lines += ["", f"Every request and response of the case: `{r.evidence}/transcript.json`"]
             if r.rerun:
