@@ -1,6 +1,6 @@
 """`python -m gpu_backend serve`: an OpenAI-compatible server that caches prompts like a peer runtime.
 
-    python -m gpu_backend serve --profile llama.cpp-server|vllm-apc|sglang-radix|trtllm-kv-reuse --port N
+    python -m gpu_backend serve --profile P --port N      # P: a profile of peer_cache.SERVED
         [--engineDir D | --tokenizer DIR] [--setting KEY=VALUE ...] [--device cpu|cuda|auto]
 
 Loopback only (127.0.0.1). Requests are served one at a time. The reported
