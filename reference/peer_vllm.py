@@ -190,7 +190,7 @@ class VllmBlockPool:
                 self.free.remove(block)
             self.refs[block] = self.refs.get(block, 0) + 1
             run.blocks.append(block)
-        self._grow(run, "the prompt's")
+        self._grow(run, "the prompt fills")
         return run
 
     def fits(self, n: int, hit_blocks: list) -> bool:
@@ -223,7 +223,7 @@ class VllmBlockPool:
     def feed(self, run: Running) -> None:
         """One sampled token fed back: computed, and a block taken when it starts one."""
         run.computed += 1
-        self._grow(run, "a sampled id fed back completes")
+        self._grow(run, "a sampled id fed back fills")
 
     def release(self, run: Running) -> None:
         """PEER-VLLM-5: freed last block first; a block without a key goes to the head of the
@@ -314,7 +314,7 @@ class VllmBlockPool:
         """PEER-VLLM-4: blocks of a running request became full, and are cached under their keys."""
         lo, hi = new[0], new[-1] + 1
         step = self.trace.add("PEER-VLLM-4", "cached", hi, f"{what} {span(lo, hi)} (tokens {lo * self.B}-"
-                              f"{hi * self.B - 1} of its computed sequence) full: cached under their keys")
+                              f"{hi * self.B - 1} of its computed sequence): cached under their keys")
         for i in new:
             key = run.keys[i]
             self._holds[run.blocks[i]] = (step.owner, i)
