@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from reference.engine import resolve_paths
 
 from ..errors import KvconformError
-from ..schemas import schema_errors
+from ..cases.schemas import schema_errors
 
 
 @dataclass

@@ -15,8 +15,8 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..engines import build_cached, fixed_engine, source_digest
-from ..schemas import schema_errors
+from .engines import build_cached, fixed_engine, source_digest
+from ..cases.schemas import schema_errors
 from .base import Adapter, AdapterError, BuildRefused, Engine, RunResult, Session, check_manifest
 
 RUNTIME_ARGS = {  # case runtime flag -> gpu_backend.Runtime keyword

@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 import random
 
-from .. import oracle
-from ..engines import digest
+from ..judge import oracle
+from .engines import digest
 from .base import Adapter, BuildRefused, Engine, RunResult, Session
 
 LETTERS = b"abcdefghijklmnopqrstuvwxyz ,."

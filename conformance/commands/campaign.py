@@ -33,14 +33,15 @@ from tabulate import tabulate
 from .. import executors
 from ..adapters import SELF_CHECKS, AdapterError, choose_backend
 from ..errors import KvconformError
-from ..interrupts import raise_pending, signum_of
+from ..run.interrupts import raise_pending, signum_of
 from ..executors.findings import Findings
 from ..executors.local import TaskFailed
-from ..executors.units import AdapterSpec, FamilyUnit, adapter_for, failed_unit, kit_fingerprint, run_unit, unpack
+from ..executors.units import (AdapterSpec, FamilyUnit, adapter_for, failed_unit, kit_fingerprint, run_unit,
+                               unpack)
 from ..generate.draw import FAMILIES
-from ..report import Report, claim_report_folder, write_text_atomic
-from ..suite import Plan
-from ..verdicts import PASSING_HEADLINES
+from ..report.document import Report, claim_report_folder, write_text_atomic
+from ..run.suite import Plan
+from ..judge.verdicts import PASSING_HEADLINES
 from .run import (ADAPTER_OPTIONS, add_backend_arguments, positive_int,
                   rerun_command, resolve_profile, seconds)
 
@@ -165,7 +166,7 @@ def _campaign(args, backend: str, spec: AdapterSpec, pool, families: list[str], 
 
     try:
         while True:
-            raise_pending()             # a signal whose exception was dropped (conformance/interrupts.py)
+            raise_pending()             # a signal whose exception was dropped (conformance/run/interrupts.py)
             while len(in_flight) < pool.slots and deadline - time.monotonic() >= MIN_UNIT_S:
                 family, seed = families[k % len(families)], first_seed + k // len(families)
                 k += 1

@@ -74,9 +74,9 @@ from dataclasses import dataclass
 import reference
 from reference.engine import MAX_LAYERS, MAX_POOL_PAGES
 
-from .. import schemas
+from ..cases import schemas
 from ..errors import KvconformError
-from .describe_tokenizer import image_counter, tokenizer_facts
+from ..adapters.edge_llm_tokenizer import image_counter, tokenizer_facts
 from .options import deprecated_spelling
 
 TOKENS_PER_PAGE = 128        # kTOKENS_PER_PAGE, cpp/common/pagedKvTypes.h:27

@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 from ..errors import KvconformError
-from ..report import check_report, claim_report_folder, section_of, section_order, verdict_table, write_json_atomic, write_outputs
-from ..schemas import read_json
-from ..verdicts import PASSING_HEADLINES, CaseResult, summarize
+from ..report.document import (check_report, claim_report_folder, section_of, section_order, verdict_table,
+                               write_json_atomic, write_outputs)
+from ..cases.schemas import read_json
+from ..judge.verdicts import PASSING_HEADLINES, CaseResult, summarize
 
 SAME = ("kit_version", "spec_version", "running_version", "semantics_profile")
 

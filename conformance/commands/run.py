@@ -30,15 +30,15 @@ import reference
 import reference.semantics
 
 from ..adapters import NAMES, SELF_CHECKS, AdapterError, choose_backend, make_adapter, option_flag
-from ..cases import parse_shard
+from ..cases.case import parse_shard
 from .. import executors
 from ..errors import KvconformError
-from ..interrupts import signum_of
-from ..report import Report, check_report, claim_report_folder, problems_table, verdict_table
-from ..schemas import read_json
-from ..suite import execute, make_plan
+from ..run.interrupts import signum_of
+from ..report.document import Report, check_report, claim_report_folder, problems_table, verdict_table
+from ..cases.schemas import read_json
+from ..run.suite import execute, make_plan
 from ..generate import MIN_BATCHES
-from ..verdicts import PASSING_HEADLINES, headline_clauses, judged_line
+from ..judge.verdicts import PASSING_HEADLINES, headline_clauses, judged_line
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -402,7 +402,7 @@ def main(args) -> int:
             execute(plan, adapter, report, progress=not args.no_progress, jobs=args.jobs,
                     rerun=lambda path: rerun_command(args, backend, path), fail_fast=args.fail_fast)
         if args.timing and not self_check and "timing/reuse-is-real" not in {r.id for r in report.results}:
-            from ..reuse_timing import timing_verdict                       # "reuse is real", optional
+            from ..judge.reuse_timing import timing_verdict                       # "reuse is real", optional
             report.add(timing_verdict(adapter, manifest, fraction=args.timing_fraction))
     except KeyboardInterrupt as e:
         signum = signum_of(e)

@@ -23,7 +23,7 @@ import orjson
 import reference
 from reference.engine import MAX_WARMUP, resolve_paths
 
-from .. import schemas
+from ..cases import schemas
 from ..errors import KvconformError
 
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import reference
 from reference.requests import parse_generated
 
-from .. import schemas
-from ..cases import check_templates, Case
+from ..cases import schemas
+from ..cases.case import check_templates, Case
 from ..errors import KvconformError
-from ..rules import spec_rule_ids
+from ..cases.rules import spec_rule_ids
 from .options import deprecated_spelling
 
 KINDS = ("request", "case", "engine", "output", "profile", "predictions", "report", "capabilities")

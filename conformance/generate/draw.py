@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from reference.hybrid import slot_sizes
 
-from .. import oracle
+from ..judge import oracle
 from .media import ENCODINGS, SIZES, ImageSpec, bound_sizes, materialize
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import reference
 
-from .. import oracle
+from ..judge import oracle
 from ..adapters.base import Adapter
-from ..cases import bypass_replay_of, materialize, resolve_outputs
-from ..explain import Explainer
-from ..judging import judge, merged_transcripts, prediction_refused, same_reason, shape_failures
+from ..cases.case import bypass_replay_of, materialize, resolve_outputs
+from ..judge.explain import Explainer
+from ..judge.judging import judge, merged_transcripts, prediction_refused, same_reason, shape_failures
 from ..materialize import engine_key, write_units
-from ..numerical_judge import check_outputs, merge_facts
-from ..verdicts import Failure, Verdict
+from ..judge.numerical_judge import check_outputs, merge_facts
+from ..judge.verdicts import Failure, Verdict
 from .draw import Setup, build_request, strip_private
 
 

@@ -38,9 +38,10 @@ from reference.decode import DecodeError
 from reference.hybrid import slot_sizes
 from reference.identity import TokenHistory, adapter_root
 
-from .. import oracle, scenarios
-from ..cases import OUTPUT_TEMPLATE, Case
-from ..engines import digest
+from ..judge import oracle
+from ..cases import scenarios
+from ..cases.case import OUTPUT_TEMPLATE, Case
+from ..adapters.engines import digest
 from .layout import atoms_of
 from .media import counted, placeholders, resized
 from .relayout import CannotRelayout, apply_texts, filler, relayout
@@ -186,7 +187,7 @@ def _media_kinds(doc: dict) -> set[str]:
 
 
 def _absolute_media(doc: dict, base_dir: str) -> None:
-    from ..cases import materialize as absolute
+    from ..cases.case import materialize as absolute
     doc["requests"] = absolute(doc, base_dir, None)["requests"]
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..cases import OUTPUT_TEMPLATE
+from ..cases.case import OUTPUT_TEMPLATE
 
 UNITS = 256
 

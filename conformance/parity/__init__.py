@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import schemas
+from ..cases import schemas
 from ..errors import KvconformError
 from . import engine, peer
 

@@ -21,10 +21,10 @@ from reference import peers as oracle
 from ..adapters import choose_backend
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
 from ..errors import KvconformError
-from ..interrupts import raise_pending
-from ..report import claim_report_folder, problems_table, verdict_table, write_json_atomic
-from ..secrets import display_url
-from ..verdicts import PASSING_HEADLINES, Verdict
+from ..run.interrupts import raise_pending
+from ..report.document import claim_report_folder, problems_table, verdict_table, write_json_atomic
+from ..adapters.secrets import display_url
+from ..judge.verdicts import PASSING_HEADLINES, Verdict
 from .run_case import PeerContext, run_case
 from .server_info import merge_settings, read_facts
 from .scenarios import cases as build_cases
@@ -197,7 +197,7 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
                 result.evidence = str(folder.relative_to(args.report))
                 result.rerun = rerun_command(args, case.id)
             report.add(result)
-            raise_pending()             # a signal whose exception was dropped (conformance/interrupts.py)
+            raise_pending()             # a signal whose exception was dropped (conformance/run/interrupts.py)
             if not args.no_progress:
                 print(f"  {result.verdict!s:<14} {case.id}", file=sys.stderr)
     except KeyboardInterrupt:

@@ -1,16 +1,17 @@
 """The report folder of a peer run: the kit's report, with a summary in the peer suite's terms.
 
-report.json, junit.xml and the headline are the kit's own (conformance/report.py,
-conformance/verdicts.py: no verdict without evidence). Two things differ from an Edge-LLM run:
+report.json, junit.xml and the headline are the kit's own (conformance/report/document.py,
+conformance/judge/verdicts.py: no verdict without evidence). Two things differ from an Edge-LLM run:
 the summary carries no numerical-reference fields (a peer run judges cached-token counts, not
 outputs), and summary.md names the server, the peer profile and its settings, and lists every
 judged request as predicted against reported, so a reader can check each count by hand.
 """
 from __future__ import annotations
 
-from ..html_report import write_html
-from ..report import Report, junit, problems_table, verdict_table, write_json_atomic, write_text_atomic
-from ..verdicts import Verdict
+from ..report.html import write_html
+from ..report.document import (Report, junit, problems_table, verdict_table, write_json_atomic,
+                               write_text_atomic)
+from ..judge.verdicts import Verdict
 
 NOT_FOR_PEERS = ("outputs_judged_against", "reference_checked")
 

@@ -1,4 +1,4 @@
-"""The fast schema check (jsonschema-rs) in front of jsonschema (conformance/schemas.py).
+"""The fast schema check (jsonschema-rs) in front of jsonschema (conformance/cases/schemas.py).
 
 The fast check only ever accepts: a document it rejects is described by jsonschema, which has
 the last word. So the one thing that must never happen is the fast check accepting a document
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.robustness import schemagen
-from conformance import schemas
+from conformance.cases import schemas
 
 NAMES = sorted(schemas._schema_files())
 

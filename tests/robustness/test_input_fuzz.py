@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tests.robustness import fixtures
 from tests.robustness import harness
 from tests.robustness import schemagen
-from conformance.schemas import read_json
+from conformance.cases.schemas import read_json
 from conformance.errors import KvconformError
 
 ROOT = fixtures.ROOT

@@ -15,10 +15,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import KvconformError
+from ..errors import KvconformError
 from .schemas import read_json, schema_errors
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CASES_DIR = ROOT / "cases"
 
 # Spec sections in document order: the verdict table groups cases by the first rule they cite.

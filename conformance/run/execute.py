@@ -16,21 +16,21 @@ from pathlib import Path
 
 import reference
 
-from . import oracle
-from .adapters.base import (Adapter, AdapterError, BuildRefused, Engine, RunResult, is_greedy,
-                            missing_capabilities, observable, requirements)
-from .cases import Case, bypass_replay_of, materialize, resolve_outputs, template_refs
-from .compare import MISSING, dotted_get, leaves
-from .engines import cache_root, digest
-from .errors import KvconformError
-from .explain import Explainer
-from .generate.example import replay
-from .judging import judge, prediction_refused, same_reason, shape_failures
-from .materialize import NotExpressible, materialize_for
-from .numerical_judge import check_outputs
-from .pagemap import case_page_map
-from .transcripts import knowledge, predict_known
-from .verdicts import CaseResult, Failure, Verdict
+from ..judge import oracle
+from ..adapters.base import (Adapter, AdapterError, BuildRefused, Engine, RunResult, is_greedy,
+                             missing_capabilities, observable, requirements)
+from ..cases.case import Case, bypass_replay_of, materialize, resolve_outputs, template_refs
+from ..judge.compare import MISSING, dotted_get, leaves
+from ..adapters.engines import cache_root, digest
+from ..errors import KvconformError
+from ..judge.explain import Explainer
+from ..generate.example import replay
+from ..judge.judging import judge, prediction_refused, same_reason, shape_failures
+from ..materialize import NotExpressible, materialize_for
+from ..judge.numerical_judge import check_outputs
+from ..report.pagemap import case_page_map
+from ..judge.transcripts import knowledge, predict_known
+from ..judge.verdicts import CaseResult, Failure, Verdict
 
 # Keys of an engine description the oracle reads (spec/engine.md section 2): a bundled build
 # must write exactly what the build arguments derive.

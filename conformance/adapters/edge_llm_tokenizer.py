@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import os
 
-from .. import schemas
+from ..cases import schemas
 from ..errors import KvconformError
 
 LOADER = "tokenizers-raw"

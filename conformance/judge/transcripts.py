@@ -125,7 +125,7 @@ def predict_known(engine, flags, doc: dict, base_dir: str, known: list[Known], m
     requests, then (`coverage.admission`) the admission facts of the next batch where those are
     exact; when that is the whole file with aggregates, it is the plain prediction.
     `last_accepted`: per request, what its last EAGLE verification accepted, where reported
-    (conformance.oracle.predict)."""
+    (conformance.judge.oracle.predict)."""
     total = len(doc["requests"])
     sources = {i: k.source for i, k in enumerate(known)}
 

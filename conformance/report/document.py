@@ -26,15 +26,15 @@ from tabulate import tabulate
 import reference
 import reference.semantics
 
-from . import KIT_VERSION, RUNNING_VERSION
-from .cases import ROOT, SECTIONS
-from .compare import TOLERANCES
-from .numerical_judge import TOLERANCES as REFERENCE_TOLERANCES
-from .errors import KvconformError
-from .html_report import write_html
-from .schemas import schema_errors
-from .secrets import mask
-from .verdicts import CaseResult, Verdict, headline_note, judged_line, summarize
+from .. import KIT_VERSION, RUNNING_VERSION
+from ..cases.case import ROOT, SECTIONS
+from ..judge.compare import TOLERANCES
+from ..judge.numerical_judge import TOLERANCES as REFERENCE_TOLERANCES
+from ..errors import KvconformError
+from .html import write_html
+from ..cases.schemas import schema_errors
+from ..adapters.secrets import mask
+from ..judge.verdicts import CaseResult, Verdict, headline_note, judged_line, summarize
 
 SHORT = {"PASS": "PASS", "NOT_SUPPORTED": "N/S", "UNSPECIFIED": "UNSPEC", "QUALITY_WARNING": "QW",
          "TIMEOUT": "TIMEOUT", "FAIL": "FAIL", "ERROR": "ERROR"}
@@ -192,7 +192,7 @@ def write_json_atomic(path: Path, doc: dict, *, compact: bool = False) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Every file of the report folder goes through here: the secrets the kit knows are masked
-    (conformance/secrets.py)."""
+    (conformance/adapters/secrets.py)."""
     text = mask(text)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
