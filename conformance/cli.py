@@ -15,7 +15,7 @@ import os
 import sys
 
 from .run import interrupts
-from .errors import KvconformError
+from . import KvconformError
 
 COMMANDS = {
     "run": ("conformance.commands.run", "run the conformance suite against a backend (the main job)"),

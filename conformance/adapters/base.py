@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from reference.engine import resolve_paths
 
-from ..errors import KvconformError
+from .. import KvconformError
 from ..cases.schemas import schema_errors
 
 

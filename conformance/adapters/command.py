@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from .engines import build_cached, fixed_engine, source_digest
-from ..errors import KvconformError
+from .. import KvconformError
 from ..cases.schemas import read_json, schema_errors
 from .base import (Adapter, AdapterError, BuildRefused, Engine, RunResult, Session, backend_runtime,
                    check_manifest)

@@ -31,7 +31,7 @@ import json
 import os
 
 from ..cases import schemas
-from ..errors import KvconformError
+from .. import KvconformError
 
 LOADER = "tokenizers-raw"
 QWEN_VL = ("qwen2_vl", "qwen2_vl_vision", "qwen2_5_vl", "qwen2_5_vl_vision", "qwen3_vl", "qwen3_vl_vision",

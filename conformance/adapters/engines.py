@@ -85,7 +85,7 @@ def fixed_engine(engine_dir: str, description: str | None = None, bundled: bool 
 
     from ..judge import oracle
     from .base import Engine
-    from ..errors import KvconformError
+    from .. import KvconformError
     from ..cases.schemas import read_json
     if not os.path.isdir(engine_dir):
         raise KvconformError("not an engine folder", engine_dir)
@@ -109,7 +109,7 @@ def fixed_engine(engine_dir: str, description: str | None = None, bundled: bool 
 
 def _own_config(path: str):
     """DIR/config.json as JSON, or None when there is none (a dangling or looping link is bad input)."""
-    from ..errors import KvconformError
+    from .. import KvconformError
     from ..cases.schemas import read_json
     if not os.path.lexists(path):
         return None
@@ -132,7 +132,7 @@ OWN_FACTS = ("tokens_per_page", "max_input_len", "max_kv_cache_capacity", "max_b
 def _refuse_contradiction(config: dict, own: dict, description: str, own_path: str) -> None:
     """--engine-config describes the engine only where DIR/config.json is silent: the first fact
     on which the two disagree is bad input, naming both files."""
-    from ..errors import KvconformError
+    from .. import KvconformError
 
     def refuse(fact: str, theirs, key: str):
         raise KvconformError(f"--engine-config {description} contradicts {own_path}: {fact} is {_json(config.get(fact))} "
@@ -175,7 +175,7 @@ def _dotted(doc: dict, key: str):
 
 def _check_files(raw: dict, config: dict, engine_dir: str, source: str, bundled: bool) -> None:
     """Every file the description names exists in the folder."""
-    from ..errors import KvconformError
+    from .. import KvconformError
     weights = raw.get("weights") or ("model.safetensors" if bundled else None)
     if weights and not os.path.isfile(os.path.join(engine_dir, weights)):
         raise KvconformError(f"the engine folder lacks its weights {weights!r}"
@@ -200,7 +200,7 @@ def _check_tokenizer(tok: dict, source: str) -> None:
     one-message conversation within its bounds (spec/hf-tokenizer.md TOK-HF-4)."""
     from reference.hf_tokenizer import load_hf_tokenizer
 
-    from ..errors import KvconformError
+    from .. import KvconformError
     try:
         loaded = load_hf_tokenizer(tok["files"], tok["loader"])
         if loaded.chat_template is not None:

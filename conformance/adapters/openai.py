@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from ..errors import KvconformError
+from .. import KvconformError
 from .secrets import display_url, mask, register
 
 MAX_BODY_BYTES = 16 << 20

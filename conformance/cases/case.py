@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import KvconformError
+from .. import KvconformError
 from .schemas import read_json, schema_errors
 
 ROOT = Path(__file__).resolve().parents[2]

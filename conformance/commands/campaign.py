@@ -32,7 +32,7 @@ from tabulate import tabulate
 
 from .. import executors
 from ..adapters import SELF_CHECKS, AdapterError, choose_backend
-from ..errors import KvconformError
+from .. import KvconformError
 from ..run.interrupts import raise_pending, signum_of
 from ..executors.findings import Findings
 from ..executors.local import TaskFailed

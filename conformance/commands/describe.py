@@ -75,7 +75,7 @@ import reference
 from reference.engine import MAX_LAYERS, MAX_POOL_PAGES
 
 from ..cases import schemas
-from ..errors import KvconformError
+from .. import KvconformError
 from ..adapters.edge_llm_tokenizer import image_counter, tokenizer_facts
 from .options import deprecated_spelling
 

@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..errors import KvconformError
+from .. import KvconformError
 from ..report.document import (check_report, claim_report_folder, section_of, section_order, verdict_table,
                                write_json_atomic, write_outputs)
 from ..cases.schemas import read_json

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import KvconformError
+from .. import KvconformError
 from ..report.html import render
 from ..report.document import check_report, write_text_atomic
 from ..cases.schemas import read_json

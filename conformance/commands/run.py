@@ -32,7 +32,7 @@ import reference.semantics
 from ..adapters import NAMES, SELF_CHECKS, AdapterError, choose_backend, make_adapter, option_flag
 from ..cases.case import parse_shard
 from .. import executors
-from ..errors import KvconformError
+from .. import KvconformError
 from ..run.interrupts import signum_of
 from ..report.document import Report, check_report, claim_report_folder, problems_table, verdict_table
 from ..cases.schemas import read_json

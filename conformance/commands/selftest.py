@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from ..errors import KvconformError
+from .. import KvconformError
 from .run import positive_int, seconds
 
 BASELINES = {

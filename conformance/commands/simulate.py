@@ -24,7 +24,7 @@ import reference
 from reference.engine import MAX_WARMUP, resolve_paths
 
 from ..cases import schemas
-from ..errors import KvconformError
+from .. import KvconformError
 
 
 def add_arguments(parser) -> None:

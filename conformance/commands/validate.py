@@ -21,7 +21,7 @@ from reference.requests import parse_generated
 
 from ..cases import schemas
 from ..cases.case import check_templates, Case
-from ..errors import KvconformError
+from .. import KvconformError
 from ..cases.rules import spec_rule_ids
 from .options import deprecated_spelling
 

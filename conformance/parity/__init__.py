@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cases import schemas
-from ..errors import KvconformError
+from .. import KvconformError
 from . import engine, peer
 
 ROOT = Path(__file__).resolve().parents[2]

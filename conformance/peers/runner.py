@@ -20,7 +20,7 @@ from reference import peers as oracle
 
 from ..adapters import choose_backend
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
-from ..errors import KvconformError
+from .. import KvconformError
 from ..run.interrupts import raise_pending
 from ..report.document import claim_report_folder, problems_table, verdict_table, write_json_atomic
 from ..adapters.secrets import display_url

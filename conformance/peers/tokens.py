@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
-from ..errors import KvconformError
+from .. import KvconformError
 from . import PEER_PROFILES
 
 LOADERS = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto",

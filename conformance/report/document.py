@@ -30,7 +30,7 @@ from .. import KIT_VERSION, RUNNING_VERSION
 from ..cases.case import ROOT, SECTIONS
 from ..judge.compare import TOLERANCES
 from ..judge.numerical_judge import TOLERANCES as REFERENCE_TOLERANCES
-from ..errors import KvconformError
+from .. import KvconformError
 from .html import write_html
 from ..cases.schemas import schema_errors
 from ..adapters.secrets import mask

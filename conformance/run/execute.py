@@ -22,7 +22,7 @@ from ..adapters.base import (Adapter, AdapterError, BuildRefused, Engine, RunRes
 from ..cases.case import Case, bypass_replay_of, materialize, resolve_outputs, template_refs
 from ..judge.compare import MISSING, dotted_get, leaves
 from ..adapters.engines import cache_root, digest
-from ..errors import KvconformError
+from .. import KvconformError
 from ..judge.explain import Explainer
 from ..generate.example import replay
 from ..judge.judging import judge, prediction_refused, same_reason, shape_failures

@@ -22,7 +22,7 @@ from ..adapters.base import Adapter
 from ..cases.case import CASES_DIR, SECTIONS, Case, discover, in_shard, select
 from ..commands.validate import check_case
 from ..adapters.engines import digest
-from ..errors import KvconformError
+from .. import KvconformError
 from .execute import run_case
 from .interrupts import raise_pending
 from ..generate import MIN_BATCHES, cannot_run, run_generated

@@ -8,7 +8,7 @@ import pytest
 
 from conformance.cases.case import bypass_replay_of, check_templates, resolve_outputs, template_refs
 from conformance.judge.compare import LOGPROB_DRIFT, NEAR_TIE_NATS, compare_outputs
-from conformance.errors import KvconformError
+from conformance import KvconformError
 from conformance.judge.verdicts import Verdict
 
 

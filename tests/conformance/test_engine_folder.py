@@ -15,7 +15,7 @@ import pytest
 
 from conformance.cli import main as kvconform
 from conformance.adapters.engines import fixed_engine
-from conformance.errors import KvconformError
+from conformance import KvconformError
 
 ROOT = Path(__file__).resolve().parents[2]
 

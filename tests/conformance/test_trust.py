@@ -364,7 +364,7 @@ def test_a_case_citing_an_unknown_rule_is_bad_input(tmp_path, capsys):
 
 def test_a_command_adapter_that_fails_to_start_leaves_no_folder(tmp_path, monkeypatch):
     from conformance.adapters.command import CommandAdapter
-    from conformance.errors import KvconformError
+    from conformance import KvconformError
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     bad = tmp_path / "caps.json"
     bad.write_text("{}")

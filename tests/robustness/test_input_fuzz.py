@@ -26,7 +26,7 @@ from tests.robustness import fixtures
 from tests.robustness import harness
 from tests.robustness import schemagen
 from conformance.cases.schemas import read_json
-from conformance.errors import KvconformError
+from conformance import KvconformError
 
 ROOT = fixtures.ROOT
 _n = itertools.count()

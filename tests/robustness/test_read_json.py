@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conformance.cases import schemas
-from conformance.errors import KvconformError
+from conformance import KvconformError
 
 
 def write(tmp_path, text: str):
