@@ -82,7 +82,7 @@ def _dispatch(argv: list[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    report = sys.modules.get("conformance.report.document")   # not imported yet: it created no folder
+    report = sys.modules.get("conformance.report.folder")   # not imported yet: it created no folder
     if report is not None:
         report.CREATED.clear()         # only this command's own folders
     try:
@@ -90,7 +90,7 @@ def _dispatch(argv: list[str] | None) -> int:
             return int(modules[args.command].main(args) or 0)
     except KvconformError as e:
         from .adapters.secrets import mask
-        report = sys.modules.get("conformance.report.document")
+        report = sys.modules.get("conformance.report.folder")
         if report is not None:
             report.remove_created_folders()   # bad input leaves no empty report folder behind
         print(f"kvconform: error: {mask(str(e))}", file=sys.stderr)

@@ -39,7 +39,8 @@ from ..executors.local import TaskFailed
 from ..executors.units import (AdapterSpec, FamilyUnit, adapter_for, failed_unit, kit_fingerprint, run_unit,
                                unpack)
 from ..generate.draw import FAMILIES
-from ..report.document import Report, claim_report_folder, write_text_atomic
+from ..report.document import Report
+from ..report.folder import claim_report_folder, write_text_atomic
 from ..run.suite import Plan
 from ..judge.verdicts import PASSING_HEADLINES
 from .run import (ADAPTER_OPTIONS, add_backend_arguments, positive_int,

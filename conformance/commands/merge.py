@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 from .. import KvconformError
-from ..report.document import (check_report, claim_report_folder, section_of, section_order, verdict_table,
-                               write_json_atomic, write_outputs)
+from ..report.document import check_report, write_outputs
+from ..report.folder import claim_report_folder, write_json_atomic
+from ..report.tables import section_of, section_order, verdict_table
 from ..cases.schemas import read_json
 from ..judge.verdicts import PASSING_HEADLINES, CaseResult, summarize
 

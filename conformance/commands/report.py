@@ -11,7 +11,8 @@ from pathlib import Path
 
 from .. import KvconformError
 from ..report.html import render
-from ..report.document import check_report, write_text_atomic
+from ..report.document import check_report
+from ..report.folder import write_text_atomic
 from ..cases.schemas import read_json
 
 

@@ -34,7 +34,9 @@ from ..cases.case import parse_shard
 from .. import executors
 from .. import KvconformError
 from ..run.interrupts import signum_of
-from ..report.document import Report, check_report, claim_report_folder, problems_table, verdict_table
+from ..report.document import Report, check_report
+from ..report.folder import claim_report_folder
+from ..report.tables import problems_table, verdict_table
 from ..cases.schemas import read_json
 from ..run.suite import execute, make_plan
 from ..generate import MIN_BATCHES

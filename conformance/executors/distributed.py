@@ -23,7 +23,8 @@ from typing import Callable
 from tqdm import tqdm
 
 from ..generate import cannot_run
-from ..report.document import Report, write_reproducer
+from ..report.document import Report
+from ..report.folder import write_reproducer
 from ..run.suite import REGRESSIONS_DIR, Plan, with_rerun
 from ..judge.verdicts import CaseResult
 from .local import TaskFailed

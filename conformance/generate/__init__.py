@@ -31,7 +31,7 @@ from ..cases.case import load_case
 from ..adapters.engines import digest
 from ..run.interrupts import raise_pending
 from ..judge.numerical_judge import merge_facts
-from ..report.document import write_reproducer
+from ..report.folder import write_reproducer
 from ..judge.verdicts import CaseResult, Failure, Verdict
 from .draw import FAMILIES, draw_setup, fixed_engine_gaps, policy_switch, recipes
 from .example import Example, Mismatch, run_whole

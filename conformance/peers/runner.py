@@ -22,7 +22,8 @@ from ..adapters import choose_backend
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
 from .. import KvconformError
 from ..run.interrupts import raise_pending
-from ..report.document import claim_report_folder, problems_table, verdict_table, write_json_atomic
+from ..report.folder import claim_report_folder, write_json_atomic
+from ..report.tables import problems_table, verdict_table
 from ..adapters.secrets import display_url
 from ..judge.verdicts import PASSING_HEADLINES, Verdict
 from .run_case import PeerContext, run_case

@@ -9,8 +9,10 @@ judged request as predicted against reported, so a reader can check each count b
 from __future__ import annotations
 
 from ..report.html import write_html
-from ..report.document import (Report, junit, problems_table, verdict_table, write_json_atomic,
-                               write_text_atomic)
+from ..report.document import Report
+from ..report.junit import junit
+from ..report.tables import problems_table, verdict_table
+from ..report.folder import write_json_atomic, write_text_atomic
 from ..judge.verdicts import Verdict
 
 NOT_FOR_PEERS = ("outputs_judged_against", "reference_checked")

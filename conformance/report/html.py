@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from ..judge.verdicts import headline_clauses, judged_line
+from .folder import write_text_atomic
 
 ASSETS = Path(__file__).with_name("html_assets")
 ORDER = ("PASS", "QUALITY_WARNING", "UNSPECIFIED", "NOT_SUPPORTED", "TIMEOUT", "FAIL", "ERROR")
@@ -55,7 +56,6 @@ def render(doc: dict) -> str:
 
 
 def write_html(folder: Path, doc: dict) -> Path:
-    from .document import write_text_atomic          # report.py calls this module: imported late
     path = Path(folder) / "report.html"
     write_text_atomic(path, render(doc))
     return path

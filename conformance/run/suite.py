@@ -28,7 +28,8 @@ from .interrupts import raise_pending
 from ..generate import MIN_BATCHES, cannot_run, run_generated
 from ..cases.rules import spec_rule_ids
 from ..generate.draw import FAMILIES
-from ..report.document import EVIDENCE_SUFFIX, Report, write_evidence, write_reproducer
+from ..report.folder import EVIDENCE_SUFFIX, write_evidence, write_reproducer
+from ..report.document import Report
 from ..judge.verdicts import CaseResult, Verdict
 
 REGRESSIONS_DIR = CASES_DIR / "regressions"

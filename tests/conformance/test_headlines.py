@@ -33,7 +33,7 @@ def test_a_thinly_judged_section_is_named_in_the_headline():
     results = ([result(f"m{k}", Verdict.NOT_SUPPORTED, "MEDIA") for k in range(13)] + [result("m", Verdict.PASS, "MEDIA")]
                + [result(f"t{k}", Verdict.NOT_SUPPORTED, "TOK") for k in range(9)]
                + [result(f"p{k}", Verdict.PASS) for k in range(10)])
-    from conformance.report.document import section_of, section_order
+    from conformance.report.tables import section_of, section_order
     s = summarize(results, group=section_of, order=section_order)
     assert s["headline"] == "CONFORMANT"
     assert s["thin_sections"] == ["3 Media spans", "12 Tokenizers and media counts"]

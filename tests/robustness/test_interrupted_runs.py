@@ -243,7 +243,7 @@ def test_signals_are_handled_only_inside_a_command():
 
 def test_partial_report_is_always_valid_json(tmp_path):
     """Every write is a whole file: readers polling report.json never see half of one."""
-    from conformance.report.document import write_json_atomic
+    from conformance.report.folder import write_json_atomic
     path = tmp_path / "report.json"
     write_json_atomic(path, {"cases": []})
     stop, bad = threading.Event(), []
