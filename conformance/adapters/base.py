@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from reference.engine import resolve_paths
 
 from .. import KvconformError
 from ..cases.schemas import schema_errors
+from ..judge.oracle import resolve_engine_paths as resolve_paths
 
 
 @dataclass

@@ -67,11 +67,10 @@ import json
 import os
 from dataclasses import dataclass
 
-import reference
-from reference.engine import MAX_LAYERS, MAX_POOL_PAGES
-
 from ..cases import schemas
 from .. import KvconformError
+from ..judge import oracle
+from ..judge.oracle import MAX_LAYERS, MAX_POOL_PAGES
 from .edge_llm_tokenizer import image_counter, tokenizer_facts
 
 TOKENS_PER_PAGE = 128        # kTOKENS_PER_PAGE, cpp/common/pagedKvTypes.h:27
@@ -210,8 +209,8 @@ def _ours(cfg: Config, findings: Findings) -> dict:
     """A kvconform-engine-v1 description is taken as it is, once the schema and the oracle accept it."""
     schemas.check(cfg.doc, "engine", cfg.path)
     try:
-        reference.engine_from_config(cfg.doc)
-    except reference.InputError as e:
+        oracle.engine_from_config(cfg.doc)
+    except oracle.InputError as e:
         raise KvconformError(e.message, cfg.path, e.path) from None
     findings.note(f"{cfg.path} is already a {OUR_FORMAT} description; written unchanged")
     return cfg.doc
@@ -592,6 +591,6 @@ def _check_result(doc: dict, source: str) -> None:
     if problems:
         raise KvconformError(f"the description derived from it is invalid: {problems[0][0]}: {problems[0][1]}", source)
     try:
-        reference.engine_from_config(doc)
-    except reference.InputError as e:
+        oracle.engine_from_config(doc)
+    except oracle.InputError as e:
         raise KvconformError(f"the description derived from it is invalid: {e.path}: {e.message}", source) from None

@@ -81,7 +81,7 @@ def fixed_engine(engine_dir: str, description: str | None = None, bundled: bool 
     describe`), a description that contradicts DIR/config.json, and a folder that lacks a file its
     description names (weights, adapters, tokenizer files; with `bundled`, the bundled backend's
     weights) - an engine that cannot load would only be judged ERROR case after case."""
-    from reference.engine import resolve_paths
+    from ..judge.oracle import resolve_engine_paths as resolve_paths
 
     from ..judge import oracle
     from .base import Engine
@@ -138,7 +138,7 @@ def _refuse_contradiction(config: dict, own: dict, description: str, own_path: s
         raise KvconformError(f"--engine-config {description} contradicts {own_path}: {fact} is {_json(config.get(fact))} "
                              f"in {description}, {key} is {_json(theirs)} in {own_path}")
     if own.get("format") is not None:
-        from reference.engine import resolve_paths
+        from ..judge.oracle import resolve_engine_paths as resolve_paths
 
         from ..judge import oracle
         try:
@@ -198,7 +198,7 @@ def _check_files(raw: dict, config: dict, engine_dir: str, source: str, bundled:
 def _check_tokenizer(tok: dict, source: str) -> None:
     """The tokenizer loads, and its chat template (untrusted code) compiles and renders a
     one-message conversation within its bounds (spec/hf-tokenizer.md TOK-HF-4)."""
-    from reference.hf_tokenizer import load_hf_tokenizer
+    from ..judge.oracle import load_hf_tokenizer
 
     from .. import KvconformError
     try:

@@ -52,8 +52,7 @@ class Vocabulary:
 
 BYTES = Vocabulary()
 # every profile the oracle knows, its default first: the self-check runs under any of them
-PROFILES = [oracle.reference.semantics.DEFAULT] + [p for p in oracle.reference.PROFILE_NAMES
-                                                    if p != oracle.reference.semantics.DEFAULT]
+PROFILES = [oracle.DEFAULT_PROFILE] + [p for p in oracle.PROFILE_NAMES if p != oracle.DEFAULT_PROFILE]
 
 
 def stand_in(request, max_length: int, stop: list[str], vocab: Vocabulary = BYTES) -> tuple[list[int], str, str]:
@@ -149,7 +148,7 @@ class ReferenceAdapter(Adapter):
     def capabilities(self) -> dict:
         return {
             "format": "kvconform-capabilities-v1", "backend": "reference",
-            "version": oracle.reference.SPEC_VERSION, "semantics_profile": PROFILES,
+            "version": oracle.SPEC_VERSION, "semantics_profile": PROFILES,
             "tokenizer": ["bytes-v1", "hf"],
             "observables": {"per_request_metrics": True, "output_ids": True, "logprobs": True,
                             "prefill_profile": True, "rejection_messages": True,

@@ -91,7 +91,7 @@ class Case:
     def profiles(self) -> list[str]:
         """The semantics profiles the case holds in (spec/profiles.md): as it says, else every
         profile in which all of its rules hold."""
-        from reference.semantics import PROFILE_NAMES, load_profile
+        from ..judge.oracle import PROFILE_NAMES, load_profile
         if "profiles" in self.meta:
             return list(self.meta["profiles"])
         return [p for p in PROFILE_NAMES if all(load_profile(p).holds(r) for r in self.rules)]

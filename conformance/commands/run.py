@@ -26,13 +26,11 @@ import sys
 import time
 from pathlib import Path
 
-import reference
-import reference.semantics
-
 from ..adapters import NAMES, SELF_CHECKS, AdapterError, choose_backend, make_adapter, option_flag
 from ..cases.case import parse_shard
 from .. import executors
 from .. import KvconformError
+from ..judge import oracle
 from ..run.interrupts import signum_of
 from ..report.document import Report, check_report
 from ..report.folder import claim_report_folder
@@ -304,20 +302,20 @@ def _refuse_server_options(args) -> None:
     if args.profile in PEER_PROFILES:
         raise KvconformError(f"--profile {args.profile}: a peer profile, for an OpenAI-compatible server (--backend "
                              f"openai --base-url URL); this backend runs request files and is judged against a "
-                             f"semantics profile ({', '.join(reference.PROFILE_NAMES)})")
+                             f"semantics profile ({', '.join(oracle.PROFILE_NAMES)})")
 
 
 def resolve_profile(requested: str | None, manifest: dict | None) -> str:
     """The semantics profile of a run (spec/profiles.md): `--profile`, which the backend must
     implement, else the first profile its capability manifest declares."""
-    declared = (manifest or {}).get("semantics_profile", reference.semantics.DEFAULT)
+    declared = (manifest or {}).get("semantics_profile", oracle.DEFAULT_PROFILE)
     if declared == "any":                     # no manifest given: the backend is taken to be what is asked
-        return requested or reference.semantics.DEFAULT
+        return requested or oracle.DEFAULT_PROFILE
     offered = declared if isinstance(declared, list) else [declared]
     if requested is None:
-        if offered[0] not in reference.PROFILE_NAMES:
+        if offered[0] not in oracle.PROFILE_NAMES:
             raise KvconformError(f"the backend's capability manifest declares the semantics profile {offered[0]!r}, "
-                                 f"which this kit does not know (one of {', '.join(reference.PROFILE_NAMES)})")
+                                 f"which this kit does not know (one of {', '.join(oracle.PROFILE_NAMES)})")
         return offered[0]
     if manifest is not None and requested not in offered:
         raise KvconformError(f"--profile {requested}: the backend implements {', '.join(offered)} only "
@@ -336,9 +334,9 @@ def main(args) -> int:
     resumed = _resume_options(args) if args.resume else None
     backend = choose_backend(args.backend, {k: getattr(args, k) for k in ADAPTER_OPTIONS})
     shard = parse_shard(args.shard)
-    if args.profile is not None and args.profile not in reference.PROFILE_NAMES:
+    if args.profile is not None and args.profile not in oracle.PROFILE_NAMES:
         raise KvconformError(f"--profile {args.profile}: unknown semantics profile (one of "
-                             f"{', '.join(reference.PROFILE_NAMES)})")
+                             f"{', '.join(oracle.PROFILE_NAMES)})")
 
     def planned(profile: str):
         return make_plan(args.case, args.keyword, args.section, args.rule, args.slow,
@@ -347,7 +345,7 @@ def main(args) -> int:
                          examples=args.examples, budget_s=args.budget_seconds, seed=args.seed,
                          max_steps=args.max_steps, min_batches=args.min_batches,
                          save_regressions=args.save_regressions, profile=profile)
-    plan = planned(args.profile or reference.semantics.DEFAULT)
+    plan = planned(args.profile or oracle.DEFAULT_PROFILE)
     if args.list:
         for case in plan.cases:
             print(f"{case.id}\t{case.section}\t{case.source()}")

@@ -15,8 +15,6 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import reference
-
 from ..judge import oracle
 from ..adapters.base import Adapter
 from ..cases.case import bypass_replay_of, materialize, resolve_outputs
@@ -134,9 +132,9 @@ class Example:
             predicted = oracle_s.run(doc, self.base_dir, generated)
         except oracle.InputError as e:
             raise Mismatch([prediction_refused(e)]) from None
-        except reference.NeedsTranscript as e:
+        except oracle.NeedsTranscript as e:
             raise Mismatch([Failure(None, "transcript", "generated tokens", None, str(e), verdict=Verdict.ERROR)])
-        except reference.OutOfScope as e:
+        except oracle.OutOfScope as e:
             self.out_of_scope = str(e)        # the profile leaves these counts undefined: the example ends here
             return
         self.resolved += doc["requests"]

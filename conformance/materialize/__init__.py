@@ -33,12 +33,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import reference
-from reference.decode import DecodeError
-from reference.hybrid import slot_sizes
-from reference.identity import TokenHistory, adapter_root
-
 from ..judge import oracle
+from ..judge.oracle import DecodeError, TokenHistory, adapter_root, slot_sizes
 from ..cases import scenarios
 from ..cases.case import OUTPUT_TEMPLATE, Case
 from ..adapters.engines import digest
@@ -378,9 +374,9 @@ def _lengths(doc: dict, base_dir: str, engine) -> list | None:
     out = []
     for request in doc.get("requests", []):
         try:
-            parsed = reference.parse_request_file(dict(doc, requests=[request], batch_size=1), base_dir, engine)
+            parsed = oracle.parse_request_file(dict(doc, requests=[request], batch_size=1), base_dir, engine)
             out.append(parsed.requests[0].n)
-        except reference.InputError:
+        except oracle.InputError:
             out.append(None)
     return out
 
@@ -425,8 +421,8 @@ def structure(doc: dict, base_dir: str, engine) -> tuple | None:
     at its first `{{output:K}}`: what follows depends on an answer of unknown length on either
     engine. None when the file does not parse alone."""
     try:
-        parsed = reference.parse_request_file(dict(_dummy_templates(doc, engine), batch_size=1), base_dir, engine)
-    except reference.InputError:
+        parsed = oracle.parse_request_file(dict(_dummy_templates(doc, engine), batch_size=1), base_dir, engine)
+    except oracle.InputError:
         return None
     template, prompt = doc.get("apply_chat_template", True), doc.get("add_generation_prompt", True)
     P = engine.tokens_per_page
@@ -552,9 +548,9 @@ def _shape(doc: dict, base_dir: str, engine, runtime: dict) -> dict | None:
     if oracle.rejection(engine, flags) is not None:
         return None
     try:
-        sim = reference.Simulator(engine, flags)
+        sim = oracle.Simulator(engine, flags)
         responses = sim.run(_dummy_templates(doc, engine), base_dir)
-    except (reference.InputError, reference.NeedsTranscript, reference.OutOfScope):
+    except (oracle.InputError, oracle.NeedsTranscript, oracle.OutOfScope):
         return None
     P = engine.tokens_per_page
     requests = []

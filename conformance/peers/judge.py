@@ -10,7 +10,7 @@ same prompt.
 """
 from __future__ import annotations
 
-from reference import peers as oracle
+from ..judge import peer_oracle as oracle
 
 from ..judge.verdicts import Failure, Verdict
 

@@ -12,7 +12,7 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 
-from reference import peers as oracle
+from ..judge import peer_oracle as oracle
 
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
 from ..report.pagemap import peer_page_map

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from reference import peers as oracle
+from ..judge import peer_oracle as oracle
 
 from ..adapters import choose_backend
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure

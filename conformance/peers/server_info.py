@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from reference import peers as oracle
+from ..judge import peer_oracle as oracle
 
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
 from .. import KvconformError

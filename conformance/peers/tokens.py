@@ -30,7 +30,7 @@ class TokenSource:
         self.crosscheck = PEER_PROFILES[profile]["crosscheck"]
         self.kit = None
         if tokenizer is not None:
-            from reference.hf_tokenizer import load_hf_tokenizer
+            from ..judge.oracle import load_hf_tokenizer
             try:
                 self.kit = load_hf_tokenizer(tokenizer, LOADERS[profile])
             except (OSError, ValueError) as e:

@@ -15,12 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import reference
-import reference.semantics
-
 from .. import KIT_VERSION, RUNNING_VERSION
 from ..cases.case import ROOT
 from ..cases.schemas import schema_errors
+from ..judge import oracle
 from ..judge.compare import TOLERANCES
 from ..judge.numerical_judge import TOLERANCES as REFERENCE_TOLERANCES
 from ..judge.verdicts import CaseResult, summarize
@@ -52,18 +50,18 @@ def environment() -> dict:
 
 class Report:
     """Accumulates case results and writes the report folder."""
-    VERSIONS = {"kit_version": KIT_VERSION, "spec_version": reference.SPEC_VERSION, "running_version": RUNNING_VERSION}
+    VERSIONS = {"kit_version": KIT_VERSION, "spec_version": oracle.SPEC_VERSION, "running_version": RUNNING_VERSION}
 
     def __init__(self, folder: Path, adapter_name: str, manifest: dict | None, settings: dict, options: dict,
                  shard: str | None = None, plan: dict | None = None, self_check: bool = False,
-                 profile: str = reference.semantics.DEFAULT):
+                 profile: str = oracle.DEFAULT_PROFILE):
         self.folder = Path(folder)
         make_folder(self.folder)
         self.results: list[CaseResult] = []
         self.self_check = self_check
         self.doc = {
             "format": "kvconform-report-v1", "kit_version": KIT_VERSION,
-            "spec_version": reference.SPEC_VERSION, "running_version": RUNNING_VERSION,
+            "spec_version": oracle.SPEC_VERSION, "running_version": RUNNING_VERSION,
             "semantics_profile": profile, "started": now(), "finished": None, "complete": False,
             "shard": shard, "backend": {"adapter": adapter_name, "settings": settings, "self_check": self_check},
             "environment": environment(), "tolerances": {**TOLERANCES, **REFERENCE_TOLERANCES}, "options": options,

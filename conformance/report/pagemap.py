@@ -24,10 +24,8 @@ decision of a rule (a trim, a plan), it is the oracle's trace step, never worked
 """
 from __future__ import annotations
 
-from reference import peers
-from reference.trace import deciding
-
-from ..judge.explain import step_json
+from ..judge import peer_oracle as peers
+from ..judge.explain import deciding, step_json
 
 MAX_REQUESTS = 64
 """Requests drawn per case at most: every request a failure names, then the first others."""

@@ -14,8 +14,6 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import reference
-
 from ..judge import oracle
 from ..adapters.base import (Adapter, AdapterError, BuildRefused, Engine, RunResult, is_greedy,
                              missing_capabilities, observable, requirements)
@@ -90,7 +88,7 @@ class Runner:
     def run(self) -> None:
         profile = self.case.runtime.get("semanticsProfile")
         if profile is not None and profile not in self.case.profiles:
-            held = ", ".join(r for r in self.case.rules if not reference.load_profile(profile).holds(r))
+            held = ", ".join(r for r in self.case.rules if not oracle.load_profile(profile).holds(r))
             self.settle(Verdict.NOT_SUPPORTED, f"not part of the {profile} profile"
                         + (f" ({held} does not hold there)" if held else f" (the case holds in {', '.join(self.case.profiles)})"))
         fixed = self.adapter.fixed_engine()
@@ -106,8 +104,8 @@ class Runner:
         flags = oracle.flags_of(case.runtime)
         try:
             refused = oracle.rejection(engine, flags)
-        except reference.OutOfScope as e:
-            self.settle(Verdict.NOT_SUPPORTED, f"outside spec {reference.SPEC_VERSION}: {e}")
+        except oracle.OutOfScope as e:
+            self.settle(Verdict.NOT_SUPPORTED, f"outside spec {oracle.SPEC_VERSION}: {e}")
         wanted = (case.meta.get("expect") or {}).get("rejected")
         if wanted and (refused is None or refused.rule != wanted["rule"]):
             self.settle(Verdict.ERROR, f"oracle self-check: the case expects a refusal by {wanted['rule']}, the oracle "
@@ -365,9 +363,9 @@ class Runner:
             most = max_generate_length(engine, flags, doc, self.case.base_dir)
             known = knowledge(main, replay, engine, most)
             prediction, coverage = predict_known(engine, flags, doc, self.case.base_dir, known, most, accepted)
-        except reference.Unreported as e:
+        except oracle.Unreported as e:
             self.settle(Verdict.UNSPECIFIED, f"the counts depend on a fact the backend does not report: {e}")
-        except reference.OutOfScope as e:
+        except oracle.OutOfScope as e:
             self.settle(Verdict.UNSPECIFIED, f"the {flags.semantics_profile} profile leaves these counts undefined: {e}")
         except oracle.InputError as e:
             self.fail(prediction_refused(e))
@@ -411,7 +409,7 @@ class Runner:
             return
         given = self.case.meta.get("generated")
         if given is not None:
-            tokens = [reference.parse_generated(g) for g in given]
+            tokens = [oracle.parse_generated(g) for g in given]
             prediction = oracle.predict(engine, flags, doc, self.case.base_dir, tokens,
                                         self.case.meta.get("last_accepted"))
         for section in ("context_cache", "prefill"):

@@ -16,13 +16,13 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from reference.semantics import DEFAULT as DEFAULT_PROFILE
 
 from ..adapters.base import Adapter
 from ..cases.case import CASES_DIR, SECTIONS, Case, discover, in_shard, select
-from ..commands.validate import check_case
+from ..cases.validate import check_case
 from ..adapters.engines import digest
 from .. import KvconformError
+from ..judge.oracle import DEFAULT_PROFILE
 from .execute import run_case
 from .interrupts import raise_pending
 from ..generate import MIN_BATCHES, cannot_run, run_generated
