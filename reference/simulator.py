@@ -7,7 +7,7 @@ calls, so a second request file sees the records of the first (CR-BATCH-3).
 import gc
 from contextlib import contextmanager
 
-from . import SPEC_VERSION
+from .version import SPEC_VERSION
 from .batching import BatchFailed, BatchRunner
 from .capacity import ContextCache
 from .errors import DeploymentRejected, InputError

@@ -212,7 +212,3 @@ def missing_capabilities(need: list[str], manifest: dict) -> list[str]:
         elif r not in declared:
             out.append(r)
     return out
-
-
-def observable(manifest: dict, name: str) -> bool:
-    return bool(manifest.get("observables", {}).get(name))

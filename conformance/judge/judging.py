@@ -8,12 +8,22 @@ refusal of the backend's transcript into a Failure and compare refusal messages.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import oracle
-from ..adapters.base import RunResult, observable
 from .compare import REQUEST_FIELDS, check_shape, compare_outputs, compare_profile, compare_requests, leaves
 from .explain import Explainer
 from .transcripts import Coverage
 from .verdicts import Failure
+
+if TYPE_CHECKING:                     # the adapters' result type; judge/ imports no other room
+    from ..adapters.base import RunResult
+
+
+def observable(manifest: dict, name: str) -> bool:
+    """Whether the backend's capability manifest declares it reports `name` (its `observables`):
+    a value it does not report is not judged."""
+    return bool(manifest.get("observables", {}).get(name))
 
 
 def shape_failures(main: RunResult, replay: RunResult | None, count: int) -> list[Failure]:

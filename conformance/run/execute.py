@@ -16,14 +16,14 @@ from pathlib import Path
 
 from ..judge import oracle
 from ..adapters.base import (Adapter, AdapterError, BuildRefused, Engine, RunResult, is_greedy,
-                             missing_capabilities, observable, requirements)
+                             missing_capabilities, requirements)
 from ..cases.case import Case, bypass_replay_of, materialize, resolve_outputs, template_refs
 from ..judge.compare import MISSING, dotted_get, leaves
 from ..adapters.engines import cache_root, digest
 from .. import KvconformError
 from ..judge.explain import Explainer
 from ..generate.example import replay
-from ..judge.judging import judge, prediction_refused, same_reason, shape_failures
+from ..judge.judging import judge, observable, prediction_refused, same_reason, shape_failures
 from ..materialize import NotExpressible, materialize_for
 from ..judge.numerical_judge import check_outputs
 from ..report.pagemap import case_page_map
