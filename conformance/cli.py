@@ -26,7 +26,7 @@ COMMANDS = {
     "report": ("conformance.commands.report", "write a report folder's report.html again from its report.json"),
     "selftest": ("conformance.commands.selftest", "check that the suite catches every seeded faulty backend"),
     "campaign": ("conformance.commands.campaign", "draw generated request sets seed after seed for hours, locally or on Ray"),
-    "parity": ("conformance.commands.parity", "run the runtimes' own unit-test assertions through the oracle (tests/parity/)"),
+    "parity": ("conformance.commands.parity", "run the runtimes' own unit-test assertions through the oracle (parity/)"),
 }
 
 

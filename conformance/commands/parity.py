@@ -22,7 +22,7 @@ END = "<!-- end of generated parity table -->"
 
 def add_arguments(parser) -> None:
     parser.add_argument("--suite", default=str(parity.SUITE_DIR), metavar="DIR",
-                        help="folder of parity suite files (default: tests/parity)")
+                        help="folder of parity suite files (default: parity/)")
     parser.add_argument("--runtime", action="append", metavar="NAME", help="only this runtime (repeatable)")
     parser.add_argument("--verbose", action="store_true", help="also list every assertion the kit cannot express, with why")
     parser.add_argument("--json", metavar="FILE", help="write every outcome to FILE")
