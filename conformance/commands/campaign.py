@@ -42,7 +42,7 @@ from ..generate.draw import FAMILIES
 from ..report.document import Report
 from ..report.folder import claim_report_folder, write_text_atomic
 from ..run.suite import Plan
-from ..judge.verdicts import PASSING_HEADLINES
+from ..run.loop import exit_code
 from .run import (ADAPTER_OPTIONS, add_backend_arguments, positive_int,
                   rerun_command, resolve_profile, seconds)
 
@@ -200,7 +200,7 @@ def _campaign(args, backend: str, spec: AdapterSpec, pool, families: list[str], 
     print(f"\n{doc['summary']['headline']}: {distinct} distinct failure(s) in {state['scenarios']} scenarios "
           f"({state['scenarios_per_minute']:g}/min, {state['scenarios_per_minute_per_worker']:g}/min per worker, "
           f"{pool.slots} worker(s), {state['wall_s']:.0f} s); report in {report.folder}/")
-    return 0 if doc["summary"]["headline"] in PASSING_HEADLINES else 1
+    return exit_code(doc["summary"])
 
 
 def _absorb(pool, ticket, unit: FamilyUnit, findings: Findings, report: Report, started: float, quiet: bool) -> None:

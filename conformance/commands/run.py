@@ -21,24 +21,21 @@ import argparse
 import math
 import os
 import shlex
-import signal
 import sys
 import time
 from pathlib import Path
 
+from .. import KvconformError, executors
 from ..adapters import NAMES, SELF_CHECKS, AdapterError, choose_backend, make_adapter, option_flag
 from ..cases.case import parse_shard
-from .. import executors
-from .. import KvconformError
+from ..cases.schemas import read_json
+from ..generate import MIN_BATCHES
 from ..judge import oracle
-from ..run.interrupts import signum_of
+from ..judge.verdicts import headline_clauses, judged_line
 from ..report.document import Report, check_report
 from ..report.folder import claim_report_folder
-from ..report.tables import problems_table, verdict_table
-from ..cases.schemas import read_json
+from ..run.loop import exit_code, print_verdicts, report_files, stop_interrupted
 from ..run.suite import execute, make_plan
-from ..generate import MIN_BATCHES
-from ..judge.verdicts import PASSING_HEADLINES, headline_clauses, judged_line
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -405,22 +402,12 @@ def main(args) -> int:
             from ..judge.reuse_timing import timing_verdict                       # "reuse is real", optional
             report.add(timing_verdict(adapter, manifest, fraction=args.timing_fraction))
     except KeyboardInterrupt as e:
-        signum = signum_of(e)
-        report.interrupted()
-        print(verdict_table(report.results))
-        print(f"interrupted ({signal.Signals(signum).name}): partial report of {len(report.results)} case(s) in "
-              f"{report.folder}/report.json (complete: false); continue it with --resume", file=sys.stderr)
-        return 128 + signum
+        return stop_interrupted(report, e, hint="; continue it with --resume")
     finally:
         adapter.close()
     results = report.results
     doc = report.finish()
-    print()
-    print(verdict_table(results))
-    problems = problems_table(results, folder=str(report.folder))
-    if problems:
-        print()
-        print(problems)
+    if print_verdicts(report):
         failed = next((r for r in results if r.first_failure() is not None and r.first_failure().chain), None)
         if failed is not None:             # the oracle's steps that decided the first mismatch
             print(f"\nwhy the oracle expects what {failed.id} missed (its decision trace, oldest step first):")
@@ -433,5 +420,5 @@ def main(args) -> int:
     checked = (f", {summary['reference_checked']} greedy request(s) checked against the numerical reference"
                if summary.get("reference_checked") else "")
     print(f"\n{summary['headline']} ({note}): {judged_line(summary, len(results))}{checked} "
-          f"in {time.monotonic() - start:.0f} s; report in {report.folder}/ (report.json, junit.xml, summary.md)")
-    return 0 if summary["headline"] in PASSING_HEADLINES else 1
+          f"in {time.monotonic() - start:.0f} s; {report_files(report)}")
+    return exit_code(summary)

@@ -8,18 +8,16 @@ judged request as predicted against reported, so a reader can check each count b
 """
 from __future__ import annotations
 
-from ..report.html import write_html
 from ..report.document import Report
-from ..report.junit import junit
 from ..report.tables import problems_table, verdict_table
-from ..report.folder import write_json_atomic, write_text_atomic
 from ..judge.verdicts import Verdict
 
 NOT_FOR_PEERS = ("outputs_judged_against", "reference_checked")
 
 
 class PeerReport(Report):
-    """A Report whose summary.md is `peer_summary_markdown`."""
+    """A Report whose summary is in the peer suite's terms (`json`) and whose summary.md is
+    `peer_summary_markdown`; the folder, report.json, junit.xml and report.html are the kit's."""
 
     def json(self, complete: bool) -> dict:
         doc = super().json(complete)
@@ -35,21 +33,9 @@ class PeerReport(Report):
         summary["prompt_ids_from"] = "kit tokenizer" if token.get("kit_tokenizer") else "server tokenization"
         return doc
 
-    def _outputs(self, doc: dict) -> None:
-        write_text_atomic(self.folder / "junit.xml", junit(doc, self.results))
-        write_text_atomic(self.folder / "summary.md", peer_summary_markdown(doc, self.results))
-        write_html(self.folder, doc)
-
-    def interrupted(self) -> None:
-        doc = self.json(False)
-        write_json_atomic(self.folder / "report.json", doc)
-        self._outputs(doc)
-
-    def finish(self) -> dict:
-        doc = self.json(True)
-        write_json_atomic(self.folder / "report.json", doc)
-        self._outputs(doc)
-        return doc
+    @staticmethod
+    def summary_markdown(doc: dict, results: list) -> str:
+        return peer_summary_markdown(doc, results)
 
 
 def peer_clauses(summary: dict) -> list:

@@ -49,7 +49,8 @@ def environment() -> dict:
 
 
 class Report:
-    """Accumulates case results and writes the report folder."""
+    """Accumulates case results and writes the report folder. A runner whose summary.md reads
+    otherwise (the peer suite's) gives its own `summary_markdown`; everything else is shared."""
     VERSIONS = {"kit_version": KIT_VERSION, "spec_version": oracle.SPEC_VERSION, "running_version": RUNNING_VERSION}
 
     def __init__(self, folder: Path, adapter_name: str, manifest: dict | None, settings: dict, options: dict,
@@ -95,7 +96,7 @@ class Report:
         """The partial report, complete: false, with its junit.xml and summary.md."""
         doc = self.json(False)
         write_json_atomic(self.folder / "report.json", doc)
-        write_outputs(self.folder, doc, self.results)
+        write_outputs(self.folder, doc, self.results, self.summary_markdown)
 
     def json(self, complete: bool) -> dict:
         return dict(self.doc, complete=complete, finished=now() if complete else None,
@@ -113,13 +114,16 @@ class Report:
     def finish(self) -> dict:
         doc = self.json(True)
         write_json_atomic(self.folder / "report.json", doc)
-        write_outputs(self.folder, doc, self.results)
+        write_outputs(self.folder, doc, self.results, self.summary_markdown)
         return doc
 
+    summary_markdown = staticmethod(summary_markdown)
 
-def write_outputs(folder: Path, doc: dict, results: list[CaseResult]) -> None:
+
+def write_outputs(folder: Path, doc: dict, results: list[CaseResult], summary=summary_markdown) -> None:
+    """junit.xml, summary.md (written by `summary`) and report.html, from report.json's contents."""
     write_text_atomic(folder / "junit.xml", junit(doc, results))
-    write_text_atomic(folder / "summary.md", summary_markdown(doc, results))
+    write_text_atomic(folder / "summary.md", summary(doc, results))
     write_html(folder, doc)
 
 

@@ -117,12 +117,13 @@ def write_reproducer(doc: dict, base_dir: str, folder: Path, name: str) -> Path:
                         if not target.exists():
                             shutil.copyfile(src, target)
                         item[kind] = f"media/{target.name}"
-    path = folder / f"{_safe(name)}.json"
+    path = folder / f"{safe_name(name)}.json"
     path.write_text(mask(json.dumps(out, indent=1) + "\n"))
     return path
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+    """A case id as a file name: anything but letters, digits, `-`, `_` and `.` becomes `_`."""
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
@@ -139,7 +140,7 @@ def write_evidence(invocations: list, folder: Path) -> None:
     """
     folder.mkdir(parents=True, exist_ok=True)
     for k, (label, got) in enumerate(invocations, 1):
-        stem = folder / f"{k}-{_safe(label.replace(' ', '-'))}"
+        stem = folder / f"{k}-{safe_name(label.replace(' ', '-'))}"
         copied = set()
         for role, path in got.files.items():
             suffix = ".txt" if role == "stderr" else ".json"
