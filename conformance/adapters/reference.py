@@ -102,7 +102,7 @@ def logprobs(ids: list[int], k: int, vocab: Vocabulary = BYTES) -> list[list[dic
 
 class ReferenceSession(Session):
     def __init__(self, engine: Engine, runtime: dict):
-        self.config = oracle.engine_of(engine.config)
+        self.config = engine.description
         self.vocab = Vocabulary(self.config) if self.config.hf else BYTES
         self.flags = oracle.flags_of(runtime)
         self.sim = None

@@ -47,7 +47,7 @@ class Example:
         self.family, self.adapter, self.manifest, self.setup = family, adapter, manifest, setup
         self.media_dir, self.base_dir = media_dir, base_dir
         self.handle = adapter.engine_for(setup.engine_args)
-        self.engine = oracle.engine_of(self.handle.config)
+        self.engine = self.handle.description
         self.flags = oracle.flags_of(setup.runtime)
         self.requests: list[dict] = []      # drawn requests (with `_index`, templates unresolved)
         self.steps: list[list[dict]] = []

@@ -67,19 +67,21 @@ def parse(doc: dict, base_dir: str, engine, flags) -> ParsedFile:
 
 
 def predict(engine, flags, doc: dict, base_dir: str, generated: list | None,
-            last_accepted: list | None = None) -> Prediction:
+            last_accepted: list | None = None, parsed: ParsedFile | None = None) -> Prediction:
     """Simulate one request file on a fresh runtime instance.
 
     `generated`: per request, the token ids it generated (a final 257 when it ended by
     end-of-sequence), or None where unknown; `last_accepted`: per request, the tokens its last
     EAGLE verification accepted, or None where not reported. Raises reference.NeedsTranscript
     when the counts depend on tokens that were not given, reference.Unreported when they depend
-    on an acceptance that was not reported.
+    on an acceptance that was not reported. `parsed`: `doc` as `parse` reads it, where the caller
+    holds it; else the file is parsed here, once, for the simulation and the prediction.
     """
     sim = reference.Simulator(engine, flags, trace=True)
-    responses = sim.run(doc, base_dir, generated=generated, last_accepted=last_accepted)
-    return Prediction(responses, list(sim.batches), sim.profile(),
-                      parse(doc, base_dir, engine, flags), list(generated or []), sim.trace)
+    if parsed is None and sim.rejection is None:      # a refused deployment raises before parsing
+        parsed = parse(doc, base_dir, engine, flags)
+    responses = sim.run(doc, base_dir, generated=generated, last_accepted=last_accepted, parsed=parsed)
+    return Prediction(responses, list(sim.batches), sim.profile(), parsed, list(generated or []), sim.trace)
 
 
 class OracleSession:
@@ -91,9 +93,10 @@ class OracleSession:
 
     def run(self, doc: dict, base_dir: str, generated: list | None, last_accepted: list | None = None) -> Prediction:
         before = len(self.sim.batches)
-        responses = self.sim.run(doc, base_dir, generated=generated, last_accepted=last_accepted)
-        return Prediction(responses, list(self.sim.batches)[before:], self.sim.profile(),
-                          parse(doc, base_dir, self.engine, self.flags), list(generated or []), self.sim.trace)
+        parsed = parse(doc, base_dir, self.engine, self.flags) if self.sim.rejection is None else None
+        responses = self.sim.run(doc, base_dir, generated=generated, last_accepted=last_accepted, parsed=parsed)
+        return Prediction(responses, list(self.sim.batches)[before:], self.sim.profile(), parsed,
+                          list(generated or []), self.sim.trace)
 
 
 def transcript(response: dict, engine=None) -> list[int] | None:

@@ -218,7 +218,7 @@ class Runner:
 
     def engine_of(self, handle: Engine):
         try:
-            return oracle.engine_of(handle.config)
+            return handle.description
         except oracle.InputError as e:
             self.settle(Verdict.ERROR, f"the oracle cannot read the engine description: {e.path}: {e.message}")
 
@@ -360,9 +360,11 @@ class Runner:
         accepted = (oracle.accepted_counts(main.responses)
                     if observable(self.manifest, "last_verification_accepted") else None)
         try:
-            most = max_generate_length(engine, flags, doc, self.case.base_dir)
+            parsed = oracle.parse(doc, self.case.base_dir, engine, flags)    # once: the prediction reuses it
+            most = flags.max_generate_length or parsed.max_generate_length
             known = knowledge(main, replay, engine, most)
-            prediction, coverage = predict_known(engine, flags, doc, self.case.base_dir, known, most, accepted)
+            prediction, coverage = predict_known(engine, flags, doc, self.case.base_dir, known, most, accepted,
+                                                 parsed=parsed)
         except oracle.Unreported as e:
             self.settle(Verdict.UNSPECIFIED, f"the counts depend on a fact the backend does not report: {e}")
         except oracle.OutOfScope as e:
@@ -428,11 +430,6 @@ class Runner:
                 if facts.get(key) != value:
                     self.settle(Verdict.ERROR, f"oracle self-check: the case expects request {i} {key} = {value}, "
                                                f"the oracle predicts {facts.get(key)}")
-
-
-def max_generate_length(engine, flags, doc: dict, base_dir: str) -> int:
-    """The number of tokens a request generates at most: the flag, else the file's value."""
-    return flags.max_generate_length or oracle.parse(doc, base_dir, engine, flags).max_generate_length
 
 
 def _norm(value):
