@@ -14,8 +14,8 @@ import importlib
 import os
 import sys
 
-from .run import interrupts
 from . import KvconformError
+from .run import interrupts
 
 COMMANDS = {
     "run": ("conformance.commands.run", "run the conformance suite against a backend (the main job)"),

@@ -67,8 +67,8 @@ import json
 import os
 from dataclasses import dataclass
 
-from ..cases import schemas
 from .. import KvconformError
+from ..cases import schemas
 from ..judge import oracle
 from ..judge.oracle import MAX_LAYERS, MAX_POOL_PAGES
 from .edge_llm_tokenizer import image_counter, tokenizer_facts

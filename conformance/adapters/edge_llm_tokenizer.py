@@ -30,8 +30,8 @@ from __future__ import annotations
 import json
 import os
 
-from ..cases import schemas
 from .. import KvconformError
+from ..cases import schemas
 
 LOADER = "tokenizers-raw"
 QWEN_VL = ("qwen2_vl", "qwen2_vl_vision", "qwen2_5_vl", "qwen2_5_vl_vision", "qwen3_vl", "qwen3_vl_vision",

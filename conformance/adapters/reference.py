@@ -13,8 +13,8 @@ import hashlib
 import random
 
 from ..judge import oracle
-from .engines import digest
 from .base import Adapter, BuildRefused, Engine, RunResult, Session
+from .engines import digest
 
 LETTERS = b"abcdefghijklmnopqrstuvwxyz ,."
 EOS = 257

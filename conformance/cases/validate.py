@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from . import schemas
 from .. import KvconformError
 from ..judge import oracle
-from . import schemas
 from .case import Case, check_templates
 from .rules import spec_rule_ids
 

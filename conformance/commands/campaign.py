@@ -30,10 +30,9 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from .. import KvconformError
 from .. import executors
 from ..adapters import SELF_CHECKS, AdapterError, choose_backend
-from .. import KvconformError
-from ..run.interrupts import raise_pending, signum_of
 from ..executors.findings import Findings
 from ..executors.local import TaskFailed
 from ..executors.units import (AdapterSpec, FamilyUnit, adapter_for, failed_unit, kit_fingerprint, run_unit,
@@ -41,8 +40,9 @@ from ..executors.units import (AdapterSpec, FamilyUnit, adapter_for, failed_unit
 from ..generate.draw import FAMILIES
 from ..report.document import Report
 from ..report.folder import claim_report_folder, write_text_atomic
-from ..run.suite import Plan
+from ..run.interrupts import raise_pending, signum_of
 from ..run.loop import exit_code
+from ..run.suite import Plan
 from .run import (ADAPTER_OPTIONS, add_backend_arguments, positive_int,
                   rerun_command, resolve_profile, seconds)
 

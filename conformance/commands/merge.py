@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 from .. import KvconformError
+from ..cases.schemas import read_json
+from ..judge.verdicts import CaseResult, summarize
 from ..report.document import check_report, write_outputs
 from ..report.folder import claim_report_folder, write_json_atomic
 from ..report.tables import section_of, section_order, verdict_table
-from ..cases.schemas import read_json
-from ..judge.verdicts import CaseResult, summarize
 from ..run.loop import exit_code
 
 SAME = ("kit_version", "spec_version", "running_version", "semantics_profile")

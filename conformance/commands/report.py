@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import KvconformError
-from ..report.html import render
+from ..cases.schemas import read_json
 from ..report.document import check_report
 from ..report.folder import write_text_atomic
-from ..cases.schemas import read_json
+from ..report.html import render
 
 
 def add_arguments(parser) -> None:

@@ -23,10 +23,10 @@ from typing import Callable
 from tqdm import tqdm
 
 from ..generate import cannot_run
+from ..judge.verdicts import CaseResult
 from ..report.document import Report
 from ..report.folder import write_reproducer
 from ..run.suite import REGRESSIONS_DIR, Plan, with_rerun
-from ..judge.verdicts import CaseResult
 from .local import TaskFailed
 from .units import AdapterSpec, CaseUnit, FamilyUnit, failed_unit, run_unit, unpack
 

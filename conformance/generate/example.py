@@ -15,14 +15,14 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from ..judge import oracle
 from ..adapters.base import Adapter
 from ..cases.case import bypass_replay_of, materialize, resolve_outputs
+from ..judge import oracle
 from ..judge.explain import Explainer
 from ..judge.judging import judge, merged_transcripts, prediction_refused, same_reason, shape_failures
-from ..materialize import engine_key, write_units
 from ..judge.numerical_judge import check_outputs, merge_facts
 from ..judge.verdicts import Failure, Verdict
+from ..materialize import engine_key, write_units
 from .draw import Setup, build_request, strip_private
 
 

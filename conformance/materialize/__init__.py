@@ -33,15 +33,15 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..judge import oracle
-from ..judge.oracle import DecodeError, TokenHistory, adapter_root, slot_sizes
+from ..adapters.engines import digest
 from ..cases import scenarios
 from ..cases.case import OUTPUT_TEMPLATE, Case
-from ..adapters.engines import digest
+from ..judge import oracle
+from ..judge.oracle import DecodeError, TokenHistory, adapter_root, slot_sizes
+from .hf_positions import token_labels, with_target_widths
 from .layout import atoms_of
 from .media import counted, placeholders, resized
 from .relayout import CannotRelayout, apply_texts, filler, relayout
-from .hf_positions import token_labels, with_target_widths
 from .units import write_units
 
 BATCH_RULES = {"CR-BATCH-2", "CR-BATCH-6"}

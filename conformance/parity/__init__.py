@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cases import schemas
-from .. import KvconformError
 from . import engine, peer
+from .. import KvconformError
+from ..cases import schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE_DIR = ROOT / "parity"

@@ -14,21 +14,21 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..judge import oracle
+from .. import KvconformError
 from ..adapters.base import (Adapter, AdapterError, BuildRefused, Engine, RunResult, is_greedy,
                              missing_capabilities, requirements)
-from ..cases.case import Case, bypass_replay_of, materialize, resolve_outputs, template_refs
-from ..judge.compare import MISSING, dotted_get, leaves
 from ..adapters.engines import cache_root, digest
-from .. import KvconformError
-from ..judge.explain import Explainer
+from ..cases.case import Case, bypass_replay_of, materialize, resolve_outputs, template_refs
 from ..generate.example import replay
+from ..judge import oracle
+from ..judge.compare import MISSING, dotted_get, leaves
+from ..judge.explain import Explainer
 from ..judge.judging import judge, observable, prediction_refused, same_reason, shape_failures
-from ..materialize import NotExpressible, materialize_for
 from ..judge.numerical_judge import check_outputs
-from ..report.pagemap import case_page_map
 from ..judge.transcripts import knowledge, predict_known
 from ..judge.verdicts import CaseResult, Failure, Verdict
+from ..materialize import NotExpressible, materialize_for
+from ..report.pagemap import case_page_map
 
 # Keys of an engine description the oracle reads (spec/engine.md section 2): a bundled build
 # must write exactly what the build arguments derive.

@@ -17,20 +17,20 @@ from typing import Callable
 from tqdm import tqdm
 
 
-from ..adapters.base import Adapter
-from ..cases.case import CASES_DIR, SECTIONS, Case, discover, in_shard, select
-from ..cases.validate import check_case
-from ..adapters.engines import digest
 from .. import KvconformError
+from ..adapters.base import Adapter
+from ..adapters.engines import digest
+from ..cases.case import CASES_DIR, SECTIONS, Case, discover, in_shard, select
+from ..cases.rules import spec_rule_ids
+from ..cases.validate import check_case
+from ..generate import MIN_BATCHES, cannot_run, run_generated
+from ..generate.draw import FAMILIES
 from ..judge.oracle import DEFAULT_PROFILE
+from ..judge.verdicts import CaseResult, Verdict
+from ..report.document import Report
+from ..report.folder import EVIDENCE_SUFFIX, write_evidence, write_reproducer
 from .execute import run_case
 from .interrupts import raise_pending
-from ..generate import MIN_BATCHES, cannot_run, run_generated
-from ..cases.rules import spec_rule_ids
-from ..generate.draw import FAMILIES
-from ..report.folder import EVIDENCE_SUFFIX, write_evidence, write_reproducer
-from ..report.document import Report
-from ..judge.verdicts import CaseResult, Verdict
 
 REGRESSIONS_DIR = CASES_DIR / "regressions"
 
