@@ -135,7 +135,7 @@ def test_the_recursion_guard_finds_a_cycle(monkeypatch):
 def test_a_deeply_nested_document_is_refused_without_a_crash():
     """100,000 levels below a request (deeper than json.loads reads): a clean refusal, in a
     child process so that a native stack overflow would show as a crash, not end the tests."""
-    code = ("import sys; from conformance import schemas\n"
+    code = ("import sys; from conformance.cases import schemas\n"
             "deep = x = []\n"
             "for _ in range(100000): x.append([]); x = x[0]\n"
             "doc = {'requests': [{'messages': deep}]}\n"
