@@ -12,6 +12,6 @@ request names a LoRA adapter, which cache keys it supports, its rules and its ow
 """
 from __future__ import annotations
 
-from reference.peers import PEER_PROFILES, PROFILES, SETTINGS
+from ..judge.peer_oracle import PEER_PROFILES, PROFILES, SETTINGS
 
 __all__ = ["PEER_PROFILES", "PROFILES", "SETTINGS"]

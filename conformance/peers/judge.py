@@ -8,17 +8,16 @@ cannot be true (negative, not an integer, above the prompt) is FAIL; a prompt co
 disagrees with the kit's is ERROR, because then the kit and the server did not look at the
 same prompt.
 
-A wrong count is explained as an Edge-LLM mismatch is (conformance/explain.py): by the peer
+A wrong count is explained as an Edge-LLM mismatch is (conformance/judge/explain.py): by the peer
 oracle's own step that decided the count and the chain of its causes (the lookup, the request
 that left what matched, the eviction that took the rest), recorded where the oracle decided
 them (reference/peer_trace.py); nothing here works a profile's rule out again.
 """
 from __future__ import annotations
 
-from reference.peers import profile_of
-
-from ..explain import MAX_CHAIN, step_json
-from ..verdicts import Failure, Verdict
+from ..judge.explain import MAX_CHAIN, step_json
+from ..judge.peer_oracle import profile_of
+from ..judge.verdicts import Failure, Verdict
 
 USAGE = "usage.prompt_tokens_details.cached_tokens"
 

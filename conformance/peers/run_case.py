@@ -13,12 +13,12 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 
-from reference import peers as oracle
+from ..judge import peer_oracle as oracle
 
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
-from ..explain import step_json
-from ..pagemap import peer_page_map
-from ..verdicts import CaseResult, Failure, Verdict
+from ..judge.explain import step_json
+from ..judge.verdicts import CaseResult, Failure, Verdict
+from ..report.pagemap import peer_page_map
 from . import PEER_PROFILES
 from .feedback import choose_answer
 from .judge import USAGE, judge_count, judge_timings, read_count

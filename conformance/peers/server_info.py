@@ -17,11 +17,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from reference import peers as oracle
-from reference.peers import Published
+from ..judge import peer_oracle as oracle
+from ..judge.peer_oracle import Published
 
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
-from ..errors import KvconformError
+from .. import KvconformError
 
 INFO_LINE = re.compile(r"^(?P<metric>[\w:]+)\{(?P<labels>.*)\}\s", re.MULTILINE)
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')

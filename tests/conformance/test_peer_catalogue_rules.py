@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from conformance.verdicts import Failure
+from conformance.judge.verdicts import Failure
 from faulty_backends.servers import SERVER_VARIANTS
 from reference.peers import PEER_PROFILES
 

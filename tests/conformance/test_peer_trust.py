@@ -16,7 +16,7 @@ from conformance.peers.scenarios import PeerCase, Step, chat
 from conformance.peers.server_info import ServerFacts, metric_labels, read_facts
 from conformance.peers.summary import PeerReport
 from conformance.peers.tokens import TokenSource
-from conformance.verdicts import CaseResult, Verdict
+from conformance.judge.verdicts import CaseResult, Verdict
 from gpu_backend.serve import make_peer
 from reference.peers import PEER_PROFILES, check_settings
 
