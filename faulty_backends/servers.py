@@ -1,7 +1,7 @@
 """Faulty variants of the bundled OpenAI-compatible server (`python -m gpu_backend serve`).
 
 Each variant is the bundled server with one realistic defect in how it counts or keys cached
-prompt tokens: a subclass of one cache of gpu_backend/peer_cache.py, injected through
+prompt tokens: a subclass of one cache of gpu_backend/peer_cache/, injected through
 `gpu_backend.serve.make_peer(cache_class=...)`, never through a switch in production code. The
 lines that differ from the bundled code are marked `# DEFECT`. Servers have their own registry
 (the request-file catalogue of registry.py drives runtimes, not servers); the default tests run

@@ -5,7 +5,7 @@
 
 Loopback only (127.0.0.1). Requests are served one at a time. The reported
 `usage.prompt_tokens_details.cached_tokens` (PEER-API-1) is the number of prompt tokens whose
-KV came from the cache (peer_cache.py; the runtime's own rule), and those tokens really are not
+KV came from the cache (peer_cache/; the runtime's own rule), and those tokens really are not
 computed again (peer_engine.py). Endpoints follow the real servers, as each profile's entry of
 peer_cache.SERVED says (this module never tells profiles apart by name):
 
