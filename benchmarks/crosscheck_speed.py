@@ -24,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from conformance.commands.crosscheck import install, parse_runtime
+from conformance.crosscheck.install import install, parse_runtime
 from conformance.crosscheck import speed
 from conformance.crosscheck.driver import Driver
 

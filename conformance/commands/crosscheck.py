@@ -16,19 +16,17 @@ table.md under `--report`. `--speed` also times the runtime's manager and the or
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from ..errors import KvconformError
-
-RUNTIMES = {"vllm": ("0.32.0", "0.33.0"), "sglang": ("0.5.23",)}
-ROOT = Path(__file__).resolve().parents[2]
+from .. import KvconformError
+from ..crosscheck.install import RUNTIMES, InstallError, install, parse_runtime
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--runtime", metavar="NAME==VERSION", help="vllm==0.32.0, vllm==0.33.0 or sglang==0.5.23")
+    parser.add_argument("--runtime", metavar="NAME==VERSION",
+                        help=" or ".join(f"{n}=={v}" for n, vs in RUNTIMES.items() for v in vs))
     parser.add_argument("--update-doc", action="store_true",
                         help="rewrite docs/crosscheck.md's tables from the committed runs (examples/crosscheck/)")
     parser.add_argument("--requests", type=_positive, default=100_000, metavar="N",
@@ -71,30 +69,6 @@ def _positive(text: str) -> int:
     return _int(text, 1)
 
 
-def parse_runtime(spec: str) -> tuple[str, str]:
-    name, sep, version = spec.partition("==")
-    if not sep or name not in RUNTIMES or version not in RUNTIMES[name]:
-        known = ", ".join(f"{n}=={v}" for n, vs in RUNTIMES.items() for v in vs)
-        raise KvconformError(f"--runtime {spec!r}: not one the cross-check installs ({known})")
-    return name, version
-
-
-def install(name: str, version: str) -> str:
-    """The venv interpreter that has the runtime, installing it first when needed."""
-    script = ROOT / "tools" / "crosscheck" / "install.sh"
-    print(f"crosscheck: {name} {version} from .kvconform-cache/crosscheck/{name}-{version}/ (installed first when "
-          "missing: minutes, once; install.log there)", file=sys.stderr)
-    done = subprocess.run(["bash", str(script), name, version], capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr)
-        raise _Failed(f"{name} {version} did not install")
-    return done.stdout.strip().splitlines()[-1]
-
-
-class _Failed(Exception):
-    pass
-
-
 def main(args) -> int:
     from ..crosscheck import report, speed
     if args.update_doc:
@@ -113,7 +87,7 @@ def main(args) -> int:
         log = open(folder / "driver-stderr.log", "w")
         with Driver(name, python, stderr=log) as driver:
             if driver.version != version:
-                raise _Failed(f"{python} has {name} {driver.version}, not {version}")
+                raise InstallError(f"{python} has {name} {driver.version}, not {version}")
             result = None
             if not args.speed_only:
                 result = crosscheck(driver, name, _seeds(args.seed), args.max_requests, args.shrink_budget,
@@ -136,7 +110,7 @@ def main(args) -> int:
                                                                     file=sys.stderr))
                 (folder / "speed.json").write_text(json.dumps(m, indent=1) + "\n")
                 print(speed.line(m))
-    except (_Failed, DriverError) as e:
+    except (InstallError, DriverError) as e:
         print(f"kvconform crosscheck: {e}", file=sys.stderr)
         return 3
     if result is not None and any(label.startswith("unclassified") for label in result.findings):

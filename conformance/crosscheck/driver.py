@@ -12,7 +12,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from ..errors import KvconformError
+from .. import KvconformError
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / "tools" / "crosscheck"

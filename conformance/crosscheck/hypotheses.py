@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from .. import oracle
+from ..judge import peer_oracle
 
 CAUSES = {"vllm": ("empty_salt",),
           "sglang": ("empty_salt", "empty_extra_key", "split_prompt", "shortfall", "paged_decode", "newer_leaf")}
@@ -50,10 +50,9 @@ def variant(settings: dict, switches) -> object:
     """A copy of the `sglang-radix` cache with the switched causes; with none it is the oracle
     (tests/crosscheck checks it on generated streams). `commit` restates the oracle's with each
     switch where it applies; everything else is the oracle's own."""
-    module = oracle.peer_sglang_module()
     on = frozenset(switches)
 
-    class Variant(module.RadixCache):
+    class Variant(peer_oracle.RadixCache):
         def _free(self, held: int) -> int:
             return self.pool - self.size - held
 
@@ -67,9 +66,9 @@ def variant(settings: dict, switches) -> object:
                 return
             P = self.P
             self.clock += 1
-            namespace, n = module.sglang_namespace(request), len(request.ids)
+            namespace, n = peer_oracle.sglang_namespace(request), len(request.ids)
             matched, node = self._walk(namespace, request.ids[:max(0, n - 1)], touch=True)
-            matched = module.sglang_cached(matched, n, P)
+            matched = peer_oracle.sglang_cached(matched, n, P)
             self._lock(node, 1)
             paged = "paged_decode" in on and P > 1
             if self.pool is not None:
@@ -88,7 +87,7 @@ def variant(settings: dict, switches) -> object:
                         self._make_room(held, 1 + (P if P > 1 else 0))
                     held += 1
                 self._check(held, 0)
-            seq = module.computed_sequence(request.ids, sampled)
+            seq = peer_oracle.computed_sequence(request.ids, sampled)
             aligned = seq[:P * (len(seq) // P)]
             self.clock += 1
             self._insert(namespace, aligned)
@@ -103,7 +102,7 @@ def variant(settings: dict, switches) -> object:
 
         def _check(self, held: int, _):
             if self.pool is not None and self._free(held) < 0:
-                raise oracle.peer_profile_error()(
+                raise peer_oracle.PeerProfileError(
                     f"sglang-radix: a request needs more than pool_tokens={self.pool} slots")
 
     s = {k: settings[k] for k in ("page_size", "pool_tokens") if k in settings}
@@ -148,7 +147,7 @@ def observe(stream: dict, switches) -> list:
 def _observe_variant(stream: dict, switches) -> list:
     from .oracle_side import REQUEST_FIELDS
     sim = variant(stream.get("settings") or {}, switches)
-    error = oracle.peer_profile_error()
+    error = peer_oracle.PeerProfileError
     out = []
     for step in stream["steps"]:
         if step.get("reset"):
@@ -158,7 +157,7 @@ def _observe_variant(stream: dict, switches) -> list:
         if "prompt" not in step or step.get("hold"):
             out.append({"undefined": "one request at a time"})
             break
-        request = oracle.peer_request(step["prompt"], **{k: step[k] for k in REQUEST_FIELDS if k in step})
+        request = peer_oracle.PeerRequest(list(step["prompt"]), **{k: step[k] for k in REQUEST_FIELDS if k in step})
         cached = sim.predict(request)
         try:
             sim.commit(request, list(step.get("sampled") or [0]))

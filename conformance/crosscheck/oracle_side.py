@@ -15,7 +15,7 @@ queue are observed only on a bounded pool (`cache_blocks` set): they are the spe
 """
 from __future__ import annotations
 
-from .. import oracle
+from ..judge import peer_oracle
 from .streams import PROFILE
 
 REQUEST_FIELDS = ("lora", "lora_path", "salt", "extra_key", "skip_prefix_cache")
@@ -24,8 +24,8 @@ REQUEST_FIELDS = ("lora", "lora_path", "salt", "extra_key", "skip_prefix_cache")
 def observe(stream: dict) -> list:
     """Every step's observation of `stream` on a fresh simulator of its runtime's profile."""
     runtime = stream["runtime"]
-    sim = oracle.peer_simulator(PROFILE[runtime], stream.get("settings"))
-    error = oracle.peer_profile_error()
+    sim = peer_oracle.simulator(PROFILE[runtime], stream.get("settings"))
+    error = peer_oracle.PeerProfileError
     bounded = runtime == "vllm" and sim.K is not None
     held, out = {}, []
     for step in stream["steps"]:
@@ -50,7 +50,7 @@ def _step(sim, step: dict, held: dict, bounded: bool) -> dict:
         if run is not None:
             sim.release(run)
         return queue()
-    request = oracle.peer_request(step["prompt"], **{k: step[k] for k in REQUEST_FIELDS if k in step})
+    request = peer_oracle.PeerRequest(list(step["prompt"]), **{k: step[k] for k in REQUEST_FIELDS if k in step})
     sampled = list(step.get("sampled") or [0])
     cached = sim.predict(request)
     if not hasattr(sim, "hold"):
@@ -79,9 +79,9 @@ def play(stream: dict) -> None:
     """The stream through the simulator with nothing observed: what the speed comparison times,
     the same calls a server's count needs (predict, then hold and release, or commit)."""
     runtime = stream["runtime"]
-    sim = oracle.peer_simulator(PROFILE[runtime], stream.get("settings"))
+    sim = peer_oracle.simulator(PROFILE[runtime], stream.get("settings"))
     for step in stream["steps"]:
-        request = oracle.peer_request(step["prompt"], **{k: step[k] for k in REQUEST_FIELDS if k in step})
+        request = peer_oracle.PeerRequest(list(step["prompt"]), **{k: step[k] for k in REQUEST_FIELDS if k in step})
         sampled = step.get("sampled") or [0]
         sim.predict(request)
         if hasattr(sim, "hold"):
