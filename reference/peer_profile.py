@@ -8,6 +8,7 @@ the spec, the profile's module, the bundled server's cache and the cases, nothin
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -17,9 +18,11 @@ MAX_UNIT = 1 << 20
 """The largest block, page or pool size a setting may name (tokens); the peer suite also bounds
 sizes by the server's own context length."""
 
-KINDS = ("size", "count", "count0", "fraction", "bool")
+KINDS = ("size", "count", "count0", "fraction", "bool", "version")
 """What a setting's value may be: size (an integer 1..MAX_UNIT), count (an integer >= 1, or None:
-unbounded), count0 (an integer >= 0), fraction (a number in [0, 1]), bool (true or false)."""
+unbounded), count0 (an integer >= 0), fraction (a number in [0, 1]), bool (true or false), version
+(a release such as "0.5.23", "0.5.23.post1": MAJOR.MINOR[.PATCH] and any suffix)."""
+VERSION_PATTERN = re.compile(r"^v?\d+\.\d+(\.\d+)?([.+\-]?[0-9A-Za-z.+\-]*)$")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,10 @@ class Setting:
             if type(value) not in (int, float) or not 0 <= value <= 1:
                 raise PeerProfileError(f"setting {self.name} must be a number in [0, 1], got {value!r}")
             return float(value)
+        if self.kind == "version":
+            if not isinstance(value, str) or not VERSION_PATTERN.match(value):
+                raise PeerProfileError(f"setting {self.name} must be a release such as 0.5.23, got {value!r}")
+            return value
         if self.kind == "count" and value is None:
             return None
         low = 0 if self.kind == "count0" else 1

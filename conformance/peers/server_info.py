@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..judge import peer_oracle as oracle
-from ..judge.peer_oracle import Published
+from ..judge.peer_oracle import Published, VERSION_PATTERN
 
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
 from .. import KvconformError
@@ -85,7 +85,23 @@ def _less_one(value) -> int | None:
     return count - 1 if count and count > 1 else None
 
 
-CONVERT = {"int": _int, "bool": _bool, "not": _not, "less_one": _less_one}
+def _version(value) -> str | None:
+    """A runtime's release as it reports it ("0.5.23", "0.5.24.dev3+g1234"), or None."""
+    return value.strip() if isinstance(value, str) and VERSION_PATTERN.match(value.strip()) else None
+
+
+EAGLE = ("EAGLE", "EAGLE3", "FROZEN_KV_MTP")
+"""SGLang's speculative algorithms that key its radix tree by bigrams (spec_info.py `is_eagle`)."""
+
+
+def _eagle(value) -> bool | None:
+    """SGLang's `speculative_algorithm`: whether its tree is keyed by bigrams (None: no algorithm)."""
+    if value is None:
+        return None
+    return str(value).strip().upper() in EAGLE
+
+
+CONVERT = {"int": _int, "bool": _bool, "not": _not, "less_one": _less_one, "version": _version, "eagle": _eagle}
 """How a published raw value becomes a setting's (reference/peer_profile.py `Published.convert`)."""
 
 
