@@ -190,10 +190,13 @@ class PeerServer:
 
 
 def _setting(item: str, sep: str, value: str):
-    """A --setting value: N >= 1, true/false, or a number in [0, 1] (slot_prompt_similarity)."""
+    """A --setting value: N >= 1, true/false, a number in [0, 1] (slot_prompt_similarity), or a
+    release MAJOR.MINOR.PATCH (SGLang's version)."""
     from .errors import BackendInputError
     if sep and value.lower() in ("true", "false"):
         return value.lower() == "true"
+    if sep and value.count(".") >= 2 and value.split(".")[0].isdigit():
+        return value
     if sep and value.isdigit() and int(value) >= 1:
         return int(value)
     try:
@@ -201,7 +204,8 @@ def _setting(item: str, sep: str, value: str):
     except ValueError:
         number = None
     if number is None or not 0 <= number <= 1:
-        raise BackendInputError("--setting", f"{item!r}: expected KEY=N with N >= 1, KEY=true|false or KEY=X in [0, 1]")
+        raise BackendInputError("--setting", f"{item!r}: expected KEY=N with N >= 1, KEY=true|false, KEY=X in [0, 1] "
+                                "or KEY=MAJOR.MINOR.PATCH")
     return number
 
 
