@@ -29,6 +29,9 @@ class ServerVariant:
     cache_class: type
     settings: tuple = ()
     """`--peer-setting` pairs the variant's server runs with (both sides use them)."""
+    select: tuple = ()
+    """The cases (`-k`) the default tests judge the variant with: those of its rule (empty: all;
+    the slow tests run every case at every block size)."""
 
     def peer(self, engine_dir: str | None = None, tokenizer: str | None = None, settings: dict | None = None):
         """The server state (gpu_backend.serve.PeerServer) with the faulty cache; `settings`
@@ -41,7 +44,7 @@ class ServerVariant:
 SERVER_VARIANTS: dict[str, ServerVariant] = {}
 
 
-def server_variant(name: str, settings: tuple = ()):
+def server_variant(name: str, settings: tuple = (), select: tuple = ()):
     """Register a faulty cache; its profile is the one whose bundled cache it subclasses."""
     def register(cls):
         profile = next(p for p, served in SERVED.items() if issubclass(cls, served.cache))
@@ -49,7 +52,7 @@ def server_variant(name: str, settings: tuple = ()):
         rules = tuple(re.findall(r"PEER-[A-Z]+-\d+", doc.split("Violates:")[1].split("Mirrors:")[0]))
         mirrors = doc.split("Mirrors:")[1].strip()
         assert rules and mirrors and "Bug class:" in doc, f"{cls.__name__}: docstring lacks its three lines"
-        SERVER_VARIANTS[name] = ServerVariant(name, profile, doc.split(". ")[0], rules, mirrors, cls, settings)
+        SERVER_VARIANTS[name] = ServerVariant(name, profile, doc.split(". ")[0], rules, mirrors, cls, settings, select)
         return cls
     return register
 
@@ -242,7 +245,7 @@ class EvictsOldestInserted(RadixCache):
     Mirrors: an eviction heap keyed on creation_time (radix_cache.py FIFOStrategy) while the
     server runs with the default LRU policy."""
 
-    def touch(self, node):
+    def touch(self, node, stamp):
         pass                                                         # DEFECT: a node keeps its creation time
 
 
@@ -260,3 +263,135 @@ class SimilarityIgnored(SlotCache):
             if slot["used"] <= self.slots[best]["used"]:
                 best = i
         return best
+
+
+# --- sglang-radix: slots, eviction rounds, time stamps, releases, empty keys --------------------------
+
+RADIX_POOL = (("page_size", 4), ("pool_tokens", 600))
+"""A paged, bounded SGLang server: what the radix eviction cases need to judge."""
+
+
+@server_variant("sglang-decode-token-accounting", RADIX_POOL, ("radix-paged-decode",))
+class DecodeTokenAccounting(RadixCache):
+    """Asks for a page and a slot at every decode step and holds tokens, not pages.
+    Bug class: paged allocation counted in tokens (a decode step evicts with a page still free).
+    Violates: PEER-SGL-7.
+    Mirrors: PEER-SGL-5's text before peer profiles 1.3.0 ("a page when P > 1; one more per
+    fed-back sampled token"), which the cross-check against SGLang 0.5.23 refuted
+    (allocation.py alloc_paged_token_slots_decode asks for one page)."""
+
+    def _extend(self, n, matched):
+        self._slots(n - matched + self.slack(), n - matched)          # DEFECT: tokens held, not whole pages
+
+    def decode_step(self, position):
+        if self.on:
+            self._slots(1 + self.slack(), 1)                          # DEFECT: P + 1 asked, one token held
+
+
+@server_variant("sglang-split-tie", RADIX_POOL, ("radix-split-tie",))
+class SplitTie(RadixCache):
+    """Stamps the nodes an insert makes with the insert walk's own time.
+    Bug class: recency ties (a new leaf as old as the remainder it split off).
+    Violates: PEER-SGL-4.
+    Mirrors: a tree stamping nodes with one access_time per walk where SGLang's TreeNode takes
+    time.monotonic() when made (radix_cache.py:259), the kit's own reading before 1.3.0."""
+
+    def stamp_new(self, node):
+        node.used = self.tick                                        # DEFECT: no new time: the walk's
+
+
+@server_variant("sglang-new-leaf-untimed", RADIX_POOL, ("radix-new-leaves",))
+class NewLeafUntimed(RadixCache):
+    """Gives a leaf an insert adds no access time until a later request touches it.
+    Bug class: recency among new leaves (a fresh leaf looks the oldest).
+    Violates: PEER-SGL-4.
+    Mirrors: a TreeNode whose last_access_time defaults to 0 and is set only by
+    _match_prefix_helper (radix_cache.py stamps it in TreeNode.__init__)."""
+
+    def stamp_leaf(self, leaf):
+        leaf.used = 0                                                # DEFECT: no time when made
+
+
+@server_variant("sglang-childless-parent-kept", RADIX_POOL, ("radix-cascade",))
+class ChildlessParentKept(RadixCache):
+    """Evicts only the leaves there were when the round began; a parent they leave bare waits.
+    Bug class: eviction cascades (a childless parent not evicted in the same round).
+    Violates: PEER-SGL-5.
+    Mirrors: radix_cache.py evict without its `heapq.heappush(eviction_heap, (new_priority,
+    x.parent))` for a parent left childless and unlocked."""
+
+    def joins(self, parent) -> bool:
+        return False                                                 # DEFECT: a bare parent waits a round
+
+
+@server_variant("sglang-no-page-slack", RADIX_POOL, ("radix-paged-slack",))
+class NoPageSlack(RadixCache):
+    """Asks for exactly the prompt's rest when paged, without the page of slack.
+    Bug class: paged slack (an allocation that fits by less than a page evicts nothing).
+    Violates: PEER-SGL-7.
+    Mirrors: alloc_paged_token_slots_extend without `len(seq_lens_cpu) * page_size` in its
+    demand (allocation.py)."""
+
+    def slack(self) -> int:
+        return 0                                                     # DEFECT: no page of slack
+
+
+@server_variant("sglang-evicts-locked-path", RADIX_POOL, ("radix-locked-path",))
+class EvictsLockedPath(RadixCache):
+    """Lets eviction take the nodes a running request matched.
+    Bug class: locks (eviction takes the locked path).
+    Violates: PEER-SGL-5.
+    Mirrors: an evictable-leaf set that ignores lock_ref (radix_cache.py _update_leaf_status keeps
+    nodes with lock_ref > 0 out of evictable_leaves)."""
+
+    def evictable(self, node) -> bool:
+        return True                                                  # DEFECT: locks not consulted
+
+
+@server_variant("sglang-no-prompt-split", RADIX_POOL, ("radix-prompt-split",))
+class NoPromptSplit(RadixCache):
+    """Inserts a finished request once, never splitting its node at the prompt, yet reports 0.5.23.
+    Bug class: a release's rule (the prompt split of SGLang >= 0.5.20 missing).
+    Violates: PEER-SGL-8.
+    Mirrors: cache_finished_req of SGLang 0.5.19 (no second insert of the prompt) in a build that
+    reports a later version (radix_cache.py `_insert_cache(split_prompt=True)` in 0.5.23)."""
+
+    def split_at_prompt(self, ns, ids, n):
+        pass                                                         # DEFECT: no split at the prompt
+
+
+@server_variant("sglang-evicts-whole-demand", RADIX_POOL, ("radix-shortfall",))
+class EvictsWholeDemand(RadixCache):
+    """Evicts all an allocation asks for when it is short, not what it is short of, yet reports 0.5.23.
+    Bug class: a release's rule (the shortfall eviction of SGLang >= 0.5.17 missing).
+    Violates: PEER-SGL-8.
+    Mirrors: mem_cache/common.py evict_from_tree_cache of SGLang 0.5.16 (`tree_cache.evict(num_tokens)`)
+    in a build that reports a later version (allocator/base.py evict_to_free_tokens in 0.5.23)."""
+
+    def to_evict(self, asked, free) -> int:
+        return asked                                                 # DEFECT: the whole demand
+
+
+@server_variant("sglang-empty-salt-apart", select=("empty-keys",))
+class EmptySaltApart(RadixCache):
+    """Keys a request with `cache_salt: ""` apart from one without a salt.
+    Bug class: empty keys (an empty salt is a salt).
+    Violates: PEER-SGL-2.
+    Mirrors: a server that passes cache_salt on as given, where SGLang's Req and RadixKey take
+    `cache_salt or None` (schedule_batch.py, radix_cache.py:77)."""
+
+    def namespace(self, req) -> tuple:
+        return ((req.extra_key or "") + (req.lora or ""), req.salt)   # DEFECT: "" is a salt of its own
+
+
+@server_variant("sglang-empty-extra-key-apart", select=("empty-keys",))
+class EmptyExtraKeyApart(RadixCache):
+    """Keys a request with `extra_key: ""` apart from one without an extra key.
+    Bug class: empty keys (an empty extra key is a key).
+    Violates: PEER-SGL-2.
+    Mirrors: a request that reaches the cache without io_struct.py `_normalize_extra_key`
+    (`extra_key or None`), where RadixKey keys "" apart from None (radix_cache.py:247)."""
+
+    def namespace(self, req) -> tuple:
+        key = "\0none" if req.extra_key is None else req.extra_key      # DEFECT: "" is not none
+        return (key + (req.lora or ""), req.salt or None)
