@@ -44,6 +44,8 @@ class Result:
     """Streams generated but not run: the oracle observes the same with the focused cause switched."""
     findings: dict = field(default_factory=dict)
     seconds: float = 0.0
+    driven: str | None = None
+    """The runtime's class the driver drove, where it names one (SGLang: RadixCache, UnifiedRadixCache)."""
 
     def classes(self) -> str:
         if not self.findings:
@@ -71,7 +73,7 @@ def crosscheck(driver, runtime: str, seeds, max_requests: int = 20, shrink_budge
     once `until_requests` requests were compared or `max_streams` streams generated. `focus` (a
     cause of hypotheses.CAUSES) runs only the streams on which switching that cause changes the
     oracle's observations: a search for a rare cause."""
-    result = Result(runtime, driver.version)
+    result = Result(runtime, driver.version, driven=getattr(driver, "header", {}).get("class"))
     start = time.perf_counter()
     source = seed_streams if seed_streams is not None else streams.streams(runtime, seeds, max_requests)
     generated = 0
