@@ -93,6 +93,7 @@ class RadixCache:
         self.trace = None
         self.reset()
         self.trace = trace
+        self._empty_keys: tuple = ()                         # traced: PEER-SGL-2 steps of the request inserting
 
     def reset(self) -> None:
         self.root = Node([], None, 0)
@@ -175,7 +176,7 @@ class RadixCache:
                 leaf.by = self.trace.owner
                 leaf.origin = self.trace.add("PEER-SGL-3", "inserted", len(ids), f"{self._inserted(ids, computed)} go "
                                              f"into the tree: {at} of them were there, a new leaf holds the other "
-                                             f"{len(ids) - at}")
+                                             f"{len(ids) - at}", causes=self._empty_keys)
         elif self.trace is not None:
             self.trace.add("PEER-SGL-3", "inserted", len(ids), f"{self._inserted(ids, computed)} were in the tree "
                            "already: nothing new")
@@ -277,6 +278,7 @@ class RadixCache:
         if not self.on:
             return
         namespace, n, P = sglang_namespace(request), len(request.ids), self.P
+        self._empty_keys = self._traced_empty_keys(request) if self.trace is not None else ()
         matched, node = self._walk(namespace, units(request.ids[:max(0, n - 1)], self.eagle), touch=True)
         self._lock(node, 1)
         held = self._extend(n, matched)
@@ -320,6 +322,7 @@ class RadixCache:
                 why += "; no cached entry goes on with the next page's ids"
         elif matched < len(looked):
             why += f"; the {len(looked) - matched} {'bigrams' if self.eagle else 'ids'} after it are less than a page of {self.P}"
+        causes += list(self._traced_empty_keys(request))
         causes += [s for s in tr.background(any(causes)) if s not in causes]
         match = tr.add(rule, "matched", matched, why, causes=causes)
         if self.eagle:
@@ -338,6 +341,16 @@ class RadixCache:
             if other != namespace:
                 best = max(best, self._walk(other, ids, touch=False)[0])
         return best
+
+    def _traced_empty_keys(self, request: PeerRequest) -> tuple:
+        """PEER-SGL-2's step for a request whose `cache_salt` or `extra_key` is "": it is none."""
+        empty = [name for name, value in (("cache_salt", request.salt), ("extra_key", request.extra_key))
+                 if value == ""]
+        if not empty:
+            return ()
+        return (self.trace.add("PEER-SGL-2", "namespace", "none", f"{' and '.join(empty)} \"\" is no key: the "
+                               "request shares the namespace of requests without one (io_struct.py "
+                               "_normalize_extra_key, Req.__init__: `or None`)"),)
 
     def _depth(self, node: Node) -> int:
         """The units from the root to the end of `node`."""
