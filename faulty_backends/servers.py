@@ -248,6 +248,11 @@ class EvictsOldestInserted(RadixCache):
     def touch(self, node, stamp):
         pass                                                         # DEFECT: a node keeps its creation time
 
+    def _split(self, ns, child, k):
+        upper = super()._split(ns, child, k)
+        upper.used = child.used                                      # a split creates nothing: its creation time
+        return upper
+
 
 @server_variant("lcpp-similarity-ignored", (("slots", 2),))
 class SimilarityIgnored(SlotCache):
@@ -286,18 +291,6 @@ class DecodeTokenAccounting(RadixCache):
     def decode_step(self, position):
         if self.on:
             self._slots(1 + self.slack(), 1)                          # DEFECT: P + 1 asked, one token held
-
-
-@server_variant("sglang-split-tie", RADIX_POOL, ("radix-split-tie",))
-class SplitTie(RadixCache):
-    """Stamps the nodes an insert makes with the insert walk's own time.
-    Bug class: recency ties (a new leaf as old as the remainder it split off).
-    Violates: PEER-SGL-4.
-    Mirrors: a tree stamping nodes with one access_time per walk where SGLang's TreeNode takes
-    time.monotonic() when made (radix_cache.py:259), the kit's own reading before 1.3.0."""
-
-    def stamp_new(self, node):
-        node.used = self.tick                                        # DEFECT: no new time: the walk's
 
 
 @server_variant("sglang-new-leaf-untimed", RADIX_POOL, ("radix-new-leaves",))

@@ -94,6 +94,7 @@ class RadixCache:
         self.reset()
         self.trace = trace
         self._empty_keys: tuple = ()                         # traced: PEER-SGL-2 steps of the request inserting
+        self._why_evict: tuple = ()                          # traced: the PEER-SGL-7/8 steps an eviction follows
 
     def reset(self) -> None:
         self.root = Node([], None, 0)
@@ -226,12 +227,33 @@ class RadixCache:
         """Evict when fewer than `demand` slots are free (all of `demand` before 0.5.17, the
         shortfall since), then require `need` free slots: the allocation itself."""
         free = self.pool - self.size - held
+        asked = ()
+        if self.trace is not None and (free < demand or (self.P > 1 and free < demand + self.P)):
+            asked = (self._traced_demand(what, demand, need, free),)
         if free < demand:
-            self.evict(demand - free if self.shortfall else demand, free)
+            target = demand - free if self.shortfall else demand
+            if self.trace is not None:
+                asked = (self.trace.add("PEER-SGL-8", "evict_target", target, f"SGLang {self.version} evicts "
+                                        + (f"only the shortfall, {demand} - {free} = {target} slots (since 0.5.17)"
+                                           if self.shortfall else f"all {demand} slots asked for (before 0.5.17)"),
+                                        causes=asked),)
+            self._why_evict = asked
+            self.evict(target, free)
+            self._why_evict = ()
+        elif asked:
+            self.trace.removed(asked[0])                   # a tight allocation that evicted nothing: later lookups cite it
         if self.pool - self.size - held < need:
             raise PeerProfileError(f"sglang-radix: {what} needs {need} free slots of pool_tokens={self.pool} and "
                                    "fewer are free after evicting every leaf it may; the profile does not define "
                                    "what the server does then")
+
+    def _traced_demand(self, what: str, demand: int, need: int, free: int):
+        """PEER-SGL-7's step: what an allocation asks for against what is free."""
+        paged = (" (a whole page, asked at every decode step)" if what.startswith("the decode") else
+                 f" (its rest and a page of slack)") if self.P > 1 else ""
+        return self.trace.add("PEER-SGL-7", "asked", demand, f"{what} asks for {demand} slots{paged} with {free} "
+                              f"free and takes {need}: " + ("too few are free, leaves are evicted" if free < demand
+                                                             else "nothing is evicted"))
 
     def _extend(self, n: int, matched: int) -> int:
         """The slots a request takes for the rest of its prompt (whole pages when paged), asking
@@ -292,7 +314,15 @@ class RadixCache:
             prompt = units(request.ids, self.eagle)
             prompt = prompt[:P * (len(prompt) // P)]
             if 0 < len(prompt) < len(key):
-                self._walk(namespace, prompt, touch=True)      # PEER-SGL-8 (a): splits the leaf at the prompt
+                at, upper = self._walk(namespace, prompt, touch=True)   # PEER-SGL-8 (a): splits the leaf at the prompt
+                if self.trace is not None and at == len(prompt) and len(upper.children) == 1:
+                    (rest,) = upper.children.values()
+                    if rest.parent is upper and len(rest.key) + len(prompt) == len(key) and not rest.children:
+                        rest.origin = self.trace.add("PEER-SGL-8", "split", len(rest.key), f"SGLang {self.version} "
+                                                     f"inserts the prompt again ({len(prompt)} units, whole pages), "
+                                                     f"which splits the node there: the {len(rest.key)} units after "
+                                                     "it are a leaf of their own (since 0.5.20)",
+                                                     causes=(rest.origin,))
         self._lock(node, -1)
 
     # --- the trace: reasons and causes, built only when tracing ----------------------------------
@@ -368,7 +398,7 @@ class RadixCache:
             "PEER-SGL-5", "evicted", len(leaf.key), f"a leaf of {len(leaf.key)} ids (inserted by "
             f"{self.trace.who(leaf.origin)}{touched}) is the least recently touched leaf no running request "
             f"holds: {asked}" + (f" ({free} are free)" if free is not None else ""),
-            causes=(leaf.origin,)))
+            causes=(leaf.origin,) + self._why_evict))
         self._evicted_under[edge] = step                  # (parent, the edge a later match would follow)
 
 
@@ -396,8 +426,8 @@ PROFILE = PeerProfile(
     full_match=lambda s, n: sglang_cached(n - 2 if s["eagle"] else n, n, s["page_size"]),
     tokenizer_loader="transformers-auto", reset="/flush_cache", crosscheck=None, lora_field="lora_path",
     features=frozenset({"salt", "lora", "extra_key"}), unit="page_size", unit_name="page",
-    cases=("eviction/radix-lru", "eviction/radix-cascade", "eviction/radix-new-leaves", "eviction/radix-split-tie",
-           "eviction/radix-paged-decode", "eviction/radix-paged-slack", "eviction/radix-locked-path",
+    cases=("eviction/radix-lru", "eviction/radix-cascade", "eviction/radix-new-leaves", "eviction/radix-paged-decode",
+           "eviction/radix-paged-slack", "eviction/radix-locked-path",
            "eviction/radix-prompt-split", "eviction/radix-shortfall", "isolation/empty-keys"),
     context=(Published("/v1/models", "max_model_len"), Published("/get_server_info", "context_length")),
     adapters=Published("/get_server_info", "lora_paths"),

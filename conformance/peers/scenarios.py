@@ -572,37 +572,6 @@ def _radix_new_leaves(count, ids, settings, U):
                     {"pool_tokens": K, "prompt_tokens": [len(ids(x)) for x in (a, b, c)]})
 
 
-def _radix_split_tie(count, ids, settings, U):
-    """PEER-SGL-4: X (a whole number of pages) answered with the digit 1 for P + 1 tokens, then X
-    answered with the digit 2: the second insert splits the first answer's node after its first
-    page of X and adds a leaf; the remainder (the first answer) keeps the insert walk's stamp,
-    the new leaf is made after it. C then asks for one page: the first answer goes, and a
-    conversation continuing it matches X only. A server stamping the new leaf like the remainder
-    may take the new leaf instead (a tie broken by position)."""
-    case_id, rules = "eviction/radix-split-tie", _rules(count, "PEER-SGL-4", "PEER-SGL-5")
-    laid = _radix_pool(case_id, rules, settings)
-    if isinstance(laid, Unsupported):
-        return laid
-    K, P = laid
-    x = _sized(RADIX_HEADS[4], 89, QUESTIONS[3], ids, max(2 * P + 1, int(0.3 * K)), int(0.3 * K) + 4 * P, (P, {0}))
-    if x is None:
-        return _radix_unlaid(case_id, rules, "a whole number of pages near 0.3 of the pool")
-    n = len(ids(x))
-    ones, one = _digit_bias(ids, x, "1")
-    twos, two = _digit_bias(ids, x, "2")
-    first, second = Step(x, P + 2, logit_bias=ones), Step(x, P + 1, reuse=True, logit_bias=twos)
-    sim = _after(settings, [(ids(x), [one] * (P + 2), {}), (ids(x), [two] * (P + 1), {})])
-    low = sim.free_slots() - (P if P > 1 else 0) + 1                  # short of 1..P slots: one page goes
-    c = _sized(RADIX_HEADS[0], 97, QUESTIONS[0], ids, low, low + P - 1)
-    if c is None:
-        return _radix_unlaid(case_id, rules, f"{low}..{low + P - 1} ids")
-    probe = Step(x + [Answer(0), {"role": "user", "content": QUESTIONS[1]}], reuse=True)
-    return PeerCase(case_id, "eviction", f"X ({n} ids, whole pages of {P}) answered 1111..., X answered 2222..., "
-                    "then C short of one page, then the conversation that continues the first answer: the first "
-                    "answer's remainder, older than the second answer's leaf, is evicted", rules,
-                    [first, second, Step(c), probe], {"pool_tokens": K, "prompt_tokens": n, "digits": [one, two]})
-
-
 def _radix_paged_decode(count, ids, settings, U):
     """PEER-SGL-7: A and B fill the pool but for C's prompt and one page; C (whole pages) asks for
     its prompt and the slack page and gets them without evicting; its decode step starts a page,
@@ -633,7 +602,7 @@ def _radix_paged_decode(count, ids, settings, U):
 def _radix_paged_slack(count, ids, settings, U):
     """PEER-SGL-7: C (whole pages) is exactly as long as the free slots: with the page of slack
     it asks for, it is a page short and evicts the oldest leaf, A. A server asking no slack
-    evicts nothing, and A still reports."""
+    evicts nothing, and A, asked next, still reports."""
     case_id, rules = "eviction/radix-paged-slack", _rules(count, "PEER-SGL-7", "PEER-SGL-5")
     laid = _radix_pool(case_id, rules, settings, paged=True)
     if isinstance(laid, Unsupported):
@@ -648,8 +617,9 @@ def _radix_paged_slack(count, ids, settings, U):
     if c is None:
         return _radix_unlaid(case_id, rules, f"exactly {sim.free_slots()} ids")
     return PeerCase(case_id, "eviction", f"A, B (about 0.3 each of a pool of {K} tokens), then C of exactly the free "
-                    "slots, then B and A again: C's page of slack makes it short, and A is evicted", rules,
-                    [Step(a), Step(b), Step(c), Step(b, reuse=True), Step(a, reuse=True)],
+                    "slots, then A and B again: C's page of slack makes it short, and A is evicted (A is asked "
+                    "first: B's own slack would evict it on a server without C's)", rules,
+                    [Step(a), Step(b), Step(c), Step(a, reuse=True), Step(b, reuse=True)],
                     {"pool_tokens": K, "prompt_tokens": [len(ids(x)) for x in (a, b, c)]})
 
 
@@ -755,7 +725,7 @@ def _empty_keys(count, ids, settings, U):
 
 
 RADIX_CASES = {"eviction/radix-cascade": _radix_cascade, "eviction/radix-new-leaves": _radix_new_leaves,
-               "eviction/radix-split-tie": _radix_split_tie, "eviction/radix-paged-decode": _radix_paged_decode,
+               "eviction/radix-paged-decode": _radix_paged_decode,
                "eviction/radix-paged-slack": _radix_paged_slack, "eviction/radix-locked-path": _radix_locked_path,
                "eviction/radix-prompt-split": _radix_prompt_split, "eviction/radix-shortfall": _radix_shortfall,
                "isolation/empty-keys": _empty_keys}
