@@ -602,7 +602,8 @@ def _radix_paged_decode(count, ids, settings, U):
 def _radix_paged_slack(count, ids, settings, U):
     """PEER-SGL-7: C (whole pages) is exactly as long as the free slots: with the page of slack
     it asks for, it is a page short and evicts the oldest leaf, A. A server asking no slack
-    evicts nothing, and A, asked next, still reports."""
+    evicts nothing, and A, asked next, still reports. C, asked last, reports on every server
+    (the count above 0 that makes the case judge)."""
     case_id, rules = "eviction/radix-paged-slack", _rules(count, "PEER-SGL-7", "PEER-SGL-5")
     laid = _radix_pool(case_id, rules, settings, paged=True)
     if isinstance(laid, Unsupported):
@@ -617,9 +618,10 @@ def _radix_paged_slack(count, ids, settings, U):
     if c is None:
         return _radix_unlaid(case_id, rules, f"exactly {sim.free_slots()} ids")
     return PeerCase(case_id, "eviction", f"A, B (about 0.3 each of a pool of {K} tokens), then C of exactly the free "
-                    "slots, then A and B again: C's page of slack makes it short, and A is evicted (A is asked "
-                    "first: B's own slack would evict it on a server without C's)", rules,
-                    [Step(a), Step(b), Step(c), Step(a, reuse=True), Step(b, reuse=True)],
+                    "slots, then A and C again: C's page of slack makes it short, and A is evicted (A is asked "
+                    "right after C: on a server without C's slack, B's own would evict it); A's return evicts B, "
+                    "and C still reports", rules,
+                    [Step(a), Step(b), Step(c), Step(a, reuse=True), Step(c, reuse=True)],
                     {"pool_tokens": K, "prompt_tokens": [len(ids(x)) for x in (a, b, c)]})
 
 

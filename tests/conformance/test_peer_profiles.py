@@ -30,6 +30,7 @@ def settings_args(settings: dict) -> list:
     ("llama.cpp-server", {}),
     ("vllm-apc", {"block_size": 16, "cache_blocks": 24}),
     ("sglang-radix", {"page_size": 4, "pool_tokens": 600}),
+    ("sglang-radix", {"page_size": 4, "pool_tokens": 600, "version": "0.5.16"}),     # PEER-SGL-8: the older rules
     ("trtllm-kv-reuse", {"tokens_per_block": 16}),
 ])
 def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines, tmp_path):
