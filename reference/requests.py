@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from array import array
 
 from .errors import InputError
-from .hf_tokenizer import LOADER_RULES
 from .identity import MediaSpan
-from .media_tokens import COUNTER_RULES
 from .tokenizer import EOS, VOCAB_SIZE, tokenize_messages
 from .trace import Step
 
@@ -278,6 +276,8 @@ def input_steps(engine, parsed, request) -> list:
     """The trace steps (reference/trace.py) of how `request`'s input length n was decided:
     bytes-v1 (spec/tokenizer.md), or on an `hf` engine the loader's ids (TOK-HF-2/3), the
     template switches (TOK-HF-4, TOK-HF-8) and each image's count (TOK-MEDIA-*)."""
+    from .hf_tokenizer import LOADER_RULES          # explanations only: not imported to simulate
+    from .media_tokens import COUNTER_RULES
     n = request.n
     media = sum(s.end - s.start for s in request.spans)
     if not engine.hf:
