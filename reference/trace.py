@@ -27,6 +27,8 @@ outside the oracle works out a rule again. Tracing is optional (`Simulator(..., 
 the counts never depend on it.
 """
 
+from bisect import bisect_right
+
 UNSET = object()
 MAX_CAUSES = 4
 """Causes kept per step: a hit names where its pages came from and the latest evictions they
@@ -106,6 +108,7 @@ class Trace:
         self.P = page_size
         self.requests: dict[int, list] = {}
         self.file: list = []
+        self.evictions: list = []          # the file's eviction steps (value "records"), in order
         self._order = 0
         self.actor = None
         """The `Steps` of the sequence whose admission, growth or publication runs: what an
@@ -118,6 +121,8 @@ class Trace:
         step.owner, step.order = owner, self._order
         self._order += 1
         steps.append(step)
+        if value == "records":
+            self.evictions.append(step)
         return step
 
     @property
@@ -138,8 +143,9 @@ class Trace:
         other records) they survived since."""
         if origin is None:
             return ()
-        later = [s for s in self.file if s.order > origin.order and s.value == "records"]
-        return (origin, *later[-(MAX_CAUSES - 1):])
+        evictions = self.evictions
+        first = bisect_right(evictions, origin.order, key=lambda s: s.order)
+        return (origin, *evictions[max(first, len(evictions) - (MAX_CAUSES - 1)):])
 
     def unspecified(self, ordinal: int):
         """The step that leaves request `ordinal`'s counts open (reference/media.py `OpenCounts`),
@@ -167,7 +173,3 @@ class Steps:
 
     def __call__(self, rule, value, to, why, before=UNSET, refs=None, causes=()) -> Step:
         return self.trace.add(self.owner, rule, value, to, why, before, refs, causes)
-
-    @property
-    def warmup(self) -> bool:
-        return self.owner is None
