@@ -1,4 +1,4 @@
-"""Model building blocks: RMSNorm, RoPE, LoRA linear, SwiGLU, paged attention, and the
+"""Model building blocks: RMSNorm, RoPE, LoRA linear, SwiGLU, attention over gathered pages, and the
 gated linear recurrence (a Mamba-2-like SSD mixer with a short causal convolution).
 
 Shapes: B sequences, T new positions per sequence (right-padded), S key positions, H query
@@ -103,7 +103,7 @@ def causal_mask(q_pos, S: int):
     return torch.arange(S, device=q_pos.device)[None, None, None, :] <= q_pos[:, None, :, None]
 
 
-def paged_attention(q, k_all, v_all, mask):
+def gathered_attention(q, k_all, v_all, mask):
     """Causal attention of new queries over keys read through a page table.
 
     q: [B, T, H, D]; k_all, v_all: [B, S, G, D] (positions 0..S-1 of each sequence, padding
