@@ -3,8 +3,8 @@
 One tensor `kv` of shape [L_att, 2, (pages + 1) * P, G, D] in FP16 (or FP8 without reuse):
 for attention layer l, `kv[l, 0]` holds keys and `kv[l, 1]` values, and token slot
 `page * P + offset` holds position `offset` of that page. A sequence reaches its KV only
-through its page table (CR-OUT-1: a reused page is read where the sequence's table says, never
-copied). The extra last page is an all-zero scratch page: padding positions of a batch read
+through its page table: a reused page is read where the table says, never copied into the
+sequence. The extra last page is an all-zero scratch page: padding positions of a batch read
 it, and nothing ever writes it.
 
 `attend(layer, q, read)` reads a forward's keys and values along one of two paths, equal
@@ -14,8 +14,8 @@ within the backend's tests' tolerance (tests/gpu_backend/test_attention_paths.py
             workspace), then SDPA: the reference path, and the default on every device
             (`DEFAULT_ATTENTION`)
     paged   flex_attention over the whole pool with a block mask built from the page tables
-            (paged_flex_attention.py): the kernel reads each sequence's pages where they lie, nothing
-            is gathered first
+            (paged_flex_attention.py): the kernel reads each sequence's pages where they lie,
+            nothing is gathered first
 
 With `poison=True` every newly allocated page is filled with NaN, so a read of KV that the
 request never wrote (a stale or foreign page) turns the output into NaN (CR-OUT-3).

@@ -1,5 +1,6 @@
-"""Model building blocks: RMSNorm, RoPE, LoRA linear, SwiGLU, attention over gathered pages, and the
-gated linear recurrence (a Mamba-2-like SSD mixer with a short causal convolution).
+"""Model building blocks: RMSNorm, RoPE, LoRA linear, SwiGLU, attention over gathered pages
+(the gather path of kv_pool.KVPool.attend), and the gated linear recurrence (a Mamba-2-like SSD
+mixer with a short causal convolution).
 
 Shapes: B sequences, T new positions per sequence (right-padded), S key positions, H query
 heads, G kv heads, D head dim, C = conv_dim = H_r * hd channels of the recurrence, N state size.

@@ -6,9 +6,9 @@
     logits = rms_norm(x) @ lm_head^T                 (lm_head = embed when tied)
 
 Attention layers read and write KV only through the paged pool (kv_pool.py: `KVPool.attend`
-reads it along the gather or the paged path); recurrent layers
-carry a per-sequence state and convolution state that checkpoints snapshot (CR-HYB). LoRA
-adapters add low-rank deltas to the mixer projections (q, k, v, o; recurrent in/out).
+reads it along the gather or the paged path); recurrent layers carry a per-sequence state and
+convolution state that checkpoints snapshot (CR-HYB). LoRA adapters add low-rank deltas to the
+mixer projections (q, k, v, o; recurrent in/out).
 """
 from dataclasses import dataclass
 

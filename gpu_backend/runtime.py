@@ -27,7 +27,7 @@ from .kv_pool import KVPool
 from .model import Model
 from .model_runner import ModelRunner
 from .prefix_cache import ContextCache
-from .refusals import MAX_WARMUP, check_warmup  # noqa: F401 (cli.py and the tests read them here)
+from .refusals import check_warmup
 from .request import parse_request_file
 from .scheduler import Scheduler
 from .semantics import DEFAULT as DEFAULT_SEMANTICS
