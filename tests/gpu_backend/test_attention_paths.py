@@ -15,11 +15,13 @@ import random
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_mask
 
 import gpu_backend.paged_flex_attention as paged_flex_attention
 from gpu_backend import BackendInputError
 from gpu_backend.kv_pool import DEFAULT_ATTENTION, KVPool, KVRead, choose_path
-from gpu_backend.paged_flex_attention import kv_block
+from gpu_backend.paged_flex_attention import Q_BLOCK, block_mask, kv_block
 from tests.gpu_backend.test_draft_head import EAGLE
 from tests.gpu_backend.test_model import LOGIT_ATOL
 from tests.gpu_backend.test_reuse import LOGPROB_TOL
@@ -83,6 +85,30 @@ def test_the_paged_path_equals_the_gather_path_on_scattered_pages(P):
 
 def test_a_key_block_is_whole_pages_of_at_least_16_slots():
     assert [kv_block(P) for P in (1, 4, 16, 24, 64, 128)] == [16, 16, 16, 48, 64, 128]
+
+
+@pytest.mark.parametrize("P", [4, 24])
+def test_the_block_mask_lists_every_key_block_a_query_sees(P):
+    """The compiled kernel (CUDA) visits only the key blocks the block mask lists, while the
+    eager form checked above evaluates the mask everywhere: so the lists are checked here, block
+    by block, against the exact mask (300 queries: three query blocks, the last one partial)."""
+    pages, T = 120, 300
+    starts, ends = [0, 5], [T, 5 + T]
+    need = -(-ends[1] // P)
+    tables = [list(range(pages - 1, pages - 1 - need, -1)), random.Random(P).sample(range(pages), need)]
+    read = _read(P, pages, tables, starts, ends)[0]()
+    n_slots, block = (pages + 1) * P, kv_block(P)
+    mask = block_mask(read, P, n_slots)
+    seen = create_mask(mask.mask_mod, 2, 1, T, n_slots)[:, 0]                       # [B, T, N]
+    seen = F.pad(seen, (0, -n_slots % block, 0, -T % Q_BLOCK))
+    seen = seen.view(2, seen.shape[1] // Q_BLOCK, Q_BLOCK, -1, block).any(4).any(2)  # [B, q blocks, kv blocks]
+    listed = mask.to_dense()[:, 0].bool()
+    assert listed.shape == seen.shape and seen.any(-1).all()
+    assert not (seen & ~listed).any(), "a block a query sees is not listed"
+    own = torch.zeros_like(listed[:, 0])
+    for b, table in enumerate(tables):
+        own[b, torch.tensor(table) * P // block] = True
+    assert not (listed & ~own[:, None]).any(), "a listed block holds none of the row's pages"
 
 
 @pytest.fixture
