@@ -1,13 +1,14 @@
-"""The output file's entry for one request (spec/RUNNING.md section 3).
+"""The output file's entry for one request (spec/schemas/output.schema.json; spec/RUNNING.md
+section 3 says what the runner compares).
 
 The per-request context-cache facts are reported only with context reuse on (they describe
 reuse), and say what the plan and the publications really were, so the runner compares them
-with the oracle's prediction field by field (CR-MET).
+with the oracle's prediction field by field (CR-MET-13).
 """
 
 
 def facts(s) -> dict:
-    """The `context_cache` entry of a sequence's response."""
+    """The `context_cache` entry of a sequence's response (CR-MET-13)."""
     p = s.plan
     return {"plan": p.kind, "matched_tokens": p.matched, "reused_tokens": p.reused, "media_aware": s.media_aware,
             "lookup_bypass": p.bypass, "forced_cold": p.forced_cold, "hybrid_restore": p.restores,
