@@ -1,0 +1,135 @@
+"""The oracle's side of `kvconform simulate --trace`: a read trace turned into traffic requests
+(tokenized where it holds text), the profiles and pools checked, and the sweep replayed
+(reference/traffic.py, reference/replay.py; spec/trace-replay.md). The one module of
+conformance/traffic/ that imports reference/.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import reference
+from reference.replay import TrafficProfile, TrafficProfileError, replay
+from reference.traffic import BlockChains
+
+from ..errors import KvconformError
+from .formats import CHAT, HASH_IDS, MAX_TOKENS, REQUESTS
+
+DEFAULT_LOADER = "transformers-auto"
+"""How `--tokenizer` reads a tokenizer folder by default: through transformers, as vLLM and
+SGLang do (spec/hf-tokenizer.md TOK-HF-2)."""
+
+
+def traffic(trace, tokenizer: str | None = None, loader: str | None = None, ignore_outputs: bool = False,
+            limit: int | None = None) -> list:
+    """The trace's requests in replay order (SIM-ORDER-1: by timestamp, ties and traces without
+    timestamps in file order), the first `limit` of them, each sampling its `output_length`
+    (1 with `ignore_outputs`, SIM-GEN-1)."""
+    chains = BlockChains(trace.block_size)
+    if trace.format == REQUESTS:
+        requests = _request_file(trace, chains, tokenizer, loader, ignore_outputs)
+    else:
+        entries = sorted(trace.entries, key=lambda e: e.timestamp if e.timestamp is not None else 0)
+        if limit is not None:
+            entries = entries[:limit]
+        engine = _engine(tokenizer, loader) if trace.format == CHAT else None
+        requests = []
+        for i, e in enumerate(entries):
+            g = 1 if ignore_outputs or e.output is None else e.output
+            if trace.format == HASH_IDS:
+                requests.append(chains.request(i, e.source, e.n, g, e.hash_ids, e.timestamp))
+            else:
+                tokens, spans = _chat_tokens(trace.file, e, engine)
+                requests.append(chains.token_request(i, e.source, tokens, g, e.timestamp, spans))
+    return requests[:limit] if limit is not None else requests
+
+
+def _engine(tokenizer: str | None, loader: str | None):
+    """An engine description that tokenizes with `--tokenizer DIR` (TOK-HF-1), or None: bytes-v1."""
+    if tokenizer is None:
+        return None
+    args = {"maxInputLen": MAX_TOKENS, "maxKVCacheCapacity": MAX_TOKENS + 1, "maxKVPoolPages": 0,
+            "tokenizer": tokenizer, "tokenizerLoader": loader or DEFAULT_LOADER}
+    try:
+        return reference.engine_from_build_args(args, "--tokenizer")
+    except reference.InputError as e:
+        raise KvconformError(e.message, tokenizer) from None
+    except (OSError, ValueError) as e:
+        raise KvconformError(str(e), tokenizer) from None
+
+
+def _chat_tokens(file: str, entry, engine):
+    """A chat-log line's messages rendered and tokenized as a one-request file would be (the
+    chat template on, with the generation prompt)."""
+    doc = {"requests": [{"messages": entry.messages}], "max_generate_length": 1}
+    try:
+        parsed = reference.parse_request_file(doc, os.path.dirname(os.path.abspath(file)), engine)
+    except reference.InputError as e:
+        raise KvconformError(e.message, file, f"{entry.source}: {e.path.replace('$.requests[0]', '$', 1)}") from None
+    request = parsed.requests[0]
+    return request.tokens, request.spans
+
+
+def _request_file(trace, chains, tokenizer, loader, ignore_outputs: bool) -> list:
+    engine = _engine(tokenizer, loader)
+    try:
+        parsed = reference.parse_request_file(trace.document, os.path.dirname(os.path.abspath(trace.file)), engine)
+    except reference.InputError as e:
+        raise KvconformError(e.message, trace.file, e.path) from None
+    g = 1 if ignore_outputs else parsed.max_generate_length
+    return [chains.token_request(r.index, f"$.requests[{r.index}]", r.tokens, g, None, r.spans, r.lora_name)
+            for r in parsed.requests]
+
+
+@dataclass
+class Run:
+    """One replay of the sweep: a profile at a capacity (None: unbounded) and its pool in the
+    profile's units."""
+    profile: TrafficProfile
+    capacity: int | None
+    units: int | None
+    capacity_tokens: int | None = None
+
+
+def plan(specs: list, capacities: list, unit: str) -> list[Run]:
+    """Every (profile, capacity) of the sweep, checked before anything is replayed: an unknown
+    profile or setting, a bad value, or a capacity a profile cannot take is a usage error."""
+    runs = []
+    for name, settings, label in specs:
+        try:
+            profile = TrafficProfile.make(name, settings, label)
+            for capacity in capacities:
+                tokens = capacity * profile.page if unit == "pages" and capacity is not None else capacity
+                runs.append(Run(profile, capacity, profile.pool_units(capacity, unit), tokens))
+        except TrafficProfileError as e:
+            raise KvconformError(f"--profile {label}: {e}") from None
+    return runs
+
+
+def unit_name(run: Run) -> str:
+    """The pool's unit in words (SIM-CAP-1)."""
+    p = run.profile
+    if p.name == "llama.cpp-server":
+        return f"{p.settings['slots']} slot(s)"
+    if p.name == "sglang-radix":
+        return "tokens"
+    what = "pages" if p.edge_llm else "blocks"
+    return f"{what} of {p.unit} tokens"
+
+
+def replay_all(requests: list, runs: list[Run], per_request: bool = False, progress=None) -> list[dict]:
+    """Replay every run on a fresh cache; one result per run (its summary, SIM-SUM-1, and with
+    `per_request` each request's count)."""
+    results = []
+    for run in runs:
+        replayer = run.profile.replayer(run.units, requests)
+        summary, counts = replay(requests, replayer, counts=per_request)
+        result = {"profile": run.profile.name, "label": run.profile.label, "settings": run.profile.settings,
+                  "capacity": run.capacity, "capacity_tokens": run.capacity_tokens, "pool": {"units": run.units, "unit": unit_name(run)},
+                  **summary.as_dict()}
+        if per_request:
+            result["counts"] = counts
+        results.append(result)
+        if progress is not None:
+            progress(result)
+    return results

@@ -1,0 +1,589 @@
+"""Replaying traffic through one profile's cache at one capacity, and what is summed
+(spec/trace-replay.md sections 3 and 4: SIM-ORDER-1, SIM-CAP-1, SIM-CAP-2, SIM-SUM-1). Stdlib only.
+
+    profile = TrafficProfile.make("vllm-apc", {"block_size": 16})
+    replayer = profile.replayer(units=1000, requests=traffic)       # 1000 blocks; None: unbounded
+    summary, counts = replay(traffic, replayer)
+
+Every count comes from the profile's own simulator, unchanged: the Edge-LLM profiles run
+`BatchRunner` (reference/batching.py) on a one-request batch, the peer profiles their pools
+(reference/peer_*.py). What this module adds is only what the trace does not say (which pool,
+which tokens, one request at a time) and two adapters that let those simulators run on keys
+instead of tokens (SIM-KEY-2) and at real pool sizes:
+
+- a hash-id request gives BatchRunner a `KeyedHistory` (its page keys, computed per page from
+  the trace's ids) and `VllmBlockPool` its block keys (`KeyedPeerRequest.block_keys`); each
+  simulator takes them through a one-line hook (batching.py `_sequence`, peer_vllm.py
+  `vllm_block_keys`), and the replay refuses to run if a hook is missing (`check_hooks`);
+- `vllm-apc` runs `VllmBlockPool` with its free queue held in a `FreeQueue`: the same order of
+  blocks (PEER-VLLM-5), but O(1) per operation instead of the list's O(K), and the K blocks of
+  a fresh pool are not materialized (a pool of 10^9 tokens would otherwise be a 60M-item list);
+  a request's decode grows its blocks in one step (`commit_alone`), as one request alone may.
+"""
+from __future__ import annotations
+
+import time
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from itertools import chain
+
+from .batching import BatchFailed, BatchRunner
+from .capacity import PAGES, ContextCache
+from .engine import MAX_POOL_PAGES, EngineConfig, RuntimeFlags
+from .metrics import Metrics, PrefillStats
+from .peer_common import ImageItem, PeerProfileError, PeerRequest
+from .peer_llama import LlamaSlots
+from .peer_sglang import RadixCache
+from .peer_trtllm import TrtllmBlockPool, trtllm_cached
+from .peer_vllm import VllmBlockPool, vllm_block_keys
+from .peers import PROFILES as PEER_PROFILES, check_settings
+from .requests import COMMIT_POLICIES
+from .semantics import PROFILE_NAMES
+
+EDGE_LLM_SETTINGS = {"tokens_per_page": 128, "max_records": 1024, "commit_policy": "including_generated_tokens"}
+"""The settings of a semantics profile replayed on traffic, with their defaults: Edge-LLM's page
+size (spec/engine.md `tokensPerPage`), record limit (`--contextCacheMaxRecords`) and the
+requests' commit policy (CR-POL-5). The engine is attention-only, batch size 1."""
+
+UNIT_SETTING = {"vllm-apc": "block_size", "sglang-radix": "page_size", "trtllm-kv-reuse": "tokens_per_block"}
+"""SIM-CAP-1: the setting that sizes a profile's unit (Edge-LLM profiles: tokens_per_page)."""
+POOL_SETTING = {"vllm-apc": "cache_blocks", "sglang-radix": "pool_tokens", "trtllm-kv-reuse": "max_blocks"}
+"""SIM-CAP-1: the setting a capacity sets (Edge-LLM profiles: the engine's kv_pool_pages)."""
+PROFILES = tuple(PROFILE_NAMES) + tuple(PEER_PROFILES)
+
+
+class TrafficProfileError(ValueError):
+    """An unknown profile or setting, a bad value, or a capacity the profile cannot take."""
+
+
+@dataclass(frozen=True)
+class TrafficProfile:
+    """A profile and its settings, defaults filled in. `label` is how the user wrote it."""
+    name: str
+    settings: dict
+    label: str
+
+    @staticmethod
+    def make(name: str, settings: dict | None = None, label: str | None = None) -> "TrafficProfile":
+        settings = dict(settings or {})
+        if name in PROFILE_NAMES:
+            out = dict(EDGE_LLM_SETTINGS)
+            for key, value in settings.items():
+                if key not in out:
+                    raise TrafficProfileError(f"{name} has no setting {key!r} (settings: {', '.join(out)})")
+                out[key] = value
+            for key in ("tokens_per_page", "max_records"):
+                low = 1 if key == "tokens_per_page" else 0
+                if type(out[key]) is not int or out[key] < low:
+                    raise TrafficProfileError(f"{name} setting {key} must be an integer >= {low}, got {out[key]!r}")
+            if out["commit_policy"] not in COMMIT_POLICIES:
+                raise TrafficProfileError(f"{name} setting commit_policy must be one of {', '.join(COMMIT_POLICIES)}, "
+                                          f"got {out['commit_policy']!r}")
+        elif name in PEER_PROFILES:
+            try:
+                out = check_settings(name, settings)
+            except PeerProfileError as e:
+                raise TrafficProfileError(str(e)) from None
+        else:
+            raise TrafficProfileError(f"unknown profile {name!r} (one of {', '.join(PROFILES)})")
+        return TrafficProfile(name, out, label or name)
+
+    @property
+    def edge_llm(self) -> bool:
+        return self.name in PROFILE_NAMES
+
+    @property
+    def unit(self) -> int:
+        """SIM-CAP-1: tokens per unit of the pool (1 for sglang-radix's pool of tokens, 0 for
+        llama.cpp-server, which has no pool in tokens)."""
+        if self.edge_llm:
+            return self.settings["tokens_per_page"]
+        if self.name == "sglang-radix":
+            return 1
+        return self.settings.get(UNIT_SETTING.get(self.name), 0)
+
+    @property
+    def page(self) -> int:
+        """The profile's page, block or slot size in tokens (what `--capacity-unit pages` counts)."""
+        if self.name == "sglang-radix":
+            return self.settings["page_size"]
+        return self.unit
+
+    def pool_units(self, capacity: int | None, unit: str = "tokens") -> int | None:
+        """SIM-CAP-1: the pool, in the profile's units, of a capacity in tokens or pages (None:
+        unbounded). A profile whose settings already size the pool takes no capacity."""
+        if self.name == "llama.cpp-server":
+            if capacity is not None:
+                raise TrafficProfileError("llama.cpp-server has no pool in tokens (its cache is `slots` sequences, "
+                                          "PEER-LCPP-6): it takes only --capacity inf")
+            return None
+        own = None if self.edge_llm else self.settings[POOL_SETTING[self.name]]
+        if capacity is None:
+            return own
+        if own is not None:
+            raise TrafficProfileError(f"{self.label} sets {POOL_SETTING[self.name]} already: drop it or --capacity")
+        tokens = capacity * self.page if unit == "pages" else capacity
+        return tokens // self.unit
+
+    def replayer(self, units: int | None, requests=()) -> "Replayer":
+        """A fresh cache of this profile with a pool of `units` (None: unbounded). `requests`
+        (the traffic) sizes the Edge-LLM engine's length limits so that no request fails them."""
+        if self.edge_llm:
+            return EdgeLlmReplayer(self, units, requests)
+        return {"vllm-apc": VllmReplayer, "sglang-radix": SglangReplayer, "trtllm-kv-reuse": TrtllmReplayer,
+                "llama.cpp-server": LlamaReplayer}[self.name](self, units)
+
+
+# --- what is counted (SIM-SUM-1) -----------------------------------------------------------------
+
+@dataclass
+class Summary:
+    """SIM-SUM-1 for one profile at one capacity."""
+    requests: int = 0
+    not_admitted: int = 0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+    hit_requests: int = 0
+    evictions: int | None = 0
+    eviction_unit: str = ""
+    evicted_tokens: int | None = 0
+    seconds: float = 0.0
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def hit_ratio_tokens(self) -> float:
+        return self.reused_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def hit_ratio_requests(self) -> float:
+        return self.hit_requests / self.requests if self.requests else 0.0
+
+    def as_dict(self) -> dict:
+        return {"requests": self.requests, "not_admitted": self.not_admitted, "prompt_tokens": self.prompt_tokens,
+                "reused_tokens": self.reused_tokens, "hit_requests": self.hit_requests,
+                "hit_ratio_tokens": self.hit_ratio_tokens, "hit_ratio_requests": self.hit_ratio_requests,
+                "evictions": self.evictions, "eviction_unit": self.eviction_unit,
+                "evicted_tokens": self.evicted_tokens, "seconds": self.seconds, **self.notes}
+
+
+def replay(requests, replayer: "Replayer", counts: bool = False) -> tuple[Summary, list | None]:
+    """SIM-ORDER-1: run the requests one at a time, in the order given (the caller sorted them
+    by timestamp), each to its end. Returns the summary (SIM-SUM-1) and, with `counts`, each
+    request's count (None where it was not admitted, SIM-CAP-2)."""
+    s = Summary(eviction_unit=replayer.eviction_unit)
+    out = [] if counts else None
+    start = time.perf_counter()
+    for r in requests:
+        c = replayer.run(r)
+        s.requests += 1
+        s.prompt_tokens += r.n
+        if c is None:
+            s.not_admitted += 1
+        else:
+            s.reused_tokens += c
+            s.hit_requests += c > 0
+        if out is not None:
+            out.append(c)
+    s.seconds = time.perf_counter() - start
+    s.evictions, s.evicted_tokens = replayer.evictions()
+    s.notes.update(replayer.notes())
+    return s, out
+
+
+class Replayer:
+    """One profile's cache at one capacity. `run(request)` replays one request to its end and
+    returns its count (SIM-SUM-1), or None when the pool cannot hold it (SIM-CAP-2)."""
+    eviction_unit = ""
+
+    def run(self, request) -> int | None:
+        raise NotImplementedError
+
+    def evictions(self) -> tuple[int | None, int | None]:
+        """(evictions in the profile's unit, the tokens they held)."""
+        return 0, 0
+
+    def notes(self) -> dict:
+        return {}
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# --- the Edge-LLM profiles (spec/context-reuse.md) ----------------------------------------------
+
+class KeyedHistory:
+    """The identity material of one hash-id sequence as BatchRunner reads a TokenHistory
+    (reference/identity.py): its prompt's page keys (SIM-KEY-2), then, once its sampled tokens
+    are appended (CR-PUB-2), a key of its own for every page that holds one (SIM-GEN-1).
+    Text only: no media, no adapter."""
+    media_aware = False
+    truth = None
+    spans = ()
+
+    def __init__(self, request, page_size: int):
+        self.request, self.P = request, page_size
+        self._keys = request.page_keys(page_size)
+        self._length = request.n
+
+    def __len__(self) -> int:
+        return self._length
+
+    def keys(self, count: int) -> list:
+        if count > len(self._keys):
+            if count * self.P > self._length:
+                raise IndexError(f"page {count - 1} of a {self._length}-token history is not complete")
+            new = self.request.new_key
+            self._keys.extend(new(i) for i in range(len(self._keys), count))
+        return self._keys[:count]
+
+    def key(self, i: int):
+        return self.keys(i + 1)[i]
+
+    def extend(self, generated) -> None:
+        self._length += len(generated)
+
+
+class _EdgeLlmRequest:
+    """A traffic request as BatchRunner reads a parsed request (reference/requests.py Request):
+    one request, no legacy capture, no stop strings."""
+    legacy_capture = False
+    stop = ()
+    disable_spec_decode = False
+
+    def __init__(self, traffic, index: int):
+        self.traffic, self.index, self.n = traffic, index, traffic.n
+        self.spans = traffic.spans
+        self.lora_name = traffic.lora
+
+    @property
+    def tokens(self) -> array:
+        return self.traffic.tokens
+
+    @property
+    def has_audio(self) -> bool:
+        return any(s.modality == "audio" for s in self.spans)
+
+
+class _KeyedEdgeLlmRequest(_EdgeLlmRequest):
+    """A hash-id request: BatchRunner takes its KeyedHistory through the hook in `_sequence`."""
+    spans = ()
+    lora_name = None
+
+    def __init__(self, traffic, index: int):
+        self.traffic, self.index, self.n = traffic, index, traffic.n
+
+    def history(self, page_size: int) -> KeyedHistory:
+        return KeyedHistory(self.traffic, page_size)
+
+    @property
+    def tokens(self):
+        raise RuntimeError("reference/batching.py built a TokenHistory for a hash-id request: the hook in "
+                           "BatchRunner._sequence that takes `request.history` is missing")
+
+
+@dataclass
+class _Policies:
+    """The file-level policies BatchRunner reads from a parsed request file."""
+    lookup_policy: str = "use_cache"
+    commit_policy: str = "including_generated_tokens"
+
+
+class EdgeLlmReplayer(Replayer):
+    """`kvconform-1` / `edge-llm-0.10` on an attention-only engine: pool `units` pages of
+    `tokens_per_page` (None: the largest pool, 2^30 - 1 pages), record limit `max_records`,
+    batch size 1, every request `use_cache` with the profile's commit policy. Each request is
+    one batch through BatchRunner (CR-BATCH-6), which decides every count."""
+    eviction_unit = "records"
+
+    def __init__(self, profile: TrafficProfile, units: int | None, requests=()):
+        s = profile.settings
+        self.P = s["tokens_per_page"]
+        self.pages = MAX_POOL_PAGES if units is None else units
+        longest = max((r.n for r in requests), default=1)
+        total = max((r.n + r.output for r in requests), default=2)
+        engine = EngineConfig(tokens_per_page=self.P, max_input_len=longest, max_kv_cache_capacity=max(total, longest + 1),
+                              max_batch_size=1, kv_pool_pages=self.pages, kv_cache_dtype="fp16",
+                              layer_kinds=["attention"], num_kv_heads=1, head_dim=1)
+        flags = RuntimeFlags(enable_context_reuse=True, max_records=s["max_records"],
+                             semantics_profile=profile.name)
+        self.cache = ContextCache(self.pages, 0, 0, flags.max_records)
+        self.runner = BatchRunner(engine, flags, self.cache, Metrics(), PrefillStats())
+        self.policies = _Policies(commit_policy=s["commit_policy"])
+        self.failed = 0
+
+    def run(self, request) -> int | None:
+        g = request.output
+        if _ceil(request.n + g - 1, self.P) > self.pages:                  # SIM-CAP-2
+            return None
+        wrapped = (_KeyedEdgeLlmRequest if request.keyed else _EdgeLlmRequest)(request, request.index)
+        try:
+            seqs = self.runner.run([wrapped], self.policies, [request.sampled_tokens()], g)
+        except BatchFailed:                  # not reached when the pool holds the request (SIM-CAP-2)
+            self.failed += 1
+            return None
+        return seqs[0].plan.reused
+
+    def evictions(self):
+        return self.cache.evicted, self.cache.reclaimed[PAGES] * self.P
+
+    def notes(self) -> dict:
+        out = {"evicted_pages": self.cache.reclaimed[PAGES]}
+        if self.failed:
+            out["failed_batches"] = self.failed
+        return out
+
+
+# --- vllm-apc (spec/peer-profiles.md section 3) --------------------------------------------------
+
+class FreeQueue:
+    """vLLM's free block queue (PEER-VLLM-5) as `VllmBlockPool` uses its list, in O(1) per
+    operation: `pop(0)` from the head, `remove`, `in`, `len`, iteration from head to tail, and
+    `fresh + queue + cached` (blocks without a key to the head, with one to the tail), which
+    moves the blocks in place and returns the queue itself. The order is `front` + the blocks
+    never handed out (`lo..hi`, kept as a range) + `back`; `append` adds at the tail (the
+    queue of `trtllm-kv-reuse`)."""
+
+    def __init__(self, blocks: int, first: int = 1):
+        self.front: OrderedDict = OrderedDict()
+        self.back: OrderedDict = OrderedDict()
+        self.lo, self.hi = first, first + blocks - 1
+
+    def __len__(self) -> int:
+        return len(self.front) + len(self.back) + max(0, self.hi - self.lo + 1)
+
+    def __bool__(self) -> bool:
+        return bool(self.front) or self.lo <= self.hi or bool(self.back)
+
+    def __contains__(self, block) -> bool:
+        return block in self.front or block in self.back or self.lo <= block <= self.hi
+
+    def __iter__(self):
+        return chain(self.front, range(self.lo, self.hi + 1), self.back)
+
+    def pop(self, index: int = -1):
+        assert index == 0, "the free queue is only taken from its head"
+        if self.front:
+            return self.front.popitem(last=False)[0]
+        if self.lo <= self.hi:
+            self.lo += 1
+            return self.lo - 1
+        if self.back:
+            return self.back.popitem(last=False)[0]
+        raise IndexError("pop from an empty free queue")
+
+    def remove(self, block) -> None:
+        if block in self.front:
+            del self.front[block]
+        elif block in self.back:
+            del self.back[block]
+        elif self.lo <= block <= self.hi:          # never handed out: split the range (not reached by the pools)
+            self.front.update(dict.fromkeys(range(self.lo, block)))
+            self.lo = block + 1
+        else:
+            raise ValueError(f"block {block} is not in the free queue")
+
+    def append(self, block) -> None:
+        self.back[block] = None
+
+    def __add__(self, blocks):
+        self.back.update(dict.fromkeys(blocks))
+        return self
+
+    def __radd__(self, blocks):
+        front = self.front
+        for block in reversed(blocks):
+            front[block] = None
+            front.move_to_end(block, last=False)
+        return self
+
+
+class QueuedVllmBlockPool(VllmBlockPool):
+    """`VllmBlockPool`, every rule its own, with the free queue a `FreeQueue` (see the module
+    docstring): what the pool's own code needs to replay a trace at a real pool size."""
+
+    def reset(self) -> None:
+        K, self.K = self.K, None               # the base class would build the K-item list
+        try:
+            super().reset()
+        finally:
+            self.K = K
+        if K is not None:
+            self.free = FreeQueue(K)
+
+    def commit_alone(self, request: PeerRequest, sampled) -> None:
+        """`commit` of a request that no other request overlaps (SIM-ORDER-1): admitted, its
+        g - 1 fed-back tokens computed in one growth step, then released. With nothing else
+        taking blocks in between, growing one token at a time (`hold`) or all at once takes the
+        same blocks from the queue in the same order and caches the same keys (PEER-VLLM-4,
+        PEER-VLLM-5); `hold`'s `_grow` rescans every block of the request at each token, which
+        is O(blocks x g) per request (a 12,000-token request sampling 343 at B = 16: 260,000
+        steps)."""
+        run = self.admit(request, sampled)
+        if run is None:
+            raise PeerProfileError(f"vllm-apc: a request needs more than cache_blocks={self.K} blocks")
+        run.computed += max(0, len(sampled) - 1)
+        self._grow(run)
+        self.release(run)
+
+
+@dataclass
+class KeyedPeerRequest(PeerRequest):
+    """A hash-id request as the `vllm-apc` pool sees it: `ids` only sized (the pool reads its
+    length), the keys of its blocks from the trace (SIM-KEY-2, then SIM-GEN-1 past the prompt)
+    through the hook in `vllm_block_keys`."""
+    traffic: object = None
+    prompt_keys: list | None = None
+
+    def block_keys(self, count: int) -> list:
+        keys = self.prompt_keys
+        if count <= len(keys):
+            return keys[:count]
+        return keys + [self.traffic.new_key(i) for i in range(len(keys), count)]
+
+
+def check_hooks() -> None:
+    """Refuse to replay hash-id traffic through `vllm-apc` when `vllm_block_keys` ignores a
+    request's precomputed keys: its `ids` are only sized, so the counts would be wrong."""
+    probe = KeyedPeerRequest([0, 0], prompt_keys=["probe"])
+    if vllm_block_keys(probe.ids, 2, probe) != ["probe"]:
+        raise RuntimeError("reference/peer_vllm.py vllm_block_keys ignores precomputed block keys (its hook "
+                           "for trace replay is missing): hash-id traces cannot be replayed through vllm-apc")
+
+
+def peer_request(traffic, ids=None) -> PeerRequest:
+    """A token request as a peer pool sees it: ids, adapter and images (reference/peer_common.py)."""
+    images = [ImageItem(s.digest.hex(), s.start, s.end - s.start) for s in traffic.spans if s.modality == "image"]
+    return PeerRequest(traffic.prompt_tokens() if ids is None else ids, lora=traffic.lora, images=images)
+
+
+class VllmReplayer(Replayer):
+    """`vllm-apc` with `cache_blocks` = `units` (PEER-VLLM-1 .. PEER-VLLM-9), one request at a
+    time: the count is the pool's `predict`, then `commit`."""
+    eviction_unit = "blocks"
+
+    def __init__(self, profile: TrafficProfile, units: int | None):
+        s = profile.settings
+        self.B, self.K = s["block_size"], units
+        self.pool = QueuedVllmBlockPool(self.B, units, s["enable_prefix_caching"], s["eagle"])
+        self.evicted = 0
+        check_hooks()
+
+    def run(self, request) -> int | None:
+        n, g, B = request.n, request.output, self.B
+        if self.K is not None and _ceil(n + g - 1, B) > self.K:             # SIM-CAP-2
+            return None
+        if request.keyed:
+            peer = KeyedPeerRequest([0] * n, traffic=request, prompt_keys=request.page_keys(B))
+            sampled = [0] * g
+        else:
+            peer, sampled = peer_request(request), request.sampled_tokens()
+        pool = self.pool
+        hits = pool.hit_blocks(peer)
+        before = len(pool.block_key)
+        pool.commit_alone(peer, sampled)
+        if pool.caching:            # PEER-VLLM-4: every full block past the hits got a key; the rest were dropped
+            self.evicted += before + max(0, (n + g - 1) // B - hits) - len(pool.block_key)
+        return B * hits
+
+    def evictions(self):
+        return self.evicted, self.evicted * self.B
+
+
+# --- sglang-radix and trtllm-kv-reuse (token by token), llama.cpp-server --------------------------
+
+class SglangReplayer(Replayer):
+    """`sglang-radix` with `pool_tokens` = `units` (PEER-SGL-1 .. PEER-SGL-6) on token ids
+    (SIM-KEY-1): the count is the tree's `predict`, then `commit`. Evictions are the tokens its
+    `evict` frees, counted as it returns."""
+    eviction_unit = "tokens"
+
+    def __init__(self, profile: TrafficProfile, units: int | None):
+        s = profile.settings
+        self.pool = RadixCache(s["page_size"], units, s["radix_cache"])
+        self.units, self.evicted = units, 0
+        evict = self.pool.evict
+
+        def counted(tokens: int) -> int:
+            freed = evict(tokens)
+            self.evicted += freed
+            return freed
+        self.pool.evict = counted
+
+    def run(self, request) -> int | None:
+        if self.units is not None and request.n + request.output - 1 > self.units:     # SIM-CAP-2
+            return None
+        peer = peer_request(request)
+        cached = self.pool.predict(peer)
+        self.pool.commit(peer, request.sampled_tokens())
+        return cached
+
+    def evictions(self):
+        return self.evicted, self.evicted
+
+
+class TrtllmReplayer(Replayer):
+    """`trtllm-kv-reuse` with `max_blocks` = `units` (PEER-TRT-1 .. PEER-TRT-6) on token ids
+    (SIM-KEY-1), its free queue a `FreeQueue`: the count is `trtllm_cached` of the pool's
+    `predict`, then `commit`. Evictions are the blocks that leave the tree when a block is taken
+    from the queue (PEER-TRT-6), counted as `detach` meets them."""
+    eviction_unit = "blocks"
+
+    def __init__(self, profile: TrafficProfile, units: int | None):
+        s = profile.settings
+        self.T, self.K = s["tokens_per_block"], units
+        self.pool = TrtllmBlockPool(self.T, s["enable_block_reuse"], s["enable_partial_reuse"],
+                                    s["copy_on_partial_reuse"], units)
+        if units is not None:
+            self.pool.free = FreeQueue(units, first=0)
+        self.evicted, self.evicted_tokens, self._taking = 0, 0, False
+        take, detach = self.pool.take, self.pool.detach
+
+        def taking() -> int:
+            self._taking = True
+            try:
+                return take()
+            finally:
+                self._taking = False
+
+        def counted(b: int) -> None:
+            block = self.pool.blocks[b]
+            if self._taking and block.parent is not None:
+                self.evicted += 1
+                self.evicted_tokens += len(block.key.tokens)
+            detach(b)
+        self.pool.take, self.pool.detach = taking, counted
+
+    def run(self, request) -> int | None:
+        n, g = request.n, request.output
+        if self.K is not None and _ceil(n + g, self.T) > self.K:             # SIM-CAP-2
+            return None
+        peer = peer_request(request)
+        cached = trtllm_cached(self.pool.predict(peer), n)
+        self.pool.commit(peer, request.sampled_tokens())
+        return cached
+
+    def evictions(self):
+        return self.evicted, self.evicted_tokens
+
+
+class LlamaReplayer(Replayer):
+    """`llama.cpp-server` (PEER-LCPP-1 .. PEER-LCPP-5): `slots` sequences, no pool in tokens."""
+    eviction_unit = "none"
+
+    def __init__(self, profile: TrafficProfile, units: int | None):
+        s = profile.settings
+        try:
+            self.slots = LlamaSlots(s["slots"], s["slot_prompt_similarity"], s["cache_ram_mib"])
+        except PeerProfileError as e:
+            raise TrafficProfileError(str(e)) from None
+
+    def run(self, request) -> int | None:
+        peer = peer_request(request)
+        cached = self.slots.predict(peer)
+        self.slots.commit(peer, request.sampled_tokens())
+        return cached
+
+    def evictions(self):
+        return None, None
