@@ -268,7 +268,7 @@ class _EdgeLlmRequest:
 
 class _KeyedEdgeLlmRequest(_EdgeLlmRequest):
     """A hash-id request: BatchRunner takes its KeyedHistory through the hook in `_sequence`."""
-    spans = ()
+    spans: list = []                  # never written: a request without media
     lora_name = None
 
     def __init__(self, traffic, index: int):

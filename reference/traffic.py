@@ -18,6 +18,7 @@ hash per token; keyed per page it is one integer per page, computed by C-level r
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -59,8 +60,9 @@ class BlockChains:
 
     def token_request(self, index: int, source: str, tokens, output: int, timestamp=None, spans=(),
                       lora: str | None = None) -> "TrafficRequest":
-        """A request given by its token ids (and media spans and adapter, where a request file
-        has them)."""
+        """A request given by its token ids (32-bit, as the Edge-LLM profiles hash them; and
+        media spans and adapter, where a request file has them)."""
+        tokens = tokens if isinstance(tokens, array) else array("i", tokens)
         return TrafficRequest(index, source, len(tokens), output, timestamp, tokens=tokens, spans=list(spans),
                               lora=lora, sampled_from=self.sampled_base(output))
 
