@@ -28,6 +28,8 @@ speed. Its modules, by the spec section each transcribes:
     errors.py        InputError and the other exceptions of the oracle
     peers.py, peer_common.py, peer_llama.py, peer_vllm.py, peer_sglang.py, peer_trtllm.py
                      the peer profiles of OpenAI-compatible servers (spec/peer-profiles.md)
+    traffic.py       a recorded trace's requests: hash-id tokens and page keys (spec/trace-replay.md)
+    replay.py        traffic replayed through any profile at a capacity, and its summary
 
 Public API:
     SPEC_VERSION, InputError, NeedsTranscript, OutOfScope, Unreported, DeploymentRejected,

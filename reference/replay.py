@@ -145,6 +145,7 @@ class Summary:
     prompt_tokens: int = 0
     reused_tokens: int = 0
     hit_requests: int = 0
+    request_ratio_sum: float = 0.0
     evictions: int | None = 0
     eviction_unit: str = ""
     evicted_tokens: int | None = 0
@@ -159,10 +160,16 @@ class Summary:
     def hit_ratio_requests(self) -> float:
         return self.hit_requests / self.requests if self.requests else 0.0
 
+    @property
+    def mean_request_ratio(self) -> float:
+        """The mean over requests of each one's count / n (a short request weighs as a long one)."""
+        return self.request_ratio_sum / self.requests if self.requests else 0.0
+
     def as_dict(self) -> dict:
         return {"requests": self.requests, "not_admitted": self.not_admitted, "prompt_tokens": self.prompt_tokens,
                 "reused_tokens": self.reused_tokens, "hit_requests": self.hit_requests,
                 "hit_ratio_tokens": self.hit_ratio_tokens, "hit_ratio_requests": self.hit_ratio_requests,
+                "mean_request_ratio": self.mean_request_ratio,
                 "evictions": self.evictions, "eviction_unit": self.eviction_unit,
                 "evicted_tokens": self.evicted_tokens, "seconds": self.seconds, **self.notes}
 
@@ -183,6 +190,7 @@ def replay(requests, replayer: "Replayer", counts: bool = False) -> tuple[Summar
         else:
             s.reused_tokens += c
             s.hit_requests += c > 0
+            s.request_ratio_sum += c / r.n
         if out is not None:
             out.append(c)
     s.seconds = time.perf_counter() - start

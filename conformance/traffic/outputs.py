@@ -76,18 +76,22 @@ def plot_png(results: list, unit: str, title: str) -> bytes:
         import matplotlib.pyplot as plt
     except ImportError:
         raise KvconformError("--plot and --html need matplotlib (pip install 'kvconform[bench]')") from None
-    finite = [r["capacity_tokens"] for r in results if r["capacity"] is not None]
+    finite = [r["capacity_tokens"] for r in results if r["capacity"] is not None and r["capacity_tokens"] > 0]
     top = max(finite) if finite else 1
     inf_x = top * 10 if finite else 1
     fig, ax = plt.subplots(figsize=(8, 4.8), layout="constrained")
-    for label in dict.fromkeys(r["label"] for r in results):
+    for k, label in enumerate(dict.fromkeys(r["label"] for r in results)):
         mine = [r for r in results if r["label"] == label]
-        pts = sorted((r["capacity_tokens"], r["hit_ratio_tokens"]) for r in mine if r["capacity"] is not None)
-        line = ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", label=label)[0] if pts else None
+        # markers and dashes differ per profile, every other one hollow: profiles that agree stay visible
+        style = {"marker": "os^Dv<>p"[k % 8], "linestyle": ("-", "--", "-.", ":")[k % 4], "markersize": 7 - k % 3,
+                 "markerfacecolor": "none" if k % 2 else None}
+        pts = sorted((r["capacity_tokens"], r["hit_ratio_tokens"]) for r in mine
+                     if r["capacity"] is not None and r["capacity_tokens"] > 0)
+        line = ax.plot([x for x, _ in pts], [y for _, y in pts], label=label, **style)[0] if pts else None
         for r in mine:
             if r["capacity"] is None:
                 kw = {"color": line.get_color()} if line is not None else {"label": label}
-                ax.plot([inf_x], [r["hit_ratio_tokens"]], "D", **kw)
+                ax.plot([inf_x], [r["hit_ratio_tokens"]], **{**style, "linestyle": "none"}, **kw)
     if finite:
         ax.set_xscale("log")
         ticks = [t for t in ax.get_xticks() if min(finite) / 10 <= t <= top * 1.01]

@@ -98,6 +98,7 @@ def test_each_profile_on_the_tiny_trace(name, settings):
     assert summary.reused_tokens == sum(expected)
     assert summary.hit_ratio_tokens == sum(expected) / 32                       # SIM-SUM-1
     assert summary.hit_requests == sum(c > 0 for c in expected) == 3
+    assert summary.mean_request_ratio == pytest.approx(sum(c / n for c, (_, n, _) in zip(expected, TINY)) / 4)
     assert summary.evictions in (0, None)
 
 
