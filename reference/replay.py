@@ -16,7 +16,7 @@ instead of tokens (SIM-KEY-2) and at real pool sizes:
   simulator takes them through a one-line hook (batching.py `_sequence`, peer_vllm.py
   `vllm_block_keys`), and the replay refuses to run if a hook is missing (`check_hooks`);
 - `vllm-apc` runs `VllmBlockPool` with its free queue held in a `FreeQueue`: the same order of
-  blocks (PEER-VLLM-5), but O(1) per operation instead of the list's O(K), and the K blocks of
+  blocks, but O(1) per operation instead of the list's O(K), and the K blocks of
   a fresh pool are not materialized (a pool of 10^9 tokens would otherwise be a 60M-item list);
   a request's decode grows its blocks in one step (`commit_alone`), as one request alone may.
 """
@@ -44,7 +44,8 @@ from .semantics import PROFILE_NAMES
 EDGE_LLM_SETTINGS = {"tokens_per_page": 128, "max_records": 1024, "commit_policy": "including_generated_tokens"}
 """The settings of a semantics profile replayed on traffic, with their defaults: Edge-LLM's page
 size (spec/engine.md `tokensPerPage`), record limit (`--contextCacheMaxRecords`) and the
-requests' commit policy (CR-POL-5). The engine is attention-only, batch size 1."""
+requests' commit policy (spec/context-reuse.md section 5). The engine is attention-only, batch
+size 1."""
 
 UNIT_SETTING = {"vllm-apc": "block_size", "sglang-radix": "page_size", "trtllm-kv-reuse": "tokens_per_block"}
 """SIM-CAP-1: the setting that sizes a profile's unit (Edge-LLM profiles: tokens_per_page)."""
@@ -224,7 +225,7 @@ def _ceil(a: int, b: int) -> int:
 class KeyedHistory:
     """The identity material of one hash-id sequence as BatchRunner reads a TokenHistory
     (reference/identity.py): its prompt's page keys (SIM-KEY-2), then, once its sampled tokens
-    are appended (CR-PUB-2), a key of its own for every page that holds one (SIM-GEN-1).
+    are appended (at decode end), a key of its own for every page that holds one (SIM-GEN-1).
     Text only: no media, no adapter."""
     media_aware = False
     truth = None
@@ -302,7 +303,7 @@ class EdgeLlmReplayer(Replayer):
     """`kvconform-1` / `edge-llm-0.10` on an attention-only engine: pool `units` pages of
     `tokens_per_page` (None: the largest pool, 2^30 - 1 pages), record limit `max_records`,
     batch size 1, every request `use_cache` with the profile's commit policy. Each request is
-    one batch through BatchRunner (CR-BATCH-6), which decides every count."""
+    one batch through BatchRunner (reference/batching.py), which decides every count (SIM-SUM-1)."""
     eviction_unit = "records"
 
     def __init__(self, profile: TrafficProfile, units: int | None, requests=()):
@@ -346,7 +347,7 @@ class EdgeLlmReplayer(Replayer):
 # --- vllm-apc (spec/peer-profiles.md section 3) --------------------------------------------------
 
 class FreeQueue:
-    """vLLM's free block queue (PEER-VLLM-5) as `VllmBlockPool` uses its list, in O(1) per
+    """vLLM's free block queue (spec/peer-profiles.md section 3) as `VllmBlockPool` uses its list, in O(1) per
     operation: `pop(0)` from the head, `remove`, `in`, `len`, iteration from head to tail, and
     `fresh + queue + cached` (blocks without a key to the head, with one to the tail), which
     moves the blocks in place and returns the queue itself. The order is `front` + the blocks
@@ -424,8 +425,8 @@ class QueuedVllmBlockPool(VllmBlockPool):
         """`commit` of a request that no other request overlaps (SIM-ORDER-1): admitted, its
         g - 1 fed-back tokens computed in one growth step, then released. With nothing else
         taking blocks in between, growing one token at a time (`hold`) or all at once takes the
-        same blocks from the queue in the same order and caches the same keys (PEER-VLLM-4,
-        PEER-VLLM-5); `hold`'s `_grow` rescans every block of the request at each token, which
+        same blocks from the queue in the same order and caches the same keys (the pool's own
+        rules); `hold`'s `_grow` rescans every block of the request at each token, which
         is O(blocks x g) per request (a 12,000-token request sampling 343 at B = 16: 260,000
         steps)."""
         run = self.admit(request, sampled)
@@ -467,7 +468,7 @@ def peer_request(traffic, ids=None) -> PeerRequest:
 
 
 class VllmReplayer(Replayer):
-    """`vllm-apc` with `cache_blocks` = `units` (PEER-VLLM-1 .. PEER-VLLM-9), one request at a
+    """`vllm-apc` with `cache_blocks` = `units` (spec/peer-profiles.md section 3), one request at a
     time: the count is the pool's `predict`, then `commit`."""
     eviction_unit = "blocks"
 
@@ -491,7 +492,7 @@ class VllmReplayer(Replayer):
         hits = pool.hit_blocks(peer)
         before = len(pool.block_key)
         pool.commit_alone(peer, sampled)
-        if pool.caching:            # PEER-VLLM-4: every full block past the hits got a key; the rest were dropped
+        if pool.caching:            # every full block past the hits got a key; the rest were dropped
             self.evicted += before + max(0, (n + g - 1) // B - hits) - len(pool.block_key)
         return B * hits
 
@@ -502,7 +503,7 @@ class VllmReplayer(Replayer):
 # --- sglang-radix and trtllm-kv-reuse (token by token), llama.cpp-server --------------------------
 
 class SglangReplayer(Replayer):
-    """`sglang-radix` with `pool_tokens` = `units` (PEER-SGL-1 .. PEER-SGL-6) on token ids
+    """`sglang-radix` with `pool_tokens` = `units` (spec/peer-profiles.md section 4) on token ids
     (SIM-KEY-1): the count is the tree's `predict`, then `commit`. Evictions are the tokens its
     `evict` frees, counted as it returns."""
     eviction_unit = "tokens"
@@ -532,10 +533,10 @@ class SglangReplayer(Replayer):
 
 
 class TrtllmReplayer(Replayer):
-    """`trtllm-kv-reuse` with `max_blocks` = `units` (PEER-TRT-1 .. PEER-TRT-6) on token ids
+    """`trtllm-kv-reuse` with `max_blocks` = `units` (spec/peer-profiles.md section 5) on token ids
     (SIM-KEY-1), its free queue a `FreeQueue`: the count is `trtllm_cached` of the pool's
     `predict`, then `commit`. Evictions are the blocks that leave the tree when a block is taken
-    from the queue (PEER-TRT-6), counted as `detach` meets them."""
+    from the queue, counted as `detach` meets them (SIM-SUM-1)."""
     eviction_unit = "blocks"
 
     def __init__(self, profile: TrafficProfile, units: int | None):
@@ -577,7 +578,7 @@ class TrtllmReplayer(Replayer):
 
 
 class LlamaReplayer(Replayer):
-    """`llama.cpp-server` (PEER-LCPP-1 .. PEER-LCPP-5): `slots` sequences, no pool in tokens."""
+    """`llama.cpp-server` (spec/peer-profiles.md section 2): `slots` sequences, no pool in tokens."""
     eviction_unit = "none"
 
     def __init__(self, profile: TrafficProfile, units: int | None):
