@@ -88,6 +88,8 @@ def main(args) -> int:
     capacities = args.capacity or [None]
     runs = replay.plan(specs, capacities, args.capacity_unit)             # usage errors before the trace is read
     trace = formats.read_trace(args.trace, args.trace_format, args.block_size)
+    if trace.format == formats.HASH_IDS and (args.tokenizer or args.tokenizer_loader):
+        raise KvconformError("--tokenizer reads chat logs and request files; a hash-id trace has no text", args.trace)
     requests = replay.traffic(trace, args.tokenizer, args.tokenizer_loader, args.ignore_outputs, args.limit)
     tokens = sum(r.n for r in requests)
     print(f"kvconform: {args.trace}: {len(requests):,} requests, {tokens:,} prompt tokens "

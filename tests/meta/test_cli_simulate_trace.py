@@ -124,6 +124,24 @@ def test_a_chat_log(capsys, tmp_path):
         ("line 2", 2, [0]), ("line 1", 3, [n - 1]), ("line 3", 1, [1])]
 
 
+def test_a_chat_log_with_a_real_tokenizer(capsys, tmp_path):
+    """--tokenizer: the model's chat template and tokenizer (spec/hf-tokenizer.md), here Phi-3's;
+    the repeat reports N - 1 (PEER-SGL-1), N as the oracle's hf tokenizer counts it."""
+    import reference
+    from reference.hf_tokenizer import tokenize_hf
+    folder = ROOT / "spec" / "tokenizers" / "phi-3-mini"
+    engine = reference.engine_from_build_args({"maxInputLen": 4096, "maxKVCacheCapacity": 4097, "maxKVPoolPages": 0,
+                                               "tokenizer": str(folder), "tokenizerLoader": "transformers-auto"})
+    n = len(tokenize_hf(MESSAGES, "$", str(tmp_path), True, True, engine).tokens)
+    assert n != len(tokenize_messages(MESSAGES, "$", str(tmp_path), True, True).tokens)
+    trace = jsonl(tmp_path, "chat.jsonl", [{"messages": MESSAGES}] * 2)
+    out = tmp_path / "c.json"
+    code, _, err = kv(capsys, "simulate", "--trace", trace, "--tokenizer", folder, "--profile", "sglang-radix",
+                      "--json", out, "--per-request")
+    assert code == 0, err
+    assert [(q["input_length"], q["reused"]) for q in json.loads(out.read_text())["requests"]] == [(n, [0]), (n, [n - 1])]
+
+
 def test_a_request_file(capsys, tmp_path):
     """The kit's request format, one request at a time: the second of two equal requests keeps
     floor(n / 4) pages, one fewer when n is a multiple of 4 (CR-PLAN-2); each samples the file's
@@ -204,6 +222,7 @@ def test_a_bad_request_file_names_the_json_path(capsys, tmp_path):
     (["--capacity", "10:5:3"], "a range needs 0 < LOW < HIGH"),
     (["--per-request"], "--per-request writes into the --json document"),
     (["--profile", "vllm-apc:x"], "expected KEY=VALUE"),
+    (["--tokenizer", "/nowhere"], "--tokenizer reads chat logs and request files"),
 ])
 def test_bad_options(capsys, tmp_path, argv, message):
     trace = jsonl(tmp_path, "t.jsonl", [hash_line([1], 8)])
