@@ -24,7 +24,7 @@ def add_arguments(parser) -> None:
     g.add_argument("--trace", metavar="FILE", help="replay this trace: Mooncake hash-id JSONL, a request file, "
                    "or an OpenAI-style chat log (JSONL of messages)")
     g.add_argument("--trace-format", choices=formats.FORMATS, help="the trace's format (default: told from the file)")
-    g.add_argument("--block-size", type=_positive, default=512, metavar="B",
+    g.add_argument("--block-size", type=_block_size, default=512, metavar="B",
                    help="tokens per hash id of a hash-id trace (default 512, Mooncake's)")
     g.add_argument("--tokenizer", metavar="DIR", help="chat logs and request files: an hf tokenizer folder "
                    "(tokenizer.json + tokenizer_config.json; default: the bytes-v1 tokenizer)")
@@ -56,6 +56,14 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _block_size(text: str) -> int:
+    import argparse
+    value = _positive(text)
+    if value > formats.MAX_BLOCK_SIZE:
+        raise argparse.ArgumentTypeError(f"must be <= {formats.MAX_BLOCK_SIZE}, got {value}")
     return value
 
 

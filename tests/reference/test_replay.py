@@ -26,7 +26,8 @@ import pytest
 
 from reference.peer_trtllm import TrtllmBlockPool
 from reference.peer_vllm import VllmBlockPool
-from reference.replay import FreeQueue, QueuedVllmBlockPool, TrafficProfile, peer_request, replay
+from reference.replay import TrafficProfile, replay
+from reference.replay_adapters import FreeQueue, QueuedVllmBlockPool, peer_request
 from reference.traffic import BlockChains
 
 TINY = [([1, 2], 8, 1), ([1, 2, 3], 10, 1), ([1, 4], 6, 1), ([1, 2], 8, 1)]
