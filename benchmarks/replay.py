@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 
-from .common import child_env, code_provenance, loadavg, log, machine, median, one_core, run_json
+from .common import child_env, loadavg, log, machine, median, one_core, run_json
 
 SIDE_PROFILES = ("kvconform-1", "edge-llm-0.10", "vllm-apc", "vllm-apc:block_size=512", "sglang-radix",
                  "trtllm-kv-reuse", "llama.cpp-server")
@@ -229,26 +229,52 @@ def markdown(r: dict) -> list:
     return out
 
 
+def render(r: dict) -> str:
+    """The Markdown of one result: the machine, the rows of item 7 and the tables."""
+    m = r.get("machine", {})
+    load = r.get("load") or {}
+    loads = [x[0] for x in (load.get("before"), load.get("after"), r.get("loadavg")) if x]
+    out = [f"Machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs, Python {m.get('python')}; 1-minute load average "
+           f"{min(loads):.1f}-{max(loads):.1f} (a shared machine: the wall times wait for the core, the CPU times do "
+           f"not). Run `{r.get('command', 'python -m benchmarks.replay')}`, {r.get('started', '?')}, "
+           f"commit {str((m.get('code') or {}).get('commit', '?'))[:7]}." if loads else "", "",
+           "| item | measure | target | measured | status |", "|---|---|---|---|---|"]
+    for item, measure, target, measured, met in target_rows(r):
+        out.append(f"| {item} | {measure} | {target} | {measured} | {'n/a' if met is None else 'met' if met else 'MISSED'} |")
+    return "\n".join(out + markdown(r)) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.replay", description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", help="a hash-id trace to measure (default: the seeded model, written to a temp folder)")
     ap.add_argument("--requests", type=int, default=12031)
     ap.add_argument("--side-requests", type=int, default=500)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--json", help="write the result here")
+    ap.add_argument("--json", help="write the result here, and its Markdown beside it (.md)")
+    ap.add_argument("--render", metavar="JSON", help="only write the Markdown of an earlier result")
     a = ap.parse_args(argv)
-    import tempfile
-    with tempfile.TemporaryDirectory(prefix="kvconform-replay-") as tmp:
-        started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        r = run(tmp, requests=a.requests, side_requests=a.side_requests, reps=a.reps, trace=a.trace)
-    r.update(started=started, machine=machine(), loadavg=loadavg(), code=code_provenance())
-    print("\n".join(markdown(r)))
-    for row in target_rows(r):
-        print("| " + " | ".join(str(x) for x in row) + " |")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(r, f, indent=1)
-            f.write("\n")
+    if a.render:
+        with open(a.render) as f:
+            r = json.load(f)
+        out = a.render
+    else:
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="kvconform-replay-") as tmp:
+            started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            load = loadavg()
+            r = run(tmp, requests=a.requests, side_requests=a.side_requests, reps=a.reps, trace=a.trace)
+        r.update(started=started, machine=machine(), load={"before": load, "after": loadavg()},
+                 command="python -m benchmarks.replay " + " ".join(argv if argv is not None else sys.argv[1:]))
+        out = a.json
+        if out:
+            with open(out, "w") as f:
+                json.dump(r, f, indent=1)
+                f.write("\n")
+    text = render(r)
+    print(text)
+    if out:
+        with open(out[:-5] + ".md" if out.endswith(".json") else out + ".md", "w") as f:
+            f.write(text)
     return 0
 
 

@@ -25,8 +25,9 @@ from conformance.traffic import formats, options, replay as traffic_replay
 from reference import replay as reference_replay
 from reference.peer_vllm import VllmBlockPool
 
-GROUPS = (("page keys (reference/traffic.py)", ("/reference/traffic.py",)),
-          ("replay adapters (reference/replay.py)", ("/reference/replay.py",)),
+GROUPS = (("trace tokens and keys (reference/traffic.py)", ("/reference/traffic.py",)),
+          ("replay and its adapters (reference/replay.py, replay_adapters.py)",
+           ("/reference/replay.py", "/reference/replay_adapters.py")),
           ("vLLM pool (peer_vllm.py)", ("/reference/peer_vllm.py",)),
           ("peer requests (peer_common.py: computed sequence, common prefix)", ("/reference/peer_common.py",)),
           ("Edge-LLM batches (batching.py, sequence.py, metrics.py)",

@@ -117,7 +117,7 @@ def main(args) -> int:
         if args.plot:
             outputs.write_file(args.plot, png)
         if args.html:
-            outputs.write_file(args.html, outputs.html_page(doc, png, text))
+            outputs.write_file(args.html, outputs.html_page(doc, png, results))
     if args.json == "-":
         sys.stdout.write(outputs.json_text(doc))
     else:

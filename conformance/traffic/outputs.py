@@ -51,20 +51,26 @@ def capacity_text(capacity, unit: str = "tokens") -> str:
     return "inf" if capacity is None else f"{capacity:,}" + ("" if unit == "tokens" else f" {unit}")
 
 
-def table(results: list, unit: str = "tokens") -> str:
-    """One row per profile and capacity (SIM-SUM-1)."""
-    rows = []
+HEADERS = ("profile", "capacity ({unit})", "pool", "hit ratio (tokens)", "hit ratio (requests)",
+           "prefill tokens saved", "not admitted", "evictions", "seconds", "M tokens/s")
+
+
+def rows(results: list, unit: str = "tokens") -> list[list[str]]:
+    """One row per profile and capacity (SIM-SUM-1), as text: the table and the page show these."""
+    out = []
     for r in results:
         evictions = "-" if r["evictions"] is None else f"{r['evictions']:,} {r['eviction_unit']}"
         pool = "unbounded" if r["pool"]["units"] is None else f"{r['pool']['units']:,} {r['pool']['unit']}"
         rate = r["prompt_tokens"] / r["seconds"] / 1e6 if r["seconds"] else float("nan")
-        rows.append([r["label"], capacity_text(r["capacity"], unit), pool, f"{r['hit_ratio_tokens']:.4f}",
-                     f"{r['hit_ratio_requests']:.4f}", f"{r['reused_tokens']:,}", f"{r['not_admitted']:,}", evictions,
-                     f"{r['seconds']:.2f}", f"{rate:.1f}"])
-    return tabulate(rows, headers=["profile", f"capacity ({unit})", "pool", "hit ratio (tokens)", "hit ratio (requests)",
-                                   "prefill tokens saved", "not admitted", "evictions", "seconds", "M tokens/s"],
-                    disable_numparse=True, colalign=("left", "right", "right", "right", "right", "right", "right",
-                                                    "right", "right", "right"))
+        out.append([r["label"], capacity_text(r["capacity"], unit), pool, f"{r['hit_ratio_tokens']:.4f}",
+                    f"{r['hit_ratio_requests']:.4f}", f"{r['reused_tokens']:,}", f"{r['not_admitted']:,}", evictions,
+                    f"{r['seconds']:.2f}", f"{rate:.1f}"])
+    return out
+
+
+def table(results: list, unit: str = "tokens") -> str:
+    return tabulate(rows(results, unit), headers=[h.format(unit=unit) for h in HEADERS], disable_numparse=True,
+                    colalign=("left",) + ("right",) * (len(HEADERS) - 1))
 
 
 def plot_png(results: list, unit: str, title: str) -> bytes:
@@ -113,7 +119,7 @@ def plot_png(results: list, unit: str, title: str) -> bytes:
     return buf.getvalue()
 
 
-def html_page(doc: dict, png: bytes, table_text: str) -> str:
+def html_page(doc: dict, png: bytes, results: list) -> str:
     """The page: what was replayed, the assumptions, the plot and the table."""
     t = doc["trace"]
     e = html.escape
@@ -122,6 +128,10 @@ def html_page(doc: dict, png: bytes, table_text: str) -> str:
              + f", outputs {e(t['outputs'])}")
     assumptions = "".join(f"<li>{e(v)}</li>" for v in doc["assumptions"].values())
     image = base64.b64encode(png).decode("ascii")
+    unit = doc["capacity_unit"]
+    head = "".join(f"<th>{e(h.format(unit=unit))}</th>" for h in HEADERS)
+    body = "".join("<tr>" + "".join(f'<td{"" if i == 0 else " class=n"}>{e(c)}</td>' for i, c in enumerate(row))
+                   + "</tr>" for row in rows(results, unit))
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -131,7 +141,8 @@ def html_page(doc: dict, png: bytes, table_text: str) -> str:
             f'<ul class="notes">{assumptions}</ul></div>\n'
             f'<h2>Hit ratio against capacity</h2>\n<p><img alt="hit ratio against capacity, one line per profile" '
             f'src="data:image/png;base64,{image}" style="max-width:100%"></p>\n'
-            f"<h2>Summary per profile and capacity</h2>\n<pre>{e(table_text)}</pre>\n</body></html>\n")
+            f"<h2>Summary per profile and capacity</h2>\n<table class=plain><thead><tr>{head}</tr></thead><tbody>{body}"
+            "</tbody></table>\n</body></html>\n")
 
 
 def write_file(path: str, data) -> None:
