@@ -137,6 +137,29 @@ def test_vllm_at_a_bounded_capacity():
     assert run("vllm-apc", {"block_size": 4}, BOUNDED)[1] == [0, 0, 8]
 
 
+def test_trtllm_at_a_bounded_capacity():
+    """PEER-TRT-6's example with ids, T = 4, K = 4 blocks (16 tokens): r0 [1,2,3] (n = 9: abcd efgh
+    i) takes blocks 0, 1, 2, stores abcd, efgh and the partial i, and frees them last first behind
+    3: [3 2 1 0]. r1 [4,5,6] (mnop qrst u) takes 3, 2 (i leaves the tree: 1 eviction) and 1
+    (efgh: 2), stores mnop in 3, qrst in 2, u in 1, and frees 1, 2, 3 behind 0: [0 1 2 3]. r2 = r0
+    matches abcd only (block 0, taken out of the queue): 4; it takes 1 (u: 3) and 2 (qrst: 4)
+    for its other two blocks. Evicted tokens 1 + 4 + 1 + 4."""
+    spec = [([1, 2, 3], 9, 1), ([4, 5, 6], 9, 1), ([1, 2, 3], 9, 1)]
+    summary, counts = run("trtllm-kv-reuse", {"tokens_per_block": 4}, spec, capacity=16)
+    assert counts == [0, 0, 4] and summary.evictions == 4 and summary.evicted_tokens == 10
+    assert run("trtllm-kv-reuse", {"tokens_per_block": 4}, spec)[1] == [0, 0, 8]
+
+
+def test_sglang_counts_the_tokens_it_evicts():
+    """PEER-SGL-5's example with ids, P = 1, pool 20 tokens, one sampled token each: [1,2] (8),
+    [3,4] (8), then [5,6] needs 8 slots with 4 free: the least recently touched leaf, the first
+    prompt (8 tokens), goes. [3,4] again reports 7 (N - 1) and touches its leaf; [1,2] then
+    reports 0 and, needing 8 with 4 free, evicts [5,6]'s leaf: 16 tokens evicted."""
+    spec = [([1, 2], 8, 1), ([3, 4], 8, 1), ([5, 6], 8, 1), ([3, 4], 8, 1), ([1, 2], 8, 1)]
+    summary, counts = run("sglang-radix", {}, spec, capacity=20)
+    assert counts == [0, 0, 0, 7, 0] and summary.evictions == 16 and summary.evicted_tokens == 16
+
+
 def test_a_request_the_pool_cannot_hold_is_not_run():
     """SIM-CAP-2: 8 tokens = 2 blocks; r2 needs ceil(9 / 4) = 3: not run, counted not admitted,
     the cache left as r1 left it; r1 took both of r0's blocks (2 evictions)."""

@@ -41,7 +41,8 @@ def _random_requests(rng, chains, count, B):
     return out
 
 
-@pytest.mark.parametrize("B, P", [(8, 8), (8, 4), (8, 2), (8, 1), (8, 3), (8, 5), (8, 12), (4, 6), (6, 4)])
+@pytest.mark.parametrize("B, P", [(8, 8), (8, 4), (8, 2), (8, 1), (8, 3), (8, 5), (8, 12), (4, 6), (6, 4),
+                                  (512, 16), (512, 100), (512, 768)])
 def test_a_page_key_is_equal_exactly_when_its_prefix_of_tokens_is(B, P):
     """For every pair of requests and every complete page: keys equal <=> token prefixes equal."""
     rng = random.Random(B * 100 + P)
