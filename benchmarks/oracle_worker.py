@@ -21,7 +21,7 @@ T_START = time.perf_counter()
 
 import reference  # noqa: E402
 import reference.simulator as simulator_mod  # noqa: E402
-from conformance import schemas  # noqa: E402
+from conformance.cases import schemas  # noqa: E402
 from conformance.commands.simulate import _write_json  # noqa: E402
 
 T_IMPORTED = time.perf_counter()

@@ -3,7 +3,7 @@
     python -m benchmarks.replay_worker TRACE --profile SPEC [--capacity LIST] [--limit N]
         [--plain-vllm] [--cprofile]
 
-Reads the trace as `kvconform simulate --trace` does (conformance/traffic/), then replays it
+Reads a hash-id trace as `kvconform simulate --trace` does (conformance/traffic/), then replays it
 through the profile at each capacity, timing each replay alone (wall and CPU seconds), and
 prints one JSON line. `--plain-vllm`: vllm-apc on `VllmBlockPool` as it is (its list free queue,
 `commit` token by token) instead of the replay's `QueuedVllmBlockPool`, to measure what the
@@ -21,7 +21,8 @@ import pstats
 import sys
 import time
 
-from conformance.traffic import formats, options, replay as traffic_replay
+from conformance.judge import traffic as oracle_traffic
+from conformance.traffic import formats, options
 from reference import replay as reference_replay
 from reference.peer_vllm import VllmBlockPool
 
@@ -81,12 +82,12 @@ def main(argv=None) -> int:
         reference_replay.QueuedVllmBlockPool = PlainVllmPool
     t0 = time.perf_counter()
     trace = formats.read_trace(a.trace)
-    requests = traffic_replay.traffic(trace, limit=a.limit)
+    requests = oracle_traffic.hash_id_traffic(trace.entries, trace.block_size, limit=a.limit)
     read_s = time.perf_counter() - t0
     out = {"profile": a.profile[2], "plain_vllm": a.plain_vllm, "requests": len(requests),
            "prompt_tokens": sum(r.n for r in requests), "read_s": read_s, "runs": []}
     gc.disable()            # as `kvconform simulate` runs: no container here is in a cycle
-    for i, run in enumerate(traffic_replay.plan([a.profile], a.capacity, "tokens")):
+    for i, run in enumerate(oracle_traffic.plan([a.profile], a.capacity, "tokens")):
         prof = cProfile.Profile() if a.cprofile and i == 0 else None
         w0, c0 = time.perf_counter(), time.process_time()
         if prof:

@@ -4,7 +4,7 @@ Each command module provides `add_arguments(parser)` and `main(args) -> int`. Ba
 any command becomes one line on stderr and exit code 2, never a traceback. A reader that goes
 away (`kvconform parity | head -1`) ends the command quietly with 141, as a command the
 SIGPIPE signal stopped: its output was not wanted, which is no error of the command. Ctrl-C,
-SIGTERM and SIGHUP end any command with 128 + the signal's number (conformance/interrupts.py:
+SIGTERM and SIGHUP end any command with 128 + the signal's number (conformance/run/interrupts.py:
 a command with a report keeps its partial report and says so).
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import importlib
 import os
 import sys
 
-from . import interrupts
-from .errors import KvconformError
+from . import KvconformError
+from .run import interrupts
 
 COMMANDS = {
     "run": ("conformance.commands.run", "run the conformance suite against a backend (the main job)"),
@@ -26,7 +26,7 @@ COMMANDS = {
     "report": ("conformance.commands.report", "write a report folder's report.html again from its report.json"),
     "selftest": ("conformance.commands.selftest", "check that the suite catches every seeded faulty backend"),
     "campaign": ("conformance.commands.campaign", "draw generated request sets seed after seed for hours, locally or on Ray"),
-    "parity": ("conformance.commands.parity", "run the runtimes' own unit-test assertions through the oracle (tests/parity/)"),
+    "parity": ("conformance.commands.parity", "run the runtimes' own unit-test assertions through the oracle (parity/)"),
 }
 
 
@@ -82,15 +82,15 @@ def _dispatch(argv: list[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    report = sys.modules.get("conformance.report")   # not imported yet: it created no folder
+    report = sys.modules.get("conformance.report.folder")   # not imported yet: it created no folder
     if report is not None:
         report.CREATED.clear()         # only this command's own folders
     try:
         with interrupts.handled():
             return int(modules[args.command].main(args) or 0)
     except KvconformError as e:
-        from .secrets import mask
-        report = sys.modules.get("conformance.report")
+        from .adapters.secrets import mask
+        report = sys.modules.get("conformance.report.folder")
         if report is not None:
             report.remove_created_folders()   # bad input leaves no empty report folder behind
         print(f"kvconform: error: {mask(str(e))}", file=sys.stderr)

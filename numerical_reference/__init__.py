@@ -5,7 +5,7 @@ nothing; it cannot show that the model is right (a backend whose attention ignor
 whose logits are garbage, is wrong the same way twice). Where the backend's manifest declares a
 numerical reference (`numerical_reference`, spec/schemas/capabilities.schema.json), every greedy
 request that generated tokens is also scored here, teacher-forced on the backend's own tokens
-(spec/RUNNING.md section 5); the runner judges the numbers (conformance/numerical_judge.py).
+(spec/RUNNING.md section 5); the runner judges the numbers (conformance/judge/numerical_judge.py).
 
     layout.py    the reference weight layout (spec/engine.md section 5), read as float64
     forward.py   the float64 NumPy forward: attention, recurrence, LoRA, image and audio encoders

@@ -22,7 +22,7 @@ VERSION = 1      # bump when the forward or the scoring changes what a key means
 
 
 def cache_root() -> Path:
-    """The kit's cache folder, found as the runner finds it (conformance/engines.py)."""
+    """The kit's cache folder, found as the runner finds it (conformance/adapters/engines.py)."""
     return Path(os.environ.get("KVCONFORM_CACHE") or Path(__file__).resolve().parent.parent / ".kvconform-cache")
 
 

@@ -26,6 +26,7 @@ speed. Its modules, by the spec section each transcribes:
     media_tokens.py  image token counts per runtime (spec/media-tokens.md)
     transcript.py    generated tokens from a backend's output (spec/RUNNING.md section 4)
     errors.py        InputError and the other exceptions of the oracle
+    version.py       SPEC_VERSION, the version of the spec transcribed here
     peers.py, peer_common.py, peer_llama.py, peer_vllm.py, peer_sglang.py, peer_trtllm.py
                      the peer profiles of OpenAI-compatible servers (spec/peer-profiles.md)
     traffic.py       a recorded trace's requests: hash-id tokens and page keys (spec/trace-replay.md)
@@ -39,8 +40,7 @@ Public API:
     Simulator, simulate, transcript_tokens, PROFILE_NAMES, load_profile (spec/profiles.md)
 """
 
-SPEC_VERSION = "2.0.0"
-
+from .version import SPEC_VERSION  # noqa: E402
 from .errors import DeploymentRejected, InputError, NeedsTranscript, OutOfScope, Unreported  # noqa: E402
 from .engine import (EngineConfig, RuntimeFlags, engine_from_build_args,  # noqa: E402
                      engine_from_config, load_engine)

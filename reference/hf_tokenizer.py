@@ -218,7 +218,7 @@ def tokenize_hf(messages, path: str, base_dir: str, chat_template: bool, generat
                                                    f"{engine.max_input_len}")
             counts.append(count)
             items.append(media)
-    from .requests import MAX_INPUT_TEXT_BYTES
+    from .tokenizer import MAX_INPUT_TEXT_BYTES
     kwargs = {**(engine.tokenizer.get("chat_template_kwargs") or {}), **(keywords or {})}    # TOK-HF-4
     try:
         text = (tok.apply_chat_template(messages, generation_prompt, **kwargs) if chat_template

@@ -13,7 +13,7 @@ from array import array
 
 from .errors import InputError
 from .identity import MediaSpan
-from .tokenizer import EOS, VOCAB_SIZE, tokenize_messages
+from .tokenizer import EOS, MAX_INPUT_TEXT_BYTES, VOCAB_SIZE, tokenize_messages
 
 DEFAULT_MAX_GENERATE_LENGTH = 256
 LOOKUP_POLICIES = ("use_cache", "bypass")
@@ -179,11 +179,6 @@ def _request(r, i: int, base_dir: str, template: bool, gen_prompt: bool, lora: d
     if not prompt.tokens:
         raise InputError(where, "the input has 0 tokens (CR-BATCH-5)")
     return Request(i, prompt.tokens, prompt.spans, name, legacy, stop, no_spec)
-
-
-MAX_INPUT_TEXT_BYTES = 1 << 20
-"""The input text of one request, before tokenization (spec/RUNNING.md section 8): Edge-LLM's
-own bound, kMaxInputTextSizeBytes in cpp/common/inputLimits.h:66."""
 
 
 def _check_input_size(messages: list, path: str) -> None:

@@ -7,7 +7,7 @@ calls, so a second request file sees the records of the first (CR-BATCH-3).
 import gc
 from contextlib import contextmanager
 
-from . import SPEC_VERSION
+from .version import SPEC_VERSION
 from .batching import BatchFailed, BatchRunner
 from .capacity import ContextCache
 from .errors import DeploymentRejected, InputError
@@ -48,7 +48,7 @@ class Simulator:
         self.requests_run = 0             # requests of earlier files: the ordinal of this file's first
 
     def run(self, request_dict, base_dir: str, generated=None, *, lora_files: bool = False,
-            last_accepted=None) -> list[dict]:
+            last_accepted=None, parsed=None) -> list[dict]:
         """Run one request file's batches; return one prediction per request (the `responses`
         items of spec/schemas/predictions.schema.json). `generated[i]` is request i's generated
         token ids (<|eos|> included when it ended so), or None when unknown; `last_accepted[i]`
@@ -56,16 +56,19 @@ class Simulator:
         last_verification_accepted), or None when not reported. Raises InputError, Unreported,
         NeedsTranscript, DeploymentRejected or OutOfScope (the profile leaves the counts undefined,
         spec/profiles.md); after NeedsTranscript the instance is
-        in an unspecified state and should be discarded. `lora_files`: see parse_request_file."""
+        in an unspecified state and should be discarded. `lora_files`: see parse_request_file.
+        `parsed`: the file as parse_request_file already read it for this engine and batch size
+        (a caller that holds it need not tokenize the file again); read, never changed."""
         with _cyclic_gc_paused():
-            return self._run(request_dict, base_dir, generated, lora_files, last_accepted)
+            return self._run(request_dict, base_dir, generated, lora_files, last_accepted, parsed)
 
     def _run(self, request_dict, base_dir: str, generated=None, lora_files: bool = False,
-             last_accepted=None) -> list[dict]:
+             last_accepted=None, parsed=None) -> list[dict]:
         if self.rejection is not None:
             raise DeploymentRejected(self.rejection)
-        parsed = parse_request_file(request_dict, base_dir, self.engine, self.flags.batch_size,
-                                    lora_files=lora_files)
+        if parsed is None:
+            parsed = parse_request_file(request_dict, base_dir, self.engine, self.flags.batch_size,
+                                        lora_files=lora_files)
         mgl = self.flags.max_generate_length or parsed.max_generate_length
         gens = _check_generated(generated, len(parsed.requests), mgl, self.engine)
         accepted = _check_accepted(last_accepted, gens)

@@ -11,6 +11,11 @@ from array import array
 from .errors import InputError
 from .identity import MediaSpan
 
+MAX_INPUT_TEXT_BYTES = 1 << 20
+"""The input text of one request before tokenization, under either tokenizer (bytes-v1 here, hf
+in hf_tokenizer.py; spec/RUNNING.md section 8): Edge-LLM's own bound, kMaxInputTextSizeBytes in
+cpp/common/inputLimits.h:66."""
+
 BOS, EOS, SYSTEM, USER, ASSISTANT, END, IMAGE, AUDIO = range(256, 264)
 VOCAB_SIZE = 320
 ROLE_TOKENS = {"system": SYSTEM, "user": USER, "assistant": ASSISTANT}

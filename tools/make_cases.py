@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "cases"
 sys.path.insert(0, str(ROOT))
 
-from conformance import scenarios  # noqa: E402
+from conformance.cases import scenarios  # noqa: E402
 from reference import engine_from_build_args  # noqa: E402
 from reference.hybrid import slot_sizes  # noqa: E402
 

@@ -12,7 +12,7 @@ against itself would print CONFORMANT for a backend nobody ran.
 """
 from __future__ import annotations
 
-from ..errors import KvconformError
+from .. import KvconformError
 from .base import Adapter, AdapterError, BuildRefused, Engine, RunResult, Session
 
 NAMES = ("inprocess", "command", "reference", "broken", "openai")

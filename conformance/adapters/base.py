@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 
-from reference.engine import resolve_paths
 
-from ..errors import KvconformError
-from ..schemas import schema_errors
+from .. import KvconformError
+from ..cases.schemas import schema_errors
+from ..judge.oracle import EngineConfig, engine_from_config
+from ..judge.oracle import resolve_engine_paths as resolve_paths
 
 
 @dataclass
 class Engine:
     """An engine provided for a case: its description (what the oracle reads) and its folder.
     A tokenizer folder the description names relative to the engine folder (TOK-HF-1) is made
-    absolute here, so whoever reads `config` finds the files."""
+    absolute here, so whoever reads `config` finds the files. `description` is the typed
+    EngineConfig the oracle reads from `config`, parsed once for everyone who judges on it."""
     key: str
     config: dict
     directory: str | None = None
@@ -32,6 +35,11 @@ class Engine:
     def __post_init__(self):
         if self.directory:
             self.config = resolve_paths(self.config, self.directory)
+
+    @cached_property
+    def description(self) -> EngineConfig:
+        """The oracle's reading of `config` (raises InputError when it cannot read it)."""
+        return engine_from_config(self.config)
 
 
 def backend_runtime(runtime: dict, manifest: dict | None) -> dict:
@@ -212,7 +220,3 @@ def missing_capabilities(need: list[str], manifest: dict) -> list[str]:
         elif r not in declared:
             out.append(r)
     return out
-
-
-def observable(manifest: dict, name: str) -> bool:
-    return bool(manifest.get("observables", {}).get(name))

@@ -21,10 +21,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..engines import build_cached, fixed_engine, source_digest
-from ..errors import KvconformError
-from ..schemas import read_json, schema_errors
-from .base import Adapter, AdapterError, BuildRefused, Engine, RunResult, Session, backend_runtime, check_manifest
+from .. import KvconformError
+from ..cases.schemas import read_json, schema_errors
+from .base import (Adapter, AdapterError, BuildRefused, Engine, RunResult, Session, backend_runtime,
+                   check_manifest)
+from .engines import build_cached, fixed_engine, source_digest
 
 BUNDLED = [sys.executable, "-m", "gpu_backend"]
 VALUE_FLAGS = ("contextCacheMaxRecords", "contextCacheRecurrentSnapshotPoolBytes",

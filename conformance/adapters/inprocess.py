@@ -15,9 +15,9 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..engines import build_cached, fixed_engine, source_digest
-from ..schemas import schema_errors
+from ..cases.schemas import schema_errors
 from .base import Adapter, AdapterError, BuildRefused, Engine, RunResult, Session, check_manifest
+from .engines import build_cached, fixed_engine, source_digest
 
 RUNTIME_ARGS = {  # case runtime flag -> gpu_backend.Runtime keyword
     "enableContextReuse": "enable_context_reuse", "contextCacheMaxRecords": "max_records",

@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from ..errors import KvconformError
-from ..secrets import display_url, mask, register
+from .. import KvconformError
+from .secrets import display_url, mask, register
 
 MAX_BODY_BYTES = 16 << 20
 """The most of one response body the kit reads (a chat completion of a few tokens is kilobytes)."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import random
 
-from .. import oracle
-from ..engines import digest
+from ..judge import oracle
 from .base import Adapter, BuildRefused, Engine, RunResult, Session
+from .engines import digest
 
 LETTERS = b"abcdefghijklmnopqrstuvwxyz ,."
 EOS = 257
@@ -52,8 +52,7 @@ class Vocabulary:
 
 BYTES = Vocabulary()
 # every profile the oracle knows, its default first: the self-check runs under any of them
-PROFILES = [oracle.reference.semantics.DEFAULT] + [p for p in oracle.reference.PROFILE_NAMES
-                                                    if p != oracle.reference.semantics.DEFAULT]
+PROFILES = [oracle.DEFAULT_PROFILE] + [p for p in oracle.PROFILE_NAMES if p != oracle.DEFAULT_PROFILE]
 
 
 def stand_in(request, max_length: int, stop: list[str], vocab: Vocabulary = BYTES) -> tuple[list[int], str, str]:
@@ -103,7 +102,7 @@ def logprobs(ids: list[int], k: int, vocab: Vocabulary = BYTES) -> list[list[dic
 
 class ReferenceSession(Session):
     def __init__(self, engine: Engine, runtime: dict):
-        self.config = oracle.engine_of(engine.config)
+        self.config = engine.description
         self.vocab = Vocabulary(self.config) if self.config.hf else BYTES
         self.flags = oracle.flags_of(runtime)
         self.sim = None
@@ -149,7 +148,7 @@ class ReferenceAdapter(Adapter):
     def capabilities(self) -> dict:
         return {
             "format": "kvconform-capabilities-v1", "backend": "reference",
-            "version": oracle.reference.SPEC_VERSION, "semantics_profile": PROFILES,
+            "version": oracle.SPEC_VERSION, "semantics_profile": PROFILES,
             "tokenizer": ["bytes-v1", "hf"],
             "observables": {"per_request_metrics": True, "output_ids": True, "logprobs": True,
                             "prefill_profile": True, "rejection_messages": True,

@@ -30,17 +30,19 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from .. import KvconformError
 from .. import executors
 from ..adapters import SELF_CHECKS, AdapterError, choose_backend
-from ..errors import KvconformError
-from ..interrupts import raise_pending, signum_of
 from ..executors.findings import Findings
 from ..executors.local import TaskFailed
-from ..executors.units import AdapterSpec, FamilyUnit, adapter_for, failed_unit, kit_fingerprint, run_unit, unpack
+from ..executors.units import (AdapterSpec, FamilyUnit, adapter_for, failed_unit, kit_fingerprint, run_unit,
+                               unpack)
 from ..generate.draw import FAMILIES
-from ..report import Report, claim_report_folder, write_text_atomic
-from ..suite import Plan
-from ..verdicts import PASSING_HEADLINES
+from ..report.document import Report
+from ..report.folder import claim_report_folder, write_text_atomic
+from ..run.interrupts import raise_pending, signum_of
+from ..run.loop import exit_code
+from ..run.suite import Plan
 from .run import (ADAPTER_OPTIONS, add_backend_arguments, positive_int,
                   rerun_command, resolve_profile, seconds)
 
@@ -165,7 +167,7 @@ def _campaign(args, backend: str, spec: AdapterSpec, pool, families: list[str], 
 
     try:
         while True:
-            raise_pending()             # a signal whose exception was dropped (conformance/interrupts.py)
+            raise_pending()             # a signal whose exception was dropped (conformance/run/interrupts.py)
             while len(in_flight) < pool.slots and deadline - time.monotonic() >= MIN_UNIT_S:
                 family, seed = families[k % len(families)], first_seed + k // len(families)
                 k += 1
@@ -198,7 +200,7 @@ def _campaign(args, backend: str, spec: AdapterSpec, pool, families: list[str], 
     print(f"\n{doc['summary']['headline']}: {distinct} distinct failure(s) in {state['scenarios']} scenarios "
           f"({state['scenarios_per_minute']:g}/min, {state['scenarios_per_minute_per_worker']:g}/min per worker, "
           f"{pool.slots} worker(s), {state['wall_s']:.0f} s); report in {report.folder}/")
-    return 0 if doc["summary"]["headline"] in PASSING_HEADLINES else 1
+    return exit_code(doc["summary"])
 
 
 def _absorb(pool, ticket, unit: FamilyUnit, findings: Findings, report: Report, started: float, quiet: bool) -> None:

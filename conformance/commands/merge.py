@@ -12,10 +12,13 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..errors import KvconformError
-from ..report import check_report, claim_report_folder, section_of, section_order, verdict_table, write_json_atomic, write_outputs
-from ..schemas import read_json
-from ..verdicts import PASSING_HEADLINES, CaseResult, summarize
+from .. import KvconformError
+from ..cases.schemas import read_json
+from ..judge.verdicts import CaseResult, summarize
+from ..report.document import check_report, write_outputs
+from ..report.folder import claim_report_folder, write_json_atomic
+from ..report.tables import section_of, section_order, verdict_table
+from ..run.loop import exit_code
 
 SAME = ("kit_version", "spec_version", "running_version", "semantics_profile")
 
@@ -119,4 +122,4 @@ def main(args) -> int:
     gaps = merged["options"]["missing_shards"] + [f"{s} (interrupted)" for s in merged["options"]["interrupted_shards"]]
     print(f"\n{summary['headline']}: {len(results)} case(s) from {len(docs)} report(s)"
           + (f"; lacking shard(s) {', '.join(gaps)}" if gaps else "") + f"; merged report in {out}/")
-    return 0 if summary["headline"] in PASSING_HEADLINES else 1
+    return exit_code(summary)

@@ -1,6 +1,6 @@
 """`kvconform report DIR`: write DIR/report.html again from DIR/report.json.
 
-The page is a function of report.json alone (conformance/html_report.py), so a report folder
+The page is a function of report.json alone (conformance/report/html.py), so a report folder
 from another machine, a merged one, or one written by an earlier kit gets its page back without
 running anything. report.json must be a valid report (spec/schemas/report.schema.json): anything
 else is bad input (exit 2, one line naming the file and JSON path), and nothing is written.
@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import KvconformError
-from ..html_report import render
-from ..report import check_report, write_text_atomic
-from ..schemas import read_json
+from .. import KvconformError
+from ..cases.schemas import read_json
+from ..report.document import check_report
+from ..report.folder import write_text_atomic
+from ..report.html import render
 
 
 def add_arguments(parser) -> None:

@@ -21,24 +21,21 @@ import argparse
 import math
 import os
 import shlex
-import signal
 import sys
 import time
 from pathlib import Path
 
-import reference
-import reference.semantics
-
+from .. import KvconformError, executors
 from ..adapters import NAMES, SELF_CHECKS, AdapterError, choose_backend, make_adapter, option_flag
-from ..cases import parse_shard
-from .. import executors
-from ..errors import KvconformError
-from ..interrupts import signum_of
-from ..report import Report, check_report, claim_report_folder, problems_table, verdict_table
-from ..schemas import read_json
-from ..suite import execute, make_plan
+from ..cases.case import parse_shard
+from ..cases.schemas import read_json
 from ..generate import MIN_BATCHES
-from ..verdicts import PASSING_HEADLINES, headline_clauses, judged_line
+from ..judge import oracle
+from ..judge.verdicts import headline_clauses, judged_line
+from ..report.document import Report, check_report
+from ..report.folder import claim_report_folder
+from ..run.loop import exit_code, print_verdicts, report_files, stop_interrupted
+from ..run.suite import execute, make_plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -302,20 +299,20 @@ def _refuse_server_options(args) -> None:
     if args.profile in PEER_PROFILES:
         raise KvconformError(f"--profile {args.profile}: a peer profile, for an OpenAI-compatible server (--backend "
                              f"openai --base-url URL); this backend runs request files and is judged against a "
-                             f"semantics profile ({', '.join(reference.PROFILE_NAMES)})")
+                             f"semantics profile ({', '.join(oracle.PROFILE_NAMES)})")
 
 
 def resolve_profile(requested: str | None, manifest: dict | None) -> str:
     """The semantics profile of a run (spec/profiles.md): `--profile`, which the backend must
     implement, else the first profile its capability manifest declares."""
-    declared = (manifest or {}).get("semantics_profile", reference.semantics.DEFAULT)
+    declared = (manifest or {}).get("semantics_profile", oracle.DEFAULT_PROFILE)
     if declared == "any":                     # no manifest given: the backend is taken to be what is asked
-        return requested or reference.semantics.DEFAULT
+        return requested or oracle.DEFAULT_PROFILE
     offered = declared if isinstance(declared, list) else [declared]
     if requested is None:
-        if offered[0] not in reference.PROFILE_NAMES:
+        if offered[0] not in oracle.PROFILE_NAMES:
             raise KvconformError(f"the backend's capability manifest declares the semantics profile {offered[0]!r}, "
-                                 f"which this kit does not know (one of {', '.join(reference.PROFILE_NAMES)})")
+                                 f"which this kit does not know (one of {', '.join(oracle.PROFILE_NAMES)})")
         return offered[0]
     if manifest is not None and requested not in offered:
         raise KvconformError(f"--profile {requested}: the backend implements {', '.join(offered)} only "
@@ -334,9 +331,9 @@ def main(args) -> int:
     resumed = _resume_options(args) if args.resume else None
     backend = choose_backend(args.backend, {k: getattr(args, k) for k in ADAPTER_OPTIONS})
     shard = parse_shard(args.shard)
-    if args.profile is not None and args.profile not in reference.PROFILE_NAMES:
+    if args.profile is not None and args.profile not in oracle.PROFILE_NAMES:
         raise KvconformError(f"--profile {args.profile}: unknown semantics profile (one of "
-                             f"{', '.join(reference.PROFILE_NAMES)})")
+                             f"{', '.join(oracle.PROFILE_NAMES)})")
 
     def planned(profile: str):
         return make_plan(args.case, args.keyword, args.section, args.rule, args.slow,
@@ -345,7 +342,7 @@ def main(args) -> int:
                          examples=args.examples, budget_s=args.budget_seconds, seed=args.seed,
                          max_steps=args.max_steps, min_batches=args.min_batches,
                          save_regressions=args.save_regressions, profile=profile)
-    plan = planned(args.profile or reference.semantics.DEFAULT)
+    plan = planned(args.profile or oracle.DEFAULT_PROFILE)
     if args.list:
         for case in plan.cases:
             print(f"{case.id}\t{case.section}\t{case.source()}")
@@ -402,25 +399,15 @@ def main(args) -> int:
             execute(plan, adapter, report, progress=not args.no_progress, jobs=args.jobs,
                     rerun=lambda path: rerun_command(args, backend, path), fail_fast=args.fail_fast)
         if args.timing and not self_check and "timing/reuse-is-real" not in {r.id for r in report.results}:
-            from ..reuse_timing import timing_verdict                       # "reuse is real", optional
+            from ..judge.reuse_timing import timing_verdict                       # "reuse is real", optional
             report.add(timing_verdict(adapter, manifest, fraction=args.timing_fraction))
     except KeyboardInterrupt as e:
-        signum = signum_of(e)
-        report.interrupted()
-        print(verdict_table(report.results))
-        print(f"interrupted ({signal.Signals(signum).name}): partial report of {len(report.results)} case(s) in "
-              f"{report.folder}/report.json (complete: false); continue it with --resume", file=sys.stderr)
-        return 128 + signum
+        return stop_interrupted(report, e, hint="; continue it with --resume")
     finally:
         adapter.close()
     results = report.results
     doc = report.finish()
-    print()
-    print(verdict_table(results))
-    problems = problems_table(results, folder=str(report.folder))
-    if problems:
-        print()
-        print(problems)
+    if print_verdicts(report):
         failed = next((r for r in results if r.first_failure() is not None and r.first_failure().chain), None)
         if failed is not None:             # the oracle's steps that decided the first mismatch
             print(f"\nwhy the oracle expects what {failed.id} missed (its decision trace, oldest step first):")
@@ -433,5 +420,5 @@ def main(args) -> int:
     checked = (f", {summary['reference_checked']} greedy request(s) checked against the numerical reference"
                if summary.get("reference_checked") else "")
     print(f"\n{summary['headline']} ({note}): {judged_line(summary, len(results))}{checked} "
-          f"in {time.monotonic() - start:.0f} s; report in {report.folder}/ (report.json, junit.xml, summary.md)")
-    return 0 if summary["headline"] in PASSING_HEADLINES else 1
+          f"in {time.monotonic() - start:.0f} s; {report_files(report)}")
+    return exit_code(summary)

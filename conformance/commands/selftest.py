@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from ..errors import KvconformError
+from .. import KvconformError
 from .run import positive_int, seconds
 
 BASELINES = {
@@ -87,7 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def compares_logprobs(case) -> bool:
     """Whether running this case compares log-probabilities: greedy outputs compared with the
     bypass replay, log-probabilities asked for, and a run that must produce responses."""
-    from .. import oracle
+    from ..judge import oracle
     from ..adapters.base import is_greedy
     doc = case.doc
     asked = doc.get("num_logprobs", 0) or any(r.get("num_logprobs", 0) for r in doc.get("requests", []))
@@ -142,7 +142,7 @@ def run_target(kind: str, name: str, opts: dict, part: str | None = None) -> dic
     target. Variants stop at the first case that catches them (except with --generated-only)."""
     import torch
     torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and workers must not oversubscribe
-    from ..suite import case_cost, make_plan
+    from ..run.suite import case_cost, make_plan
 
     started = time.monotonic()
     profile = _variant_profile(name) if kind == "variant" else None
@@ -187,7 +187,7 @@ def _variant_profile(name: str) -> str | None:
 def _bundled_passes(killer, cases, opts: dict, engine_dir) -> tuple[bool, str]:
     """A variant judged under a profile the baselines do not run: the case that caught it must
     pass the bundled backend under that profile, else the kill is no evidence of the defect."""
-    from ..execute import run_case
+    from ..run.execute import run_case
     case = next((c for c in cases if c.id == killer.id), None)
     if case is None:                     # a generated family: its reproducer was confirmed already
         return True, ""
@@ -220,9 +220,9 @@ def _run_parts(adapter, kind: str, name: str, opts: dict, plan, cases, families,
     """The curated cases, then the generated families, against one adapter; (results, killer)."""
     import shutil
     import tempfile
-    from ..execute import run_case
+    from ..run.execute import run_case
     from ..generate import run_generated
-    from ..suite import stops_a_fail_fast_run
+    from ..run.suite import stops_a_fail_fast_run
     try:
         manifest, manifest_error = adapter.capabilities(), ""
     except Exception as e:  # the broken adapter
@@ -257,7 +257,7 @@ def _run_parts(adapter, kind: str, name: str, opts: dict, plan, cases, families,
 
 def _target_result(out: dict, kind: str, name: str, results, killer, engine_dir, cases, families,
                    only_generated: bool) -> dict:
-    from ..verdicts import CaseResult, Verdict
+    from ..judge.verdicts import CaseResult, Verdict
     if kind == "variant":
         broken = killer is not None and killer.verdict == Verdict.ERROR and \
             HARNESS_ERRORS.search(f"{killer.reason}\n{killer.stderr_tail}")
@@ -476,6 +476,6 @@ def _prebuild(device: str) -> None:
     import torch
     torch.set_num_threads(1)
     from ..adapters import make_adapter
-    from ..suite import make_plan, prebuild
+    from ..run.suite import make_plan, prebuild
     plan = make_plan(None, None, None, None, False, generated=False, curated=True, families=None, shard=None)
     prebuild(make_adapter("inprocess", device=device), plan.cases, progress=False)

@@ -22,11 +22,12 @@ import tempfile
 
 import orjson
 
-import reference
-from reference.engine import MAX_WARMUP, resolve_paths
 
-from .. import schemas
-from ..errors import KvconformError
+from ..cases import schemas
+from .. import KvconformError
+from ..judge import oracle
+from ..judge.oracle import MAX_WARMUP
+from ..judge.oracle import resolve_engine_paths as resolve_paths
 from ..traffic import command as traffic
 
 
@@ -50,9 +51,9 @@ def add_arguments(parser) -> None:
                         help="hidden-state output: every request bypasses lookup (CR-POL-3)")
     parser.add_argument("--dumpProfile", action="store_true", help="add the prefill section")
     parser.add_argument("--poisonFreshPages", action="store_true", help="accepted; no effect on counts")
-    parser.add_argument("--semanticsProfile", choices=reference.PROFILE_NAMES, default=reference.semantics.DEFAULT,
+    parser.add_argument("--semanticsProfile", choices=oracle.PROFILE_NAMES, default=oracle.DEFAULT_PROFILE,
                         metavar="NAME", help="the semantics profile predicted (spec/profiles.md): "
-                        + ", ".join(reference.PROFILE_NAMES))
+                        + ", ".join(oracle.PROFILE_NAMES))
     traffic.add_arguments(parser)
 
 
@@ -113,7 +114,7 @@ def _simulate(args) -> int:
     doc = schemas.read_json(args.inputFile)
     schemas.check(doc, "request", args.inputFile)
     generated = _transcript(args.transcript, len(doc["requests"])) if args.transcript else None
-    flags = reference.RuntimeFlags(
+    flags = oracle.RuntimeFlags(
         enable_context_reuse=args.enableContextReuse, max_records=args.contextCacheMaxRecords,
         recurrent_snapshot_bytes=args.contextCacheRecurrentSnapshotPoolBytes,
         partial_kv_snapshot_bytes=args.contextCachePartialKVSnapshotPoolBytes,
@@ -122,12 +123,12 @@ def _simulate(args) -> int:
         dump_profile=args.dumpProfile, semantics_profile=args.semanticsProfile)
     base_dir = os.path.dirname(os.path.abspath(args.inputFile))
     try:
-        predictions, profile = reference.simulate(engine, flags, doc, base_dir, generated, lora_files=True)
-    except reference.InputError as e:
+        predictions, profile = oracle.simulate(engine, flags, doc, base_dir, generated, lora_files=True)
+    except oracle.InputError as e:
         if e.path.startswith("$.generated"):
             raise KvconformError(e.message, args.transcript, e.path.replace("$.generated", "$.responses", 1)) from None
         raise KvconformError(e.message, args.inputFile, e.path) from None
-    except (reference.NeedsTranscript, reference.OutOfScope) as e:
+    except (oracle.NeedsTranscript, oracle.OutOfScope) as e:
         which = re.match(r"request (\d+): ", str(e))      # the request whose counts cannot be predicted
         raise KvconformError(str(e), args.inputFile, f"$.requests[{which.group(1)}]" if which else "$") from None
     for path, message in schemas.unknown_request_keys(doc):    # the file is accepted: now the warnings
@@ -177,11 +178,11 @@ def _engine(file: str):
     config = schemas.read_json(file)
     schemas.check(config, "engine", file)
     try:
-        engine = reference.engine_from_config(resolve_paths(config, os.path.dirname(os.path.abspath(file))))
+        engine = oracle.engine_from_config(resolve_paths(config, os.path.dirname(os.path.abspath(file))))
         if engine.hf:
             engine.hf_tokenizer()
         return engine
-    except reference.InputError as e:
+    except oracle.InputError as e:
         raise KvconformError(e.message, file, e.path) from None
     except (OSError, ValueError) as e:
         raise KvconformError(str(e), file, "$.tokenizer.files") from None
@@ -191,7 +192,7 @@ def _transcript(file: str, count: int) -> list:
     """Generated tokens per request from a backend's output file (reference.transcript_tokens)."""
     output = schemas.read_json(file)
     schemas.check(output, "output", file)
-    tokens = reference.transcript_tokens(output)
+    tokens = oracle.transcript_tokens(output)
     if len(tokens) != count:
         raise KvconformError(f"has {len(tokens)} responses for {count} requests", file, "$.responses")
     return tokens

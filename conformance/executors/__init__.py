@@ -12,7 +12,7 @@ import argparse
 import importlib.util
 import os
 
-from ..errors import KvconformError
+from .. import KvconformError
 
 NAMES = ("local", "ray")
 

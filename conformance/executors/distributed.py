@@ -23,9 +23,10 @@ from typing import Callable
 from tqdm import tqdm
 
 from ..generate import cannot_run
-from ..report import Report, write_reproducer
-from ..suite import REGRESSIONS_DIR, Plan, with_rerun
-from ..verdicts import CaseResult
+from ..judge.verdicts import CaseResult
+from ..report.document import Report
+from ..report.folder import write_reproducer
+from ..run.suite import REGRESSIONS_DIR, Plan, with_rerun
 from .local import TaskFailed
 from .units import AdapterSpec, CaseUnit, FamilyUnit, failed_unit, run_unit, unpack
 
@@ -111,5 +112,5 @@ def _collect(pool, ticket, unit, report: Report, save_regressions: bool) -> Case
 def _save_regression(path: Path) -> None:
     """`--save-regressions`: the driver keeps a generated reproducer under cases/regressions
     (the worker that found it wrote it only into the report)."""
-    from ..schemas import read_json
+    from ..cases.schemas import read_json
     write_reproducer(read_json(path), str(path.parent), REGRESSIONS_DIR, path.stem)

@@ -18,10 +18,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engines import digest
+from ..adapters.engines import digest
 from ..generate import RULES
-from ..numerical_judge import merge_facts
-from ..verdicts import CaseResult, Failure, Verdict
+from ..judge.numerical_judge import merge_facts
+from ..judge.verdicts import CaseResult, Failure, Verdict
 
 
 def observable(what: str) -> str:

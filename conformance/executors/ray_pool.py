@@ -19,7 +19,7 @@ import threading
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..errors import KvconformError
+from .. import KvconformError
 from .local import TaskFailed, Ticket
 from .units import worker_name
 

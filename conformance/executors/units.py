@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..cases import Case
-from ..verdicts import CaseResult, Verdict
+from ..cases.case import Case
+from ..judge.verdicts import CaseResult, Verdict
 
 PATH_OPTIONS = ("engine_dir", "engine_config", "capabilities")
 
@@ -156,7 +156,7 @@ def worker_name() -> str:
 def run_unit(spec: AdapterSpec, manifest: dict | None, manifest_error: str, plan, unit) -> Outcome:
     """Run one unit on this worker; `plan` carries the generation settings (its case and family
     lists are not needed here)."""
-    from ..suite import run_one_case, run_one_family
+    from ..run.suite import run_one_case, run_one_family
     started = time.monotonic()
     adapter = adapter_for(spec)
     folder = Path(tempfile.mkdtemp(prefix="kvconform-unit-"))
@@ -203,7 +203,7 @@ def kit_fingerprint() -> dict:
     import importlib.util
 
     from .. import KIT_VERSION
-    from ..engines import source_digest
+    from ..adapters.engines import source_digest
     out = {"kit_version": KIT_VERSION}
     for package in ("conformance", "reference", "gpu_backend", "numerical_reference", "faulty_backends"):
         spec = importlib.util.find_spec(package)

@@ -27,12 +27,12 @@ from hypothesis.errors import HypothesisException
 from hypothesis import strategies as st
 
 from ..adapters.base import Adapter, AdapterError, BuildRefused
-from ..cases import load_case
-from ..engines import digest
-from ..interrupts import raise_pending
-from ..numerical_judge import merge_facts
-from ..report import write_reproducer
-from ..verdicts import CaseResult, Failure, Verdict
+from ..adapters.engines import digest
+from ..cases.case import load_case
+from ..judge.numerical_judge import merge_facts
+from ..judge.verdicts import CaseResult, Failure, Verdict
+from ..report.folder import write_reproducer
+from ..run.interrupts import raise_pending
 from .draw import FAMILIES, draw_setup, fixed_engine_gaps, policy_switch, recipes
 from .example import Example, Mismatch, run_whole
 

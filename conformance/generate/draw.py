@@ -16,9 +16,9 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from reference.hybrid import slot_sizes
 
-from .. import oracle
+from ..judge import oracle
+from ..judge.oracle import slot_sizes
 from .media import ENCODINGS, SIZES, ImageSpec, bound_sizes, materialize
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -123,7 +123,7 @@ def image_sizes(setup: Setup) -> tuple:
     counter = (engine.vision or {}).get("counter") if engine is not None else None
     if not counter:
         return SIZES
-    from reference.media_tokens import image_tokens
+    from ..judge.oracle import image_tokens
     extra = []
     for h, w in bound_sizes(counter, engine.vision.get("settings") or {}):
         try:
@@ -236,7 +236,7 @@ def image_count(spec: ImageSpec, setup: Setup | None) -> int:
     engine = setup.hf_engine if setup is not None else None
     if engine is None:
         return spec.placeholders
-    from reference.media_tokens import image_tokens
+    from ..judge.oracle import image_tokens
     return image_tokens(engine.vision["counter"], spec.height, spec.width, engine.vision.get("settings"))
 
 
@@ -308,7 +308,7 @@ def build_request(recipe: dict, setup: Setup, earlier: list[dict], media_dir: Pa
 
 def merges_media_runs(setup: Setup) -> bool:
     """Whether the example's semantics profile keys a run of adjacent images as one item."""
-    from reference.semantics import load_profile
+    from ..judge.oracle import load_profile
     name = setup.runtime.get("semanticsProfile")
     return name is not None and load_profile(name).media_items == "merged-runs"
 

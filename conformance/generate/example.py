@@ -15,16 +15,14 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import reference
-
-from .. import oracle
 from ..adapters.base import Adapter
-from ..cases import bypass_replay_of, materialize, resolve_outputs
-from ..explain import Explainer
-from ..judging import judge, merged_transcripts, prediction_refused, same_reason, shape_failures
+from ..cases.case import bypass_replay_of, materialize, resolve_outputs
+from ..judge import oracle
+from ..judge.explain import Explainer
+from ..judge.judging import judge, merged_transcripts, prediction_refused, same_reason, shape_failures
+from ..judge.numerical_judge import check_outputs, merge_facts
+from ..judge.verdicts import Failure, Verdict
 from ..materialize import engine_key, write_units
-from ..numerical_judge import check_outputs, merge_facts
-from ..verdicts import Failure, Verdict
 from .draw import Setup, build_request, strip_private
 
 
@@ -49,7 +47,7 @@ class Example:
         self.family, self.adapter, self.manifest, self.setup = family, adapter, manifest, setup
         self.media_dir, self.base_dir = media_dir, base_dir
         self.handle = adapter.engine_for(setup.engine_args)
-        self.engine = oracle.engine_of(self.handle.config)
+        self.engine = self.handle.description
         self.flags = oracle.flags_of(setup.runtime)
         self.requests: list[dict] = []      # drawn requests (with `_index`, templates unresolved)
         self.steps: list[list[dict]] = []
@@ -134,9 +132,9 @@ class Example:
             predicted = oracle_s.run(doc, self.base_dir, generated)
         except oracle.InputError as e:
             raise Mismatch([prediction_refused(e)]) from None
-        except reference.NeedsTranscript as e:
+        except oracle.NeedsTranscript as e:
             raise Mismatch([Failure(None, "transcript", "generated tokens", None, str(e), verdict=Verdict.ERROR)])
-        except reference.OutOfScope as e:
+        except oracle.OutOfScope as e:
             self.out_of_scope = str(e)        # the profile leaves these counts undefined: the example ends here
             return
         self.resolved += doc["requests"]

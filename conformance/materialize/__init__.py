@@ -33,18 +33,15 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import reference
-from reference.decode import DecodeError
-from reference.hybrid import slot_sizes
-from reference.identity import TokenHistory, adapter_root
-
-from .. import oracle, scenarios
-from ..cases import OUTPUT_TEMPLATE, Case
-from ..engines import digest
+from ..adapters.engines import digest
+from ..cases import scenarios
+from ..cases.case import OUTPUT_TEMPLATE, Case
+from ..judge import oracle
+from ..judge.oracle import DecodeError, TokenHistory, adapter_root, slot_sizes
+from .hf_positions import token_labels, with_target_widths
 from .layout import atoms_of
 from .media import counted, placeholders, resized
 from .relayout import CannotRelayout, apply_texts, filler, relayout
-from .hf_positions import token_labels, with_target_widths
 from .units import write_units
 
 BATCH_RULES = {"CR-BATCH-2", "CR-BATCH-6"}
@@ -186,7 +183,7 @@ def _media_kinds(doc: dict) -> set[str]:
 
 
 def _absolute_media(doc: dict, base_dir: str) -> None:
-    from ..cases import materialize as absolute
+    from ..cases.case import materialize as absolute
     doc["requests"] = absolute(doc, base_dir, None)["requests"]
 
 
@@ -377,9 +374,9 @@ def _lengths(doc: dict, base_dir: str, engine) -> list | None:
     out = []
     for request in doc.get("requests", []):
         try:
-            parsed = reference.parse_request_file(dict(doc, requests=[request], batch_size=1), base_dir, engine)
+            parsed = oracle.parse_request_file(dict(doc, requests=[request], batch_size=1), base_dir, engine)
             out.append(parsed.requests[0].n)
-        except reference.InputError:
+        except oracle.InputError:
             out.append(None)
     return out
 
@@ -424,8 +421,8 @@ def structure(doc: dict, base_dir: str, engine) -> tuple | None:
     at its first `{{output:K}}`: what follows depends on an answer of unknown length on either
     engine. None when the file does not parse alone."""
     try:
-        parsed = reference.parse_request_file(dict(_dummy_templates(doc, engine), batch_size=1), base_dir, engine)
-    except reference.InputError:
+        parsed = oracle.parse_request_file(dict(_dummy_templates(doc, engine), batch_size=1), base_dir, engine)
+    except oracle.InputError:
         return None
     template, prompt = doc.get("apply_chat_template", True), doc.get("add_generation_prompt", True)
     P = engine.tokens_per_page
@@ -551,9 +548,9 @@ def _shape(doc: dict, base_dir: str, engine, runtime: dict) -> dict | None:
     if oracle.rejection(engine, flags) is not None:
         return None
     try:
-        sim = reference.Simulator(engine, flags)
+        sim = oracle.Simulator(engine, flags)
         responses = sim.run(_dummy_templates(doc, engine), base_dir)
-    except (reference.InputError, reference.NeedsTranscript, reference.OutOfScope):
+    except (oracle.InputError, oracle.NeedsTranscript, oracle.OutOfScope):
         return None
     P = engine.tokens_per_page
     requests = []

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..cases import OUTPUT_TEMPLATE
+from ..cases.case import OUTPUT_TEMPLATE
 from .layout import Atom
 from .relayout import CannotRelayout
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cases import OUTPUT_TEMPLATE
+from ..cases.case import OUTPUT_TEMPLATE
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from reference.decode import load_audio, load_image
+from ..judge.oracle import load_audio, load_image
 
 PATCH = 16           # pixels per placeholder side (spec/tokenizer.md: ceil(H/16) * ceil(W/16))
 FRAME = 320          # audio samples per placeholder (ceil(S/320))
@@ -79,7 +79,7 @@ def counted(item: dict, base_dir: str, count: int, counter: str, settings: dict,
     """The path of an image like `item` whose token count under the runtime's media counter
     (spec/media-tokens.md) is exactly `count`: sizes a whole number of patches on each side are
     tried, the factorizations of `count` over the common patch factors; ValueError if none fits."""
-    from reference.media_tokens import image_tokens
+    from ..judge.oracle import image_tokens
     source = load_image(_path(item, base_dir))
     for factor in (28, 32, 14, 16, 56, 64, 336, 448):
         for rows in _divisors(count):

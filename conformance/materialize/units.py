@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..cases import OUTPUT_TEMPLATE
+from ..cases.case import OUTPUT_TEMPLATE
 
 UNITS = 256
 
@@ -29,7 +29,7 @@ def _words(folder: str, loader: str) -> tuple[str, ...]:
     after a space, and right after an added token such as the end-of-sequence or image token
     (whose `rstrip` may eat the space, spec/hf-tokenizer.md TOK-HF-7). The vocabulary's own
     pieces, lowercase letters only, in id order: deterministic."""
-    from reference.hf_tokenizer import load_hf_tokenizer
+    from ..judge.oracle import load_hf_tokenizer
     tok = load_hf_tokenizer(folder, loader)
     backend = tok._backend
     contexts = ["", "\n"] + [tok.decode([t]) for t in (tok.eos_token_id, tok.image_token_id) if t is not None]

@@ -1,8 +1,9 @@
 """The parity suite: the runtimes' own unit-test assertions, run through the oracle (docs/parity.md).
 
-`tests/parity/*.json` holds one file per runtime (spec/schemas/parity.schema.json). Each entry
-names a test of that runtime (repository, commit, file, function, line), the scenario in the
-kit's terms, and the values the test asserts, typed from the test. Running an entry simulates its
+`parity/*.json` (at the top of the kit: product data, not tests) holds one file per runtime
+(spec/schemas/parity.schema.json). Each entry names a test of that runtime (repository, commit,
+file, function, line), the scenario in the kit's terms, and the values the test asserts, typed
+from the test. Running an entry simulates its
 scenario with the oracle and compares each assertion's observation with the typed value. The
 oracle never supplies an expected value here: a disagreement is a difference between the kit and
 the runtime, to be fixed or documented as a deliberate profile difference.
@@ -16,12 +17,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import schemas
-from ..errors import KvconformError
 from . import engine, peer
+from .. import KvconformError
+from ..cases import schemas
 
 ROOT = Path(__file__).resolve().parents[2]
-SUITE_DIR = ROOT / "tests" / "parity"
+SUITE_DIR = ROOT / "parity"
 AGREE, DISAGREE, NOT_EXPRESSIBLE = "agree", "disagree", "not expressible"
 
 

@@ -13,12 +13,12 @@ import copy
 import json
 import string
 
-import reference
-from reference.tokenizer import EOS
+from ..judge import oracle
+from ..judge.oracle import EOS
 
 LABELS = string.ascii_letters + string.digits
-REASONS = (reference.InputError, reference.NeedsTranscript, reference.OutOfScope, reference.Unreported,
-           reference.DeploymentRejected)
+REASONS = (oracle.InputError, oracle.NeedsTranscript, oracle.OutOfScope, oracle.Unreported,
+           oracle.DeploymentRejected)
 
 
 class NotExpressible(Exception):
@@ -44,16 +44,16 @@ class Run:
         if "case" in scenario:                  # a case file of the kit (cases/...), run as it is
             scenario = _case_scenario(scenario["case"])
         try:
-            self.engine = reference.engine_from_build_args(scenario["engine"])
-        except reference.InputError as e:
+            self.engine = oracle.derive_engine(scenario["engine"])
+        except oracle.InputError as e:
             raise NotExpressible(f"the kit cannot build this engine: {e}") from None
         runtime = dict(scenario.get("runtime") or {}, semanticsProfile=semantics_profile)
         if "snapshot_slots" in scenario:
-            s_r, s_p = reference.hybrid.slot_sizes(self.engine)
+            s_r, s_p = oracle.slot_sizes(self.engine)
             rec, partial = scenario["snapshot_slots"]
             runtime["contextCacheRecurrentSnapshotPoolBytes"] = rec * s_r
             runtime["contextCachePartialKVSnapshotPoolBytes"] = partial * s_p
-        self.sim = reference.Simulator(self.engine, reference.RuntimeFlags.from_case_runtime(runtime))
+        self.sim = oracle.Simulator(self.engine, oracle.RuntimeFlags.from_case_runtime(runtime))
         self.responses: list[list[dict]] = []
         self.profiles: list[dict] = []
         if self.sim.rejection is not None:

@@ -21,7 +21,7 @@ fitted), `reset` (whether the reset was accepted), `slot_tokens` (llama.cpp's sl
 """
 from __future__ import annotations
 
-import reference.peers as peers
+from ..judge import peer_oracle as peers
 
 from .engine import NotExpressible, expand
 

@@ -12,7 +12,7 @@ adapter, and which cache keys it supports.
 """
 from __future__ import annotations
 
-from reference.peers import PROFILES, SETTINGS
+from ..judge.peer_oracle import PROFILES, SETTINGS
 
 PEER_PROFILES = {
     "llama.cpp-server": {

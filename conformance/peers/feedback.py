@@ -14,7 +14,7 @@ next prompt shares.
 """
 from __future__ import annotations
 
-from reference.peers import common_prefix
+from ..judge.peer_oracle import common_prefix
 
 
 def shared_sampled(prompt_ids: list, sampled: list, next_ids: list) -> int:

@@ -10,9 +10,9 @@ same prompt.
 """
 from __future__ import annotations
 
-from reference import peers as oracle
+from ..judge import peer_oracle as oracle
 
-from ..verdicts import Failure, Verdict
+from ..judge.verdicts import Failure, Verdict
 
 USAGE = "usage.prompt_tokens_details.cached_tokens"
 HINTS = {"vllm-apc": " (vLLM reports it with --enable-prompt-tokens-details)",

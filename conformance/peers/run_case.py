@@ -12,11 +12,11 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 
-from reference import peers as oracle
+from ..judge import peer_oracle as oracle
 
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
-from ..pagemap import peer_page_map
-from ..verdicts import CaseResult, Failure, Verdict
+from ..report.pagemap import peer_page_map
+from ..judge.verdicts import CaseResult, Failure, Verdict
 from . import PEER_PROFILES
 from .feedback import choose_answer
 from .judge import USAGE, explain, judge_count, judge_timings, read_count

@@ -16,15 +16,16 @@ import sys
 import time
 from pathlib import Path
 
-from reference import peers as oracle
+from ..judge import peer_oracle as oracle
 
+from .. import KvconformError
 from ..adapters import choose_backend
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
-from ..errors import KvconformError
-from ..interrupts import raise_pending
-from ..report import claim_report_folder, problems_table, verdict_table, write_json_atomic
-from ..secrets import display_url
-from ..verdicts import PASSING_HEADLINES, Verdict
+from ..adapters.secrets import display_url
+from ..judge.verdicts import Verdict
+from ..report.folder import EVIDENCE_SUFFIX, claim_report_folder, safe_name, write_json_atomic
+from ..run.interrupts import raise_pending
+from ..run.loop import exit_code, print_verdicts, report_files, stop_interrupted
 from .run_case import PeerContext, run_case
 from .server_info import merge_settings, read_facts
 from .scenarios import cases as build_cases
@@ -121,12 +122,8 @@ def rerun_command(args, case_id: str) -> str:
     for item in args.peer_setting or []:
         argv += ["--peer-setting", item]
     argv += ["--timeout", f"{args.timeout:g}", "-k", case_id,
-             "--report", str((Path(args.report) / "reruns" / _safe(case_id)).resolve()), "--force"]
+             "--report", str((Path(args.report) / "reruns" / safe_name(case_id)).resolve()), "--force"]
     return f"cd {shlex.quote(os.getcwd())} && {shlex.join(argv)}"
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
 def _select(all_cases: list, keywords: list | None) -> list:
@@ -190,29 +187,22 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
         for case in plan:
             result, transcript = run_case(case, ctx)
             if result.verdict not in (Verdict.PASS, Verdict.NOT_SUPPORTED):
-                folder = Path(args.report) / "reproducers" / f"{_safe(case.id)}.files"
+                folder = Path(args.report) / "reproducers" / f"{safe_name(case.id)}{EVIDENCE_SUFFIX}"
                 folder.mkdir(parents=True, exist_ok=True)
                 write_json_atomic(folder / "transcript.json", {"case": case.id, "profile": profile,
                                                                "settings": settings, "requests": transcript})
                 result.evidence = str(folder.relative_to(args.report))
                 result.rerun = rerun_command(args, case.id)
             report.add(result)
-            raise_pending()             # a signal whose exception was dropped (conformance/interrupts.py)
+            raise_pending()             # a signal whose exception was dropped (conformance/run/interrupts.py)
             if not args.no_progress:
                 print(f"  {result.verdict!s:<14} {case.id}", file=sys.stderr)
-    except KeyboardInterrupt:
-        report.interrupted()
-        print(f"interrupted: partial report in {report.folder}/report.json (complete: false)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        return stop_interrupted(report, e)
     doc = report.finish()
-    print()
-    print(verdict_table(report.results))
-    problems = problems_table(report.results, folder=str(report.folder))
-    if problems:
-        print()
-        print(problems)
+    print_verdicts(report)
     summary = doc["summary"]
     note = peer_note(summary)
     print(f"\n{summary['headline']} ({profile}){note}: {summary['judged']} of {len(report.results)} case(s) judged "
-          f"in {time.monotonic() - start:.0f} s; report in {report.folder}/ (report.json, junit.xml, summary.md)")
-    return 0 if summary["headline"] in PASSING_HEADLINES else 1
+          f"in {time.monotonic() - start:.0f} s; {report_files(report)}")
+    return exit_code(summary)

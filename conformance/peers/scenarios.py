@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from reference.peers import common_prefix
+from ..judge.peer_oracle import common_prefix
 
 from . import PEER_PROFILES
 

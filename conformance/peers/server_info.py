@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from reference import peers as oracle
+from ..judge import peer_oracle as oracle
 
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
-from ..errors import KvconformError
+from .. import KvconformError
 
 INFO_LINE = re.compile(r"^vllm:cache_config_info\{(?P<labels>.*)\}\s", re.MULTILINE)
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')

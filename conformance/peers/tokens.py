@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
-from ..errors import KvconformError
+from .. import KvconformError
 from . import PEER_PROFILES
 
 LOADERS = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto",
@@ -30,7 +30,7 @@ class TokenSource:
         self.crosscheck = PEER_PROFILES[profile]["crosscheck"]
         self.kit = None
         if tokenizer is not None:
-            from reference.hf_tokenizer import load_hf_tokenizer
+            from ..judge.oracle import load_hf_tokenizer
             try:
                 self.kit = load_hf_tokenizer(tokenizer, LOADERS[profile])
             except (OSError, ValueError) as e:

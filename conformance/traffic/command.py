@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import sys
 
-from ..errors import KvconformError
-from . import formats, options, outputs, replay
+from .. import KvconformError
+from ..judge import traffic as oracle
+from . import formats, options, outputs
 
 
 def add_arguments(parser) -> None:
@@ -90,15 +91,27 @@ def _same(a: str, b: str) -> bool:
         return False
 
 
+def traffic_of(trace, args) -> list:
+    """The oracle's requests of a read trace, in replay order (spec/trace-replay.md SIM-ORDER-1)."""
+    if trace.format == formats.HASH_IDS:
+        if args.tokenizer or args.tokenizer_loader:
+            raise KvconformError("--tokenizer reads chat logs and request files; a hash-id trace has no text",
+                                 args.trace)
+        return oracle.hash_id_traffic(trace.entries, trace.block_size, args.ignore_outputs, args.limit)
+    if trace.format == formats.CHAT:
+        return oracle.chat_traffic(trace.file, trace.entries, args.tokenizer, args.tokenizer_loader,
+                                   args.ignore_outputs, args.limit)
+    return oracle.request_file_traffic(trace.file, trace.document, args.tokenizer, args.tokenizer_loader,
+                                       args.ignore_outputs, args.limit)
+
+
 def main(args) -> int:
     _check_outputs(args)
     specs = args.profile or [options.profile_spec("kvconform-1")]
     capacities = args.capacity or [None]
-    runs = replay.plan(specs, capacities, args.capacity_unit)             # usage errors before the trace is read
+    runs = oracle.plan(specs, capacities, args.capacity_unit)             # usage errors before the trace is read
     trace = formats.read_trace(args.trace, args.trace_format, args.block_size)
-    if trace.format == formats.HASH_IDS and (args.tokenizer or args.tokenizer_loader):
-        raise KvconformError("--tokenizer reads chat logs and request files; a hash-id trace has no text", args.trace)
-    requests = replay.traffic(trace, args.tokenizer, args.tokenizer_loader, args.ignore_outputs, args.limit)
+    requests = traffic_of(trace, args)
     tokens = sum(r.n for r in requests)
     print(f"kvconform: {args.trace}: {len(requests):,} requests, {tokens:,} prompt tokens "
           f"({trace.format}); {len(runs)} run(s)", file=sys.stderr)
@@ -107,7 +120,7 @@ def main(args) -> int:
         print(f"kvconform: {r['label']} at {outputs.capacity_text(r['capacity'], args.capacity_unit)}: "
               f"hit ratio {r['hit_ratio_tokens']:.4f} by tokens, {r['hit_ratio_requests']:.4f} by requests "
               f"({r['seconds']:.1f} s)", file=sys.stderr)
-    results = replay.replay_all(requests, runs, per_request=args.per_request, progress=progress)
+    results = oracle.replay_all(requests, runs, per_request=args.per_request, progress=progress)
     doc = outputs.document(trace, requests, results, unit=args.capacity_unit, ignore_outputs=args.ignore_outputs,
                            per_request=args.per_request)
     text = outputs.table(results, args.capacity_unit)

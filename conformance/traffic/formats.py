@@ -4,7 +4,7 @@ replayed; a bad one is one KvconformError naming the file and the line (`trace.j
 hash_ids: ...`), which the command turns into one line on stderr and exit code 2.
 
 Nothing here tokenizes: a chat-log entry keeps its messages and a request file its JSON
-document, for conformance/traffic/replay.py, which owns the tokenizers.
+document, for conformance/judge/traffic.py, which owns the tokenizers.
 """
 from __future__ import annotations
 
@@ -12,13 +12,11 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from ..errors import KvconformError
+from .. import KvconformError
+from ..judge.traffic import MAX_TOKENS
 
 HASH_IDS, CHAT, REQUESTS = "hash-ids", "chat", "requests"
 FORMATS = (HASH_IDS, CHAT, REQUESTS)
-MAX_TOKENS = 1 << 24
-"""The largest input_length or output_length a trace line may give (16,777,216 tokens): far
-above any model's context, and a bound on the memory one line can ask of the replay."""
 MAX_BLOCK_SIZE = 1 << 20
 
 

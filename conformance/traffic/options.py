@@ -2,7 +2,7 @@
 its settings (`vllm-apc:block_size=16,eagle=true`) and a capacity list or range (`1e4:1e9:11`,
 `4096,65536,inf`, `3M`). Each is an argparse `type`, so a bad one is a usage error (one line,
 exit code 2). The profile's name and settings are checked against the oracle later
-(conformance/traffic/replay.py)."""
+(conformance/judge/traffic.py)."""
 from __future__ import annotations
 
 import argparse

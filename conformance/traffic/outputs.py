@@ -15,8 +15,8 @@ import tempfile
 
 from tabulate import tabulate
 
-from ..errors import KvconformError
-from ..html_report import ASSETS, CSP
+from .. import KvconformError
+from ..report.html import ASSETS, CSP
 
 FORMAT = "kvconform-trace-replay-v1"
 ASSUMPTIONS = {

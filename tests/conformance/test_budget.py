@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import conformance.suite as suite
+import conformance.run.suite as suite
 from conformance.adapters.base import Engine
 from conformance.adapters.reference import ReferenceAdapter
 from conformance.generate import run_generated
-from conformance.report import Report
-from conformance.suite import Plan
-from conformance.verdicts import CaseResult, Verdict
+from conformance.report.document import Report
+from conformance.run.suite import Plan
+from conformance.judge.verdicts import CaseResult, Verdict
 
 
 class TextOnlyEngine(ReferenceAdapter):

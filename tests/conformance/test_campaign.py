@@ -18,8 +18,8 @@ import pytest
 
 from conformance.cli import main as kvconform
 from conformance.executors.findings import Findings, shape, signature
-from conformance.report import check_report
-from conformance.verdicts import CaseResult, Failure, Verdict
+from conformance.report.document import check_report
+from conformance.judge.verdicts import CaseResult, Failure, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 # Found by the text family at every seed tried (0-11); at seed 2 on its 8th example, shrunk in 9
@@ -44,8 +44,8 @@ def campaign(tmp_path_factory):
 def test_a_campaign_finds_the_seeded_variant_with_a_reproducer(campaign):
     from conformance.adapters import make_adapter
     from conformance.adapters.faulty import FaultyAdapter
-    from conformance.cases import load_case
-    from conformance.execute import run_case
+    from conformance.cases.case import load_case
+    from conformance.run.execute import run_case
     from faulty_backends import CATALOGUE
     code, folder = campaign
     assert code == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.adapters import BuildRefused
-from conformance.cases import CASES_DIR, bypass_replay_of, materialize, resolve_outputs, template_refs
+from conformance.cases.case import CASES_DIR, bypass_replay_of, materialize, resolve_outputs, template_refs
 
 from tests.helpers.cases import ALL_CASES
 

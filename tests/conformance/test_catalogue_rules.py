@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from conformance.adapters.faulty import FaultyAdapter
-from conformance.cases import discover
-from conformance.execute import run_case
-from conformance.verdicts import Verdict
+from conformance.cases.case import discover
+from conformance.run.execute import run_case
+from conformance.judge.verdicts import Verdict
 from faulty_backends import CATALOGUE
 
 ROOT = Path(__file__).resolve().parents[2]

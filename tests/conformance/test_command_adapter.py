@@ -10,8 +10,8 @@ import pytest
 
 from conformance.adapters import make_adapter
 from conformance.adapters.command import CommandAdapter, build_flags, runtime_flags
-from conformance.execute import run_case
-from conformance.verdicts import Verdict
+from conformance.run.execute import run_case
+from conformance.judge.verdicts import Verdict
 
 from tests.helpers import HELPERS
 from tests.helpers.cases import ALL_CASES, case

@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance.cases import bypass_replay_of, check_templates, resolve_outputs, template_refs
-from conformance.compare import LOGPROB_DRIFT, NEAR_TIE_NATS, compare_outputs
-from conformance.errors import KvconformError
-from conformance.verdicts import Verdict
+from conformance.cases.case import bypass_replay_of, check_templates, resolve_outputs, template_refs
+from conformance.judge.compare import LOGPROB_DRIFT, NEAR_TIE_NATS, compare_outputs
+from conformance import KvconformError
+from conformance.judge.verdicts import Verdict
 
 
 class NoExplain:

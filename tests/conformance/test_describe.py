@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import reference
-from conformance import schemas
+from conformance.cases import schemas
 from conformance.cli import main
 from reference.hybrid import slot_sizes
 

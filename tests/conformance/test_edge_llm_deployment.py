@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main as kvconform
-from conformance.report import check_report
+from conformance.report.document import check_report
 from tests.helpers import HELPERS
 
 ROOT = Path(__file__).resolve().parents[2]

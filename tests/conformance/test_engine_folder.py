@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main as kvconform
-from conformance.engines import fixed_engine
-from conformance.errors import KvconformError
+from conformance.adapters.engines import fixed_engine
+from conformance import KvconformError
 
 ROOT = Path(__file__).resolve().parents[2]
 

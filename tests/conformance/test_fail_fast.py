@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from conformance.cases import discover, select
+from conformance.cases.case import discover, select
 from conformance.cli import main as kvconform
-from conformance.report import check_report
-from conformance.suite import case_cost
-from conformance.verdicts import CaseResult, Failure, Verdict, summarize
+from conformance.report.document import check_report
+from conformance.run.suite import case_cost
+from conformance.judge.verdicts import CaseResult, Failure, Verdict, summarize
 
 from tests.helpers.mutants import MutantAdapter
 

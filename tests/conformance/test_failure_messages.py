@@ -10,9 +10,9 @@ import pytest
 
 from conformance.adapters.faulty import FaultyAdapter
 from conformance.adapters.inprocess import InprocessAdapter
-from conformance.cases import load_case
-from conformance.execute import run_case
-from conformance.verdicts import Verdict
+from conformance.cases.case import load_case
+from conformance.run.execute import run_case
+from conformance.judge.verdicts import Verdict
 from gpu_backend.runtime import Runtime
 
 CASES = Path(__file__).resolve().parents[2] / "cases"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main as kvconform
-from conformance.compare import NEAR_TIE_NATS, compare_outputs
-from conformance.verdicts import Verdict
+from conformance.judge.compare import NEAR_TIE_NATS, compare_outputs
+from conformance.judge.verdicts import Verdict
 from tests.helpers import HELPERS
 
 TEXT_ONLY = HELPERS / "text_only_backend.py"

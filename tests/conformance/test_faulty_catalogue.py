@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conformance.adapters.faulty import FaultyAdapter
-from conformance.verdicts import Verdict
+from conformance.judge.verdicts import Verdict
 from faulty_backends import CATALOGUE, GROUPS
 from faulty_backends.identity import Weak16BitDigest
 from gpu_backend.identity import SequenceIdentity
@@ -190,8 +190,8 @@ def test_the_media_variants_confuse_what_the_spec_distinguishes():
 def test_without_context_reuse_every_variant_is_the_bundled_backend():
     """A variant differs only in context reuse: with reuse disabled it passes (so it runs end to
     end through the methods it overrides, and the selftest's kill is not a crash of the variant)."""
-    from conformance.cases import discover
-    from conformance.execute import run_case
+    from conformance.cases.case import discover
+    from conformance.run.execute import run_case
     case = next(c for c in discover() if c.id == "sections/pol/reuse-disabled-outputs")
     for v in CATALOGUE.values():
         adapter = FaultyAdapter(v, device="cpu")
@@ -212,8 +212,8 @@ def test_a_case_that_switches_policy_runs_its_batches_as_files_on_one_instance(t
     under the other lookup policy). `kvconform run --case` must replay it that way, or
     `bypass-looks-up` (CR-POL-2) would pass every standalone reproducer."""
     from conformance.adapters import make_adapter
-    from conformance.cases import load_case
-    from conformance.execute import run_case
+    from conformance.cases.case import load_case
+    from conformance.run.execute import run_case
     doc = {"apply_chat_template": False, "temperature": 0, "top_k": 1, "max_generate_length": 1,
            "context_cache_lookup_policy": "use_cache",
            "_policy_switch": {"batch": 1, "context_cache_lookup_policy": "bypass"},

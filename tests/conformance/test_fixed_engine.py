@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cases import discover, in_shard
+from conformance.cases.case import discover, in_shard
 from conformance.cli import main as kvconform
-from conformance.engines import build_cached, source_digest
+from conformance.adapters.engines import build_cached, source_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = {
@@ -69,7 +69,7 @@ def _conformance_params():
 @pytest.fixture(scope="module")
 def engines():
     """Each engine built by `gpu_backend build` with its flags, as a deployment builds it, into the
-    kit's engine cache (conformance/engines.py: keyed by the flags and the backend's source), so
+    kit's engine cache (conformance/adapters/engines.py: keyed by the flags and the backend's source), so
     the pytest workers and later runs share one build instead of one per worker and module."""
     from gpu_backend.cli import main as gpu_backend_cli
     salt = "gpu_backend build " + source_digest(ROOT / "gpu_backend")

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance.cases import load_case
-from conformance.execute import run_case
+from conformance.cases.case import load_case
+from conformance.run.execute import run_case
 from conformance.generate import run_generated
 from conformance.generate.draw import FAMILIES, draw_setup, recipes
 from conformance.generate.media import ENCODINGS, ImageSpec, materialize
-from conformance.verdicts import Verdict
+from conformance.judge.verdicts import Verdict
 
 from tests.helpers.mutants import MutantAdapter
 

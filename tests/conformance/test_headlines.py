@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conformance.cli import main as kvconform
 from conformance.executors.findings import Findings
-from conformance.verdicts import CaseResult, Verdict, headline_clauses, summarize
+from conformance.judge.verdicts import CaseResult, Verdict, headline_clauses, summarize
 
 
 def result(case_id, verdict, section="PLAN", **details):
@@ -21,7 +21,7 @@ def result(case_id, verdict, section="PLAN", **details):
 def test_error_and_timeout_cases_are_not_judged():
     results = [result("a", Verdict.PASS), result("b", Verdict.ERROR), result("c", Verdict.TIMEOUT),
                result("d", Verdict.NOT_SUPPORTED)]
-    from conformance.verdicts import judged_line
+    from conformance.judge.verdicts import judged_line
     s = summarize(results)
     assert s["judged"] == 1 and s["not_judged"] == {"NOT_SUPPORTED": 1, "TIMEOUT": 1, "ERROR": 1}
     assert judged_line(s, 4) == "1 of 4 case(s) judged (not judged: 1 NOT_SUPPORTED, 1 TIMEOUT, 1 ERROR)"
@@ -33,7 +33,7 @@ def test_a_thinly_judged_section_is_named_in_the_headline():
     results = ([result(f"m{k}", Verdict.NOT_SUPPORTED, "MEDIA") for k in range(13)] + [result("m", Verdict.PASS, "MEDIA")]
                + [result(f"t{k}", Verdict.NOT_SUPPORTED, "TOK") for k in range(9)]
                + [result(f"p{k}", Verdict.PASS) for k in range(10)])
-    from conformance.report import section_of, section_order
+    from conformance.report.tables import section_of, section_order
     s = summarize(results, group=section_of, order=section_order)
     assert s["headline"] == "CONFORMANT"
     assert s["thin_sections"] == ["3 Media spans", "12 Tokenizers and media counts"]
@@ -90,7 +90,7 @@ def test_without_a_bar_each_finished_section_is_one_line(tmp_path, capsys):
 
 
 def test_summary_lists_the_cases_judged_in_part(tmp_path):
-    from conformance.report import Report
+    from conformance.report.document import Report
     report = Report(tmp_path / "r", "reference", None, {}, {})
     report.add(result("a", Verdict.PASS, judged={"counts": 3, "not_judged": [
         {"what": "responses[1..2]: finish_reason", "values": 2, "reason": "from batch 1 on, request 2 may meet ..."}]}))

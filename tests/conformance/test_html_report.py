@@ -1,4 +1,4 @@
-"""report.html (conformance/html_report.py) and the page maps it draws (conformance/pagemap.py).
+"""report.html (conformance/report/html.py) and the page maps it draws (conformance/report/pagemap.py).
 
 Every report folder gets the page: a default run, a fixed-engine run, a peer-server run, a merge
 of shards; one with 0 failures still renders. The page of a run with a known FAIL (the catalogue's
@@ -21,10 +21,10 @@ import pytest
 
 import conformance.commands.run as run_command
 from conformance.cli import main as kvconform
-from conformance.html_report import OPEN_CASES, render
-from conformance.pagemap import MAX_REQUESTS, first_difference
-from conformance.report import check_report
-from conformance.verdicts import Failure
+from conformance.report.html import OPEN_CASES, render
+from conformance.report.pagemap import MAX_REQUESTS, first_difference
+from conformance.report.document import check_report
+from conformance.judge.verdicts import Failure
 
 from tests.helpers.html_checks import ARTIFACTS, chromium, embedded_page_maps, html_problems
 from tests.helpers.peer_servers import build_engine, run_peers, serving
@@ -231,7 +231,7 @@ def test_unknown_summary_fields_are_shown_and_missing_ones_tolerated(failing):
 
 def test_a_long_file_keeps_the_requests_its_failures_name():
     from types import SimpleNamespace as NS
-    from conformance.pagemap import case_page_map
+    from conformance.report.pagemap import case_page_map
     n = MAX_REQUESTS + 30
     requests = [NS(n=8, spans=[], lora_name=None) for _ in range(n)]
     parsed = NS(requests=requests, batches=[[i] for i in range(n)], lookup_policy="use_cache",

@@ -1,5 +1,5 @@
 """The runner of a case and the generated examples depend one way: both build on
-conformance/judging.py, and conformance/execute.py (which replays a written trace batch by
+conformance/judge/judging.py, and conformance/run/execute.py (which replays a written trace batch by
 batch through conformance/generate/example.py) is imported by neither.
 
 The graph is read from the import statements of every module of conformance/, those inside
@@ -56,12 +56,12 @@ def reachable(graph: dict, start: str) -> set:
 
 def test_no_module_that_execute_imports_imports_execute_back():
     graph = import_graph()
-    back = sorted(m for m in reachable(graph, "conformance.execute") if "conformance.execute" in reachable(graph, m))
-    assert not back, f"conformance.execute is in an import circle with {back}"
+    back = sorted(m for m in reachable(graph, "conformance.run.execute") if "conformance.run.execute" in reachable(graph, m))
+    assert not back, f"conformance.run.execute is in an import circle with {back}"
 
 
 def test_the_generated_example_judges_through_the_shared_module():
     graph = import_graph()
-    assert "conformance.judging" in graph["conformance.generate.example"]
-    assert "conformance.execute" not in reachable(graph, "conformance.generate.example")
-    assert "conformance.execute" not in reachable(graph, "conformance.judging")
+    assert "conformance.judge.judging" in graph["conformance.generate.example"]
+    assert "conformance.run.execute" not in reachable(graph, "conformance.generate.example")
+    assert "conformance.run.execute" not in reachable(graph, "conformance.judge.judging")

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import reference
-from conformance.cases import Case, materialize as absolute_paths
+from conformance.cases.case import Case, materialize as absolute_paths
 from conformance.materialize import NotExpressible, build_args_of, engine_key, materialize_for, structure
 from conformance.materialize.layout import atoms_of
 from conformance.materialize.relayout import CannotRelayout, apply_texts, relayout
@@ -232,7 +232,7 @@ def test_intent_that_does_not_survive_is_reported(tmp_path):
                                   dict(tokensPerPage=128)])
 def test_pool_scenarios_evict_on_any_pool(args):
     """The scenarios' intent holds whatever the pool (by hand, from their docstrings)."""
-    from conformance import scenarios
+    from conformance.cases import scenarios
     engine_ = reference.engine_from_config(engine(**args))
     out = {}
     for name in ("cap/pool-fill", "cap/hit-does-not-protect"):
@@ -249,7 +249,7 @@ def test_pool_scenarios_evict_on_any_pool(args):
 
 
 def test_the_birthday_scenario_scales_with_the_pool():
-    from conformance import scenarios
+    from conformance.cases import scenarios
     small = reference.engine_from_config(engine(tokensPerPage=16, maxInputLen=512, maxKVCacheCapacity=640))
     doc, _ = scenarios.build("id/distinct-pages-birthday", small, {})
     pages = 10 * len(doc["requests"])

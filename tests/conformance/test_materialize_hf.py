@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import reference
-from conformance.cases import load_case
+from conformance.cases.case import load_case
 from conformance.materialize import NotExpressible, materialize_for, structure
 from conformance.materialize.hf_positions import token_labels, with_target_widths
 from conformance.materialize.layout import atoms_of

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from conformance.adapters.faulty import FaultyAdapter
-from conformance.cases import discover
-from conformance.execute import run_case
-from conformance.numerical_judge import Bounds, check_outputs, judge_request
-from conformance.verdicts import Verdict, headline_note, summarize
+from conformance.cases.case import discover
+from conformance.run.execute import run_case
+from conformance.judge.numerical_judge import Bounds, check_outputs, judge_request
+from conformance.judge.verdicts import Verdict, headline_note, summarize
 from numerical_reference import reference_for
 from numerical_reference.forward import ROW_BLOCK, Forward, audio_rows, image_rows, round_fp8_e4m3
 from numerical_reference.layout import LayoutError, load_weights
@@ -170,7 +170,7 @@ def test_without_a_declared_reference_outputs_are_compared_with_the_bypass_repla
                       WeightsReference)
     found, facts = check_outputs({}, None, None, {"temperature": 0, "requests": []}, ".", object(), [], [])
     assert found == [] and facts["requests"] == 0 and facts["source"] is None
-    from conformance.verdicts import CaseResult
+    from conformance.judge.verdicts import CaseResult
     passed = CaseResult("x", [], True, "s", None)
     summary = summarize([passed])
     assert summary["headline"] == "CONFORMANT" and summary["reference_checked"] == 0
@@ -204,7 +204,7 @@ def test_the_bundled_backend_passes_and_a_wrong_lora_scale_fails_against_the_ref
 def test_the_reference_command_answers_what_the_kit_computes(engines, tmp_path):
     """`python -m numerical_reference` as a manifest's reference command gives the kit's own
     steps, and a command that fails makes the file unjudgeable (ReferenceUnavailable), not a PASS."""
-    from conformance import oracle
+    from conformance.judge import oracle
     from reference.engine import resolve_paths
     d = engines("attention")
     engine = oracle.engine_of(resolve_paths(json.loads((d / "config.json").read_text()), str(d)))
@@ -273,7 +273,7 @@ class _NoExplain:
 def test_drift_from_the_bypass_replay_beyond_the_tolerance_is_a_fail(drift, verdict):
     """Without a reference, agreeing tokens whose log-probabilities drift from the bypass run by
     more than 0.02 are a QUALITY_WARNING, by more than 0.1 a FAIL (spec/RUNNING.md section 5)."""
-    from conformance.compare import compare_outputs
+    from conformance.judge.compare import compare_outputs
 
     def response(lps):
         return {"request_idx": 0, "batch_idx": 0, "output_ids": [97, 98], "output_text": "ab",

@@ -9,7 +9,7 @@ import pytest
 
 from conformance.adapters.openai import NotOffered, OpenAIClient, ServerFailure, sampled_ids, server_root
 from conformance.cli import main as kvconform
-from conformance.errors import KvconformError
+from conformance import KvconformError
 
 from tests.helpers.peer_servers import serving
 

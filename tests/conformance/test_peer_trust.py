@@ -16,7 +16,7 @@ from conformance.peers.scenarios import PeerCase, Step, chat
 from conformance.peers.server_info import ServerFacts, read_facts, vllm_cache_config
 from conformance.peers.summary import PeerReport
 from conformance.peers.tokens import TokenSource
-from conformance.verdicts import CaseResult, Verdict
+from conformance.judge.verdicts import CaseResult, Verdict
 from gpu_backend.serve import make_peer
 from reference.peers import check_settings
 

@@ -20,11 +20,11 @@ import gpu_backend.semantics
 import reference
 from conformance.adapters.inprocess import InprocessAdapter
 from conformance.adapters.reference import ReferenceAdapter
-from conformance.cases import discover, select
+from conformance.cases.case import discover, select
 from conformance.cli import main as kvconform
-from conformance.report import Report
-from conformance.suite import execute, make_plan
-from conformance.verdicts import Verdict
+from conformance.report.document import Report
+from conformance.run.suite import execute, make_plan
+from conformance.judge.verdicts import Verdict
 from reference.identity import MediaSpan
 from reference.semantics import identity_spans, load_profile
 

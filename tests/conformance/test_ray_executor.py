@@ -20,7 +20,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from conformance.cli import main as kvconform  # noqa: E402
-from conformance.report import Report, check_report  # noqa: E402
+from conformance.report.document import Report, check_report  # noqa: E402
 
 pytestmark = pytest.mark.ray
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +84,7 @@ def test_failures_leave_the_same_reproducers_as_a_local_run(cluster, tmp_path):
     from conformance.executors.ray_pool import RayPool
     from conformance.adapters.faulty import FaultyAdapter
     from conformance.executors.units import AdapterSpec
-    from conformance.suite import execute, make_plan
+    from conformance.run.suite import execute, make_plan
 
     def plan():
         return make_plan(None, None, ["PUB"], None, False, generated=True, curated=True, families=["text"],
@@ -168,7 +168,7 @@ def test_a_task_that_keeps_failing_ends_error_with_its_reason(cluster, tmp_path)
     from conformance.executors.distributed import execute_distributed
     from conformance.executors.ray_pool import RayPool
     from conformance.executors.units import AdapterSpec
-    from conformance.suite import make_plan
+    from conformance.run.suite import make_plan
     plan = make_plan(None, ["boundary-p4-k1"], None, None, False, generated=False, curated=True, families=None,
                      shard=None)
     victim = plan.cases[0].id

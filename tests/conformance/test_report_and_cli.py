@@ -5,9 +5,10 @@ import json
 from xml.etree import ElementTree as ET
 
 from conformance.cli import main as kvconform
-from conformance.execute import run_case
-from conformance.report import Report, check_report, verdict_table
-from conformance.verdicts import Verdict
+from conformance.run.execute import run_case
+from conformance.report.document import Report, check_report
+from conformance.report.tables import verdict_table
+from conformance.judge.verdicts import Verdict
 
 from tests.helpers.cases import case
 from tests.helpers.mutants import MutantAdapter

@@ -8,8 +8,8 @@ import pytest
 
 from conformance.adapters import make_adapter
 from conformance.adapters.base import missing_capabilities, requirements
-from conformance.execute import run_case
-from conformance.verdicts import Verdict
+from conformance.run.execute import run_case
+from conformance.judge.verdicts import Verdict
 
 from tests.helpers.cases import ALL_CASES, case
 from tests.helpers.mutants import MutantAdapter
@@ -121,7 +121,7 @@ def test_oracle_self_check_is_an_error_not_a_fail(reference_adapter, reference_m
     doc["_conformance"]["expect"]["context_cache"]["admitted_sequences"] += 5
     path = tmp_path / "wrong-expect.json"
     path.write_text(json.dumps(doc))
-    from conformance.cases import load_case
+    from conformance.cases.case import load_case
     result = run_case(load_case(path), reference_adapter, reference_manifest)
     assert result.verdict == Verdict.ERROR and "oracle self-check" in result.reason
 
@@ -152,7 +152,7 @@ def test_audio_leaves_open_only_what_it_can_touch(reference_manifest, tmp_path):
     page with it; a text request after it that shares nothing is judged exactly: a wrong count
     there is a FAIL, not hidden as UNSPECIFIED."""
     import json
-    from conformance.cases import load_case
+    from conformance.cases.case import load_case
     src = case("sections/media/audio-outputs")
     doc = json.loads(src.path.read_text())
     doc["requests"].append({"messages": [{"role": "user", "content": "wxyzwxyz"}]})

@@ -22,7 +22,7 @@ from conformance.cli import main as kvconform
 from conformance.commands.selftest import BASELINES, check_of, narrowed, observable_of
 from faulty_backends import CATALOGUE
 from faulty_backends.registry import variant
-from conformance.verdicts import Failure, Verdict
+from conformance.judge.verdicts import Failure, Verdict
 from gpu_backend.prefix_cache import ContextCache
 
 ROOT = Path(__file__).resolve().parents[2]

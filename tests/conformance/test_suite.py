@@ -15,11 +15,11 @@ import warnings
 import pytest
 
 from conformance.adapters import DEFAULT, make_adapter
-from conformance.cases import discover, select
-from conformance.execute import run_case
+from conformance.cases.case import discover, select
+from conformance.run.execute import run_case
 from conformance.generate import run_generated
 from conformance.generate.draw import FAMILIES
-from conformance.verdicts import Verdict
+from conformance.judge.verdicts import Verdict
 
 BACKEND = os.environ.get("KVCONFORM_BACKEND") or DEFAULT
 CASES = select(discover(), slow=bool(os.environ.get("KVCONFORM_SLOW")))

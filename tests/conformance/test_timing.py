@@ -1,10 +1,10 @@
-"""The optional timing verdict (conformance/reuse_timing.py): a runtime that reports reuse but
+"""The optional timing verdict (conformance/judge/reuse_timing.py): a runtime that reports reuse but
 recomputes the reused prefix gets a QUALITY_WARNING, never a FAIL; the check is off by default."""
 import pytest
 
 from conformance.adapters.inprocess import InprocessAdapter
-from conformance.reuse_timing import CASE_ID, timing_verdict
-from conformance.verdicts import Verdict
+from conformance.judge.reuse_timing import CASE_ID, timing_verdict
+from conformance.judge.verdicts import Verdict
 from gpu_backend import Runtime
 
 

@@ -1,5 +1,5 @@
 """Generated ids a backend does not print: recovered where that is exact, otherwise only the
-counts that need them are not judged (conformance/transcripts.py, spec/RUNNING.md section 4)."""
+counts that need them are not judged (conformance/judge/transcripts.py, spec/RUNNING.md section 4)."""
 from __future__ import annotations
 
 import random
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import reference
-from conformance import oracle
-from conformance.transcripts import Known, known_tokens, predict_known
-from conformance.transcripts_hf import recover_ids
+from conformance.judge import oracle
+from conformance.judge.transcripts import Known, known_tokens, predict_known
+from conformance.judge.transcripts_hf import recover_ids
 
 PHI3 = str(Path(__file__).resolve().parents[2] / "spec" / "tokenizers" / "phi-3-mini")
 
@@ -155,9 +155,9 @@ def test_a_decode_end_case_of_a_text_only_backend_is_judged_not_an_error(tmp_pat
     """A real-tokenizer engine and a backend that prints text only: the case is judged (PASS), and
     what could not be predicted is listed with its reason, instead of the whole case ending ERROR."""
     import json
-    from conformance.cases import load_case
-    from conformance.execute import run_case
-    from conformance.verdicts import Verdict
+    from conformance.cases.case import load_case
+    from conformance.run.execute import run_case
+    from conformance.judge.verdicts import Verdict
     case = doc(LONG, LONG + " and then some more words follow" * 3, "another prompt entirely " * 5, mgl=24)
     case["_conformance"] = {"id": "tmp/text-only-decode-end", "description": "decode-end with text only",
                             "rules": ["CR-PUB-2"], "engine": {"maxInputLen": 256, "maxKVCacheCapacity": 512,

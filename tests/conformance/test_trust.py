@@ -16,9 +16,9 @@ import pytest
 from conformance.adapters.base import Adapter, Session
 from conformance.adapters.reference import ReferenceAdapter
 from conformance.cli import main as kvconform
-from conformance.execute import run_case
+from conformance.run.execute import run_case
 from conformance.generate import run_generated
-from conformance.verdicts import Verdict
+from conformance.judge.verdicts import Verdict
 
 from tests.helpers import HELPERS
 from tests.helpers.cases import case
@@ -337,7 +337,7 @@ def test_a_case_with_a_missing_image_is_bad_input(tmp_path, capsys):
 def test_the_former_case_folder_still_names_the_cases(tmp_path, monkeypatch, capsys):
     """tests/test_cases, the path the design card and older scripts name, is a link to cases/: a
     case given by it runs with its media, and the report names it by its cases/ path."""
-    from conformance.cases import CASES_DIR
+    from conformance.cases.case import CASES_DIR
     assert CASES_DIR == ROOT / "cases" and (ROOT / "tests" / "test_cases").resolve() == CASES_DIR
     monkeypatch.chdir(ROOT)
     assert kvconform(RUN + ["--backend", "reference", "--case", "tests/test_cases/sections/media/trim-split.json",
@@ -364,7 +364,7 @@ def test_a_case_citing_an_unknown_rule_is_bad_input(tmp_path, capsys):
 
 def test_a_command_adapter_that_fails_to_start_leaves_no_folder(tmp_path, monkeypatch):
     from conformance.adapters.command import CommandAdapter
-    from conformance.errors import KvconformError
+    from conformance import KvconformError
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     bad = tmp_path / "caps.json"
     bad.write_text("{}")

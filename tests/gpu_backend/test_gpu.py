@@ -35,8 +35,8 @@ def _judged_against_reference(d, doc, result):
     """The kit's judgement of `result` against its float64 reference (spec/RUNNING.md section 5):
     (failures, requests checked). The reference reads only the engine folder and the request."""
     import json
-    from conformance import oracle
-    from conformance.numerical_judge import judge_request
+    from conformance.judge import oracle
+    from conformance.judge.numerical_judge import judge_request
     from numerical_reference.source import WeightsReference
     from reference.engine import resolve_paths
     engine = oracle.engine_of(resolve_paths(json.loads((d / "config.json").read_text()), str(d)))
@@ -74,7 +74,7 @@ def test_cuda_outputs_agree_with_the_float64_reference(engine, kind):
     generated token is the reference's argmax (near-ties excused) and every log-probability within
     the tolerance calibrated from FP16 KV rounding. A QUALITY_WARNING (drift between the noise
     bound and the tolerance: FP16 attention's extra rounding) is allowed; a FAIL is not."""
-    from conformance.verdicts import Verdict
+    from conformance.judge.verdicts import Verdict
     d = engine(model=kind, vision=True)
     doc = _differential_doc()
     result = runtime(d, device="cuda").infer(doc, MEDIA)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import schemas
+from conformance.cases import schemas
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 VALID = sorted(FIXTURES.glob("*/valid/*.json"))

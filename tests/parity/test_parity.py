@@ -1,4 +1,4 @@
-"""The parity suite (tests/parity/*.json): the runtimes' own unit-test assertions through the oracle.
+"""The parity suite (parity/*.json): the runtimes' own unit-test assertions through the oracle.
 
 Every expected value in the suite is typed from a runtime's test; these tests check that the
 oracle agrees with them (every disagreement documented), that the suite covers what it claims,
@@ -14,7 +14,7 @@ from conformance import parity
 from conformance.cli import main
 from conformance.commands import parity as command
 
-SUITE = Path(__file__).resolve().parent
+SUITE = parity.SUITE_DIR
 RUNTIMES = {"Edge-LLM 0.10", "vLLM", "SGLang", "llama.cpp server", "TensorRT-LLM"}
 
 

@@ -4,7 +4,7 @@ import json
 import pytest
 
 import reference
-from conformance import schemas
+from conformance.cases import schemas
 from reference.hybrid import slot_sizes, snapshot_slots
 
 BASE = {"maxInputLen": 24, "maxKVCacheCapacity": 32, "maxKVPoolPages": 0, "tokensPerPage": 4}

@@ -5,7 +5,7 @@ import copy
 import pytest
 
 import reference
-from conformance import schemas
+from conformance.cases import schemas
 
 P4 = {"maxInputLen": 24, "maxKVCacheCapacity": 32, "maxKVPoolPages": 0, "tokensPerPage": 4}
 ON = reference.RuntimeFlags(enable_context_reuse=True, dump_profile=True)

@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass
 
 from conformance.cli import main as kvconform_main
-from conformance.schemas import schema_errors
+from conformance.cases.schemas import schema_errors
 from gpu_backend.cli import main as backend_main
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from conformance.adapters.command import CommandAdapter
-from conformance.cases import discover
+from conformance.cases.case import discover
 from conformance.cli import main as kvconform
-from conformance.execute import run_case
-from conformance.verdicts import Verdict
+from conformance.run.execute import run_case
+from conformance.judge.verdicts import Verdict
 from tests.helpers import HELPERS, fake_llm_inference
 
 ROOT = Path(__file__).resolve().parents[2]

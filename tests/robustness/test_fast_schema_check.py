@@ -1,4 +1,4 @@
-"""The fast schema check (jsonschema-rs) in front of jsonschema (conformance/schemas.py).
+"""The fast schema check (jsonschema-rs) in front of jsonschema (conformance/cases/schemas.py).
 
 The fast check only ever accepts: a document it rejects is described by jsonschema, which has
 the last word. So the one thing that must never happen is the fast check accepting a document
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.robustness import schemagen
-from conformance import schemas
+from conformance.cases import schemas
 
 NAMES = sorted(schemas._schema_files())
 
@@ -135,7 +135,7 @@ def test_the_recursion_guard_finds_a_cycle(monkeypatch):
 def test_a_deeply_nested_document_is_refused_without_a_crash():
     """100,000 levels below a request (deeper than json.loads reads): a clean refusal, in a
     child process so that a native stack overflow would show as a crash, not end the tests."""
-    code = ("import sys; from conformance import schemas\n"
+    code = ("import sys; from conformance.cases import schemas\n"
             "deep = x = []\n"
             "for _ in range(100000): x.append([]); x = x[0]\n"
             "doc = {'requests': [{'messages': deep}]}\n"

@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tests.robustness import fixtures
 from tests.robustness import harness
 from tests.robustness import schemagen
-from conformance.schemas import read_json
-from conformance.errors import KvconformError
+from conformance.cases.schemas import read_json
+from conformance import KvconformError
 
 ROOT = fixtures.ROOT
 _n = itertools.count()

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from conformance.adapters.reference import ReferenceAdapter
-from conformance.cases import discover
+from conformance.cases.case import discover
 from conformance.cli import main as kvconform
-from conformance.report import check_report
+from conformance.report.document import check_report
 from tests.helpers import HELPERS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -221,7 +221,7 @@ def test_a_ctrl_c_that_a_finalizer_swallowed_still_stops_the_run(tmp_path, monke
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_signals_are_handled_only_inside_a_command():
-    from conformance import interrupts
+    from conformance.run import interrupts
     before = {s: signal.getsignal(s) for s in interrupts.SIGNALS}
     with interrupts.handled():
         with pytest.raises(interrupts.Interrupted) as caught:
@@ -243,7 +243,7 @@ def test_signals_are_handled_only_inside_a_command():
 
 def test_partial_report_is_always_valid_json(tmp_path):
     """Every write is a whole file: readers polling report.json never see half of one."""
-    from conformance.report import write_json_atomic
+    from conformance.report.folder import write_json_atomic
     path = tmp_path / "report.json"
     write_json_atomic(path, {"cases": []})
     stop, bad = threading.Event(), []

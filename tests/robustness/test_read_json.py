@@ -1,4 +1,4 @@
-"""read_json (conformance/schemas.py): refusals of duplicate keys and non-finite numbers.
+"""read_json (conformance/cases/schemas.py): refusals of duplicate keys and non-finite numbers.
 
 A repeated key is refused with the JSON path of the object that repeats it, however deep in a
 large file and whatever its strings hold; NaN, infinities and numbers beyond a 64-bit float are
@@ -12,8 +12,8 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conformance import schemas
-from conformance.errors import KvconformError
+from conformance.cases import schemas
+from conformance import KvconformError
 
 
 def write(tmp_path, text: str):

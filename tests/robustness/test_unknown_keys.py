@@ -1,6 +1,6 @@
-"""unknown_request_keys (conformance/schemas.py): one warning per unknown key at each level, also
+"""unknown_request_keys (conformance/cases/schemas.py): one warning per unknown key at each level, also
 in a request whose own keys are all known (a request with nothing to report is skipped at once)."""
-from conformance import schemas
+from conformance.cases import schemas
 
 
 def test_an_unknown_key_is_found_at_every_level_below_known_ones():

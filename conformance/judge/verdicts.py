@@ -43,7 +43,7 @@ class Failure:
     request: int | None = None
     verdict: Verdict = Verdict.FAIL
     chain: list = field(default_factory=list)
-    """The oracle's steps that decided the expected value, oldest first (conformance/explain.py):
+    """The oracle's steps that decided the expected value, oldest first (conformance/judge/explain.py):
     each {rule, value, why[, request]}; `rule` and `why` are those of the step that produced it."""
 
     def to_json(self) -> dict:

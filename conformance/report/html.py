@@ -4,10 +4,10 @@ Written next to report.json by every `run`, `merge` and `campaign`, and by `kvco
 DIR`, from report.json alone: the headline with its notes, the verdict table with a bar per
 section, generated-family and campaign statistics, every case (grouped by section, the ones that
 need attention open) with its failures, reproducer and re-run command, and a page map per
-request drawn from the case's `details.page_map` (conformance/pagemap.py), the facts the oracle
+request drawn from the case's `details.page_map` (conformance/report/pagemap.py), the facts the oracle
 decided.
 
-One file, no network: the CSS and the drawing script (conformance/html/) are inlined, a
+One file, no network: the CSS and the drawing script (conformance/report/html_assets/) are inlined, a
 Content-Security-Policy forbids every fetch, and all text is escaped. Large reports stay light:
 page maps travel as JSON and are drawn only when their case is opened.
 """
@@ -17,9 +17,10 @@ import html
 import json
 from pathlib import Path
 
-from .verdicts import headline_clauses, judged_line
+from ..judge.verdicts import headline_clauses, judged_line
+from .folder import write_text_atomic
 
-ASSETS = Path(__file__).with_name("html")
+ASSETS = Path(__file__).with_name("html_assets")
 ORDER = ("PASS", "QUALITY_WARNING", "UNSPECIFIED", "NOT_SUPPORTED", "TIMEOUT", "FAIL", "ERROR")
 SHORT = {"PASS": "PASS", "NOT_SUPPORTED": "N/S", "UNSPECIFIED": "UNSPEC", "QUALITY_WARNING": "QW",
          "TIMEOUT": "TIMEOUT", "FAIL": "FAIL", "ERROR": "ERROR"}
@@ -55,7 +56,6 @@ def render(doc: dict) -> str:
 
 
 def write_html(folder: Path, doc: dict) -> Path:
-    from .report import write_text_atomic          # report.py calls this module: imported late
     path = Path(folder) / "report.html"
     write_text_atomic(path, render(doc))
     return path
@@ -331,7 +331,7 @@ def _environment(doc: dict) -> str:
 
 def _groups(cases: list) -> list[tuple[str, list]]:
     """Cases by spec section (the generated families last), as the verdict table orders them."""
-    from .cases import SECTIONS
+    from ..cases.case import SECTIONS
     order = list(SECTIONS.values())
     groups: dict[str, list] = {}
     for c in cases:

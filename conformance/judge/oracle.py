@@ -1,18 +1,31 @@
-"""The runner's view of the reference oracle (`reference/`).
+"""The runner's view of the reference oracle (`reference/`), and the one way into it.
 
 Everything the runner expects of a backend comes from here: whether a deployment is refused,
 how each request is tokenized, each request's cache facts, the profile, and the decision trace
 that says which rule decided each of them (the runner's explanations print it). Nothing is
 hard-coded in the runner.
+
+No room of conformance/ but judge/ imports `reference` (tests/test_boundaries.py): what the other
+rooms need of the oracle (its errors, the engine description and its limits, request parsing,
+the semantics profiles, the readers of a request's inputs) is re-exported below under the
+oracle's own names; the peer profiles are in `peer_oracle`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import reference
-from reference import InputError  # noqa: F401  (re-exported for callers)
-from reference.engine import engine_from_config
+from reference import (SPEC_VERSION, DeploymentRejected, EngineConfig, InputError, NeedsTranscript,  # noqa: F401
+                       OutOfScope, PROFILE_NAMES, RuntimeFlags, Simulator, Unreported, load_profile,
+                       parse_generated, simulate, transcript_tokens)
+from reference.decode import DecodeError, load_audio, load_image  # noqa: F401  (media inputs)
+from reference.engine import MAX_LAYERS, MAX_POOL_PAGES, MAX_WARMUP, engine_from_config  # noqa: F401
+from reference.engine import resolve_paths as resolve_engine_paths  # noqa: F401
+from reference.hybrid import slot_sizes  # noqa: F401
+from reference.identity import TokenHistory, adapter_root  # noqa: F401
+from reference.media_tokens import image_tokens  # noqa: F401
 from reference.requests import ParsedFile, parse_request_file
+from reference.semantics import DEFAULT as DEFAULT_PROFILE  # noqa: F401
 from reference.tokenizer import EOS
 
 
@@ -54,19 +67,21 @@ def parse(doc: dict, base_dir: str, engine, flags) -> ParsedFile:
 
 
 def predict(engine, flags, doc: dict, base_dir: str, generated: list | None,
-            last_accepted: list | None = None) -> Prediction:
+            last_accepted: list | None = None, parsed: ParsedFile | None = None) -> Prediction:
     """Simulate one request file on a fresh runtime instance.
 
     `generated`: per request, the token ids it generated (a final 257 when it ended by
     end-of-sequence), or None where unknown; `last_accepted`: per request, the tokens its last
     EAGLE verification accepted, or None where not reported. Raises reference.NeedsTranscript
     when the counts depend on tokens that were not given, reference.Unreported when they depend
-    on an acceptance that was not reported.
+    on an acceptance that was not reported. `parsed`: `doc` as `parse` reads it, where the caller
+    holds it; else the file is parsed here, once, for the simulation and the prediction.
     """
     sim = reference.Simulator(engine, flags, trace=True)
-    responses = sim.run(doc, base_dir, generated=generated, last_accepted=last_accepted)
-    return Prediction(responses, list(sim.batches), sim.profile(),
-                      parse(doc, base_dir, engine, flags), list(generated or []), sim.trace)
+    if parsed is None and sim.rejection is None:      # a refused deployment raises before parsing
+        parsed = parse(doc, base_dir, engine, flags)
+    responses = sim.run(doc, base_dir, generated=generated, last_accepted=last_accepted, parsed=parsed)
+    return Prediction(responses, list(sim.batches), sim.profile(), parsed, list(generated or []), sim.trace)
 
 
 class OracleSession:
@@ -78,9 +93,10 @@ class OracleSession:
 
     def run(self, doc: dict, base_dir: str, generated: list | None, last_accepted: list | None = None) -> Prediction:
         before = len(self.sim.batches)
-        responses = self.sim.run(doc, base_dir, generated=generated, last_accepted=last_accepted)
-        return Prediction(responses, list(self.sim.batches)[before:], self.sim.profile(),
-                          parse(doc, base_dir, self.engine, self.flags), list(generated or []), self.sim.trace)
+        parsed = parse(doc, base_dir, self.engine, self.flags) if self.sim.rejection is None else None
+        responses = self.sim.run(doc, base_dir, generated=generated, last_accepted=last_accepted, parsed=parsed)
+        return Prediction(responses, list(self.sim.batches)[before:], self.sim.profile(), parsed,
+                          list(generated or []), self.sim.trace)
 
 
 def transcript(response: dict, engine=None) -> list[int] | None:
@@ -100,10 +116,24 @@ def accepted_counts(responses: list[dict] | None) -> list:
     return [r.get("last_verification_accepted") if isinstance(r, dict) else None for r in (responses or [])]
 
 
+def load_hf_tokenizer(folder: str, loader: str = "transformers-auto"):
+    """The oracle's reader of a real tokenizer folder (spec/hf-tokenizer.md); `tokenizers` and
+    jinja2 are imported only when a case or engine names one."""
+    from reference.hf_tokenizer import load_hf_tokenizer as load
+    return load(folder, loader)
+
+
 def text_of(tokens: list[int]) -> str:
     """The output text of generated bytes-v1 tokens (spec/tokenizer.md section 4)."""
     return bytes(t for t in tokens if t < 256).decode("latin-1") if tokens else ""
 
 
 __all__ = ["Prediction", "derive_engine", "engine_of", "flags_of", "rejection", "parse", "predict",
-           "OracleSession", "transcript", "transcripts", "accepted_counts", "text_of", "EOS"]
+           "OracleSession", "transcript", "transcripts", "accepted_counts", "text_of", "EOS",
+           # re-exported from reference/
+           "SPEC_VERSION", "DeploymentRejected", "InputError", "NeedsTranscript", "OutOfScope", "Unreported",
+           "EngineConfig", "RuntimeFlags", "engine_from_config", "resolve_engine_paths", "MAX_LAYERS",
+           "MAX_POOL_PAGES", "MAX_WARMUP", "ParsedFile", "parse_request_file", "parse_generated", "Simulator",
+           "simulate", "transcript_tokens", "PROFILE_NAMES", "DEFAULT_PROFILE", "load_profile",
+           "load_hf_tokenizer", "DecodeError", "load_image", "load_audio", "image_tokens", "slot_sizes",
+           "TokenHistory", "adapter_root"]

@@ -3,7 +3,7 @@
 A person debugging a runtime's cache wants the pages drawn, not described. The page map of a
 case is the data of those drawings, written into report.json (`details.page_map`) by the runner
 at the point where it holds the oracle's prediction and the backend's answer, so that the HTML
-(conformance/html_report.py) only draws and never derives a count:
+(conformance/report/html.py) only draws and never derives a count:
 
 - per request: its length n, batch, LoRA adapter, its media items (placeholder spans from the
   oracle's parse) with the page boundaries the oracle's CR-MEDIA-3 trim gave back inside each,
@@ -24,10 +24,8 @@ decision of a rule (a trim, a plan), it is the oracle's trace step, never worked
 """
 from __future__ import annotations
 
-from reference import peers
-from reference.trace import deciding
-
-from .explain import step_json
+from ..judge import peer_oracle as peers
+from ..judge.explain import deciding, step_json
 
 MAX_REQUESTS = 64
 """Requests drawn per case at most: every request a failure names, then the first others."""
@@ -41,7 +39,7 @@ STEP_VALUES = FACT_KEYS + ("input_tokens", "status")
 
 
 def case_page_map(engine, flags, prediction, responses, profile, failures) -> dict:
-    """The page map of one request file: `prediction` is the oracle's (conformance.oracle.Prediction),
+    """The page map of one request file: `prediction` is the oracle's (conformance.judge.oracle.Prediction),
     `responses` and `profile` what the backend wrote, `failures` the case's Failures so far."""
     parsed = prediction.parsed
     P = engine.tokens_per_page

@@ -9,7 +9,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-SPEC = Path(__file__).resolve().parent.parent / "spec"
+SPEC = Path(__file__).resolve().parents[2] / "spec"
 RULE_FILES = ("context-reuse.md", "hf-tokenizer.md", "media-tokens.md")
 SPEC_RULES_FILE = SPEC / "context-reuse.md"
 

@@ -1,5 +1,5 @@
 """Judging a finished run: the comparisons of spec/RUNNING.md section 4 step 7, shared by the
-runner of a case (conformance/execute.py) and the generated examples
+runner of a case (conformance/run/execute.py) and the generated examples
 (conformance/generate/example.py), which judge batch by batch.
 
 `judge` compares a run with the oracle's prediction and with its bypass replay; the helpers
@@ -8,13 +8,22 @@ refusal of the backend's transcript into a Failure and compare refusal messages.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import oracle
-from .adapters.base import RunResult, observable
-from .compare import (REQUEST_FIELDS, check_shape, compare_outputs, compare_profile, compare_requests,
-                      leaves)
+from .compare import REQUEST_FIELDS, check_shape, compare_outputs, compare_profile, compare_requests, leaves
 from .explain import Explainer
 from .transcripts import Coverage
 from .verdicts import Failure
+
+if TYPE_CHECKING:                     # the adapters' result type; judge/ imports no other room
+    from ..adapters.base import RunResult
+
+
+def observable(manifest: dict, name: str) -> bool:
+    """Whether the backend's capability manifest declares it reports `name` (its `observables`):
+    a value it does not report is not judged."""
+    return bool(manifest.get("observables", {}).get(name))
 
 
 def shape_failures(main: RunResult, replay: RunResult | None, count: int) -> list[Failure]:
@@ -61,7 +70,7 @@ def judge(engine, flags, manifest: dict, prediction, main: RunResult, replay: Ru
 
     `start`: compare requests from this index on (earlier ones were judged already);
     `failed_before`: batches of earlier request files that failed, for the backend's count;
-    `coverage`: which counts the prediction covers (conformance/transcripts.py; None: all).
+    `coverage`: which counts the prediction covers (conformance/judge/transcripts.py; None: all).
     `record`, when given, receives what was judged: "counts" and "outputs" compared, the
     observable of each output comparison ("outputs_compared_on") and, under "not_judged", the
     counts the prediction does not cover with the reason.

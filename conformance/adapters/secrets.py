@@ -2,7 +2,7 @@
 
 The kit learns a secret when it reads one (the API key of `--api-key-env`, a password in
 `--base-url`) and registers it here. From then on every file the report folder gets
-(report.json, junit.xml, summary.md, transcripts, through `report.write_text_atomic`) and
+(report.json, junit.xml, summary.md, transcripts, through `conformance/report/folder.py`) and
 everything printed on stdout and stderr has each registered value replaced by `***` (a server
 that echoes the key in an error body, as misconfigured gateways do, leaks nothing). URLs are
 shown and stored without their credentials (`display_url`).

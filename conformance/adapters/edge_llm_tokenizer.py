@@ -30,8 +30,8 @@ from __future__ import annotations
 import json
 import os
 
-from .. import schemas
-from ..errors import KvconformError
+from .. import KvconformError
+from ..cases import schemas
 
 LOADER = "tokenizers-raw"
 QWEN_VL = ("qwen2_vl", "qwen2_vl_vision", "qwen2_5_vl", "qwen2_5_vl_vision", "qwen3_vl", "qwen3_vl_vision",
@@ -53,7 +53,7 @@ def tokenizer_facts(engine_dir: str, cfg, findings) -> dict | None:
         findings.errors.append(f"missing tokenizer: {folder} has no tokenizer_config.json, where the kit and Edge-LLM "
                                "read the end-of-sequence token (cpp/tokenizer/tokenizer.cpp:123-133, 467-468)")
         return None
-    from reference.hf_tokenizer import load_hf_tokenizer
+    from ..judge.oracle import load_hf_tokenizer
     try:
         tok = load_hf_tokenizer(folder, LOADER)
     except Exception as e:        # `tokenizers` raises its own exception types for a malformed file

@@ -119,13 +119,14 @@ ADMISSION_FACTS = ("plan", "matched_tokens", "reused_tokens", "media_aware", "lo
 
 
 def predict_known(engine, flags, doc: dict, base_dir: str, known: list[Known], max_length: int,
-                  last_accepted: list | None = None):
+                  last_accepted: list | None = None, parsed=None):
     """(prediction, Coverage): the oracle's prediction of as much of the file as the known tokens
     determine (module docstring). The prediction covers the file's first `coverage.requests`
     requests, then (`coverage.admission`) the admission facts of the next batch where those are
     exact; when that is the whole file with aggregates, it is the plain prediction.
     `last_accepted`: per request, what its last EAGLE verification accepted, where reported
-    (conformance.oracle.predict)."""
+    (conformance.judge.oracle.predict); `parsed`: `doc` as oracle.parse reads it, where the caller
+    holds it (the file is then not tokenized again)."""
     total = len(doc["requests"])
     sources = {i: k.source for i, k in enumerate(known)}
 
@@ -133,7 +134,8 @@ def predict_known(engine, flags, doc: dict, base_dir: str, known: list[Known], m
         """The oracle on `d`, a leading part of the file, with the generated tokens given."""
         size = len(d["requests"])
         return oracle.predict(engine, flags, d, base_dir, generated,
-                              last_accepted[:size] if last_accepted is not None else None)
+                              last_accepted[:size] if last_accepted is not None else None,
+                              parsed if d is doc else None)
     try:
         prediction = predict(doc, [k.ids for k in known])
         return prediction, Coverage(total, total, True, sources=sources)
@@ -142,7 +144,7 @@ def predict_known(engine, flags, doc: dict, base_dir: str, known: list[Known], m
     placeholder = _placeholder(engine)
     filled = [k.ids if k.ids is not None else [placeholder] * k.count if k.count else None for k in known]
     counted = [i for i, k in enumerate(known) if k.ids is None and k.count]
-    parsed = oracle.parse(doc, base_dir, engine, flags)
+    parsed = parsed or oracle.parse(doc, base_dir, engine, flags)
     batches = len(parsed.batches)
     cut, reasons = batches, []
     try:

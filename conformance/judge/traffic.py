@@ -1,7 +1,7 @@
-"""The oracle's side of `kvconform simulate --trace`: a read trace turned into traffic requests
-(tokenized where it holds text), the profiles and pools checked, and the sweep replayed
-(reference/traffic.py, reference/replay.py; spec/trace-replay.md). The one module of
-conformance/traffic/ that imports reference/.
+"""The oracle on recorded traffic (`kvconform simulate --trace`, spec/trace-replay.md): a read
+trace turned into the oracle's traffic requests (tokenized where it holds text), the profiles and
+pools checked, and the sweep replayed (reference/traffic.py, reference/replay.py). The command,
+the trace readers and the outputs are conformance/traffic/; this is their one door to the oracle.
 """
 from __future__ import annotations
 
@@ -13,36 +13,60 @@ import reference
 from reference.replay import TrafficProfile, TrafficProfileError, replay
 from reference.traffic import BlockChains
 
-from ..errors import KvconformError
-from .formats import CHAT, HASH_IDS, MAX_TOKENS, REQUESTS
+from .. import KvconformError
 
+MAX_TOKENS = 1 << 24
+"""The largest input_length or output_length a trace line may give (16,777,216 tokens): far
+above any model's context, and a bound on the memory one line can ask of the replay; also the
+length limit of the engine that tokenizes chat logs and request files."""
 DEFAULT_LOADER = "transformers-auto"
 """How `--tokenizer` reads a tokenizer folder by default: through transformers, as vLLM and
 SGLang do (spec/hf-tokenizer.md TOK-HF-2)."""
 
 
-def traffic(trace, tokenizer: str | None = None, loader: str | None = None, ignore_outputs: bool = False,
-            limit: int | None = None) -> list:
-    """The trace's requests in replay order (SIM-ORDER-1: by timestamp, ties and traces without
-    timestamps in file order), the first `limit` of them, each sampling its `output_length`
-    (1 with `ignore_outputs`, SIM-GEN-1)."""
-    chains = BlockChains(trace.block_size)
-    if trace.format == REQUESTS:
-        requests = _request_file(trace, chains, tokenizer, loader, ignore_outputs)
-    else:
-        entries = sorted(trace.entries, key=lambda e: e.timestamp if e.timestamp is not None else 0)
-        if limit is not None:
-            entries = entries[:limit]
-        engine = _engine(tokenizer, loader) if trace.format == CHAT else None
-        requests = []
-        for i, e in enumerate(entries):
-            g = 1 if ignore_outputs or e.output is None else e.output
-            if trace.format == HASH_IDS:
-                requests.append(chains.request(i, e.source, e.n, g, e.hash_ids, e.timestamp))
-            else:
-                tokens, spans = _chat_tokens(trace.file, e, engine)
-                requests.append(chains.token_request(i, e.source, tokens, g, e.timestamp, spans))
-    return requests[:limit] if limit is not None else requests
+def hash_id_traffic(entries, block_size: int, ignore_outputs: bool = False, limit: int | None = None) -> list:
+    """A hash-id trace's requests in replay order (SIM-ORDER-1: by timestamp, ties and traces
+    without timestamps in file order), the first `limit` of them, each sampling its
+    `output_length` (1 with `ignore_outputs`, SIM-GEN-1). `entries`: the checked lines
+    (conformance/traffic/formats.py `Entry`: source, timestamp, output, n, hash_ids)."""
+    chains = BlockChains(block_size)
+    return [chains.request(i, e.source, e.n, _sampled(e.output, ignore_outputs), e.hash_ids, e.timestamp)
+            for i, e in enumerate(_in_order(entries, limit))]
+
+
+def chat_traffic(file: str, entries, tokenizer: str | None = None, loader: str | None = None,
+                 ignore_outputs: bool = False, limit: int | None = None) -> list:
+    """A chat log's requests in replay order, each line's messages rendered and tokenized as a
+    one-request file would be (the chat template on, with the generation prompt)."""
+    chains, engine = BlockChains(1), _engine(tokenizer, loader)
+    out = []
+    for i, e in enumerate(_in_order(entries, limit)):
+        tokens, spans = _chat_tokens(file, e, engine)
+        out.append(chains.token_request(i, e.source, tokens, _sampled(e.output, ignore_outputs), e.timestamp, spans))
+    return out
+
+
+def request_file_traffic(file: str, document: dict, tokenizer: str | None = None, loader: str | None = None,
+                         ignore_outputs: bool = False, limit: int | None = None) -> list:
+    """A request file's requests in file order, each sampling its max_generate_length."""
+    engine = _engine(tokenizer, loader)
+    try:
+        parsed = reference.parse_request_file(document, os.path.dirname(os.path.abspath(file)), engine)
+    except reference.InputError as e:
+        raise KvconformError(e.message, file, e.path) from None
+    chains, g = BlockChains(1), 1 if ignore_outputs else parsed.max_generate_length
+    requests = parsed.requests[:limit] if limit is not None else parsed.requests
+    return [chains.token_request(r.index, f"$.requests[{r.index}]", r.tokens, g, None, r.spans, r.lora_name)
+            for r in requests]
+
+
+def _in_order(entries, limit: int | None) -> list:
+    ordered = sorted(entries, key=lambda e: e.timestamp if e.timestamp is not None else 0)
+    return ordered[:limit] if limit is not None else ordered
+
+
+def _sampled(output: int | None, ignore_outputs: bool) -> int:
+    return 1 if ignore_outputs or output is None else output
 
 
 def _engine(tokenizer: str | None, loader: str | None):
@@ -69,17 +93,6 @@ def _chat_tokens(file: str, entry, engine):
         raise KvconformError(e.message, file, f"{entry.source}: {e.path.replace('$.requests[0]', '$', 1)}") from None
     request = parsed.requests[0]
     return request.tokens, request.spans
-
-
-def _request_file(trace, chains, tokenizer, loader, ignore_outputs: bool) -> list:
-    engine = _engine(tokenizer, loader)
-    try:
-        parsed = reference.parse_request_file(trace.document, os.path.dirname(os.path.abspath(trace.file)), engine)
-    except reference.InputError as e:
-        raise KvconformError(e.message, trace.file, e.path) from None
-    g = 1 if ignore_outputs else parsed.max_generate_length
-    return [chains.token_request(r.index, f"$.requests[{r.index}]", r.tokens, g, None, r.spans, r.lora_name)
-            for r in parsed.requests]
 
 
 def _without_cyclic_gc(function, *args, **kwargs):

@@ -14,23 +14,21 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import reference
-
-from . import oracle
-from .adapters.base import (Adapter, AdapterError, BuildRefused, Engine, RunResult, is_greedy,
-                            missing_capabilities, observable, requirements)
-from .cases import Case, bypass_replay_of, materialize, resolve_outputs, template_refs
-from .compare import MISSING, dotted_get, leaves
-from .engines import cache_root, digest
-from .errors import KvconformError
-from .explain import Explainer
-from .generate.example import replay
-from .judging import judge, prediction_refused, same_reason, shape_failures
-from .materialize import NotExpressible, materialize_for
-from .numerical_judge import check_outputs
-from .pagemap import case_page_map
-from .transcripts import knowledge, predict_known
-from .verdicts import CaseResult, Failure, Verdict
+from .. import KvconformError
+from ..adapters.base import (Adapter, AdapterError, BuildRefused, Engine, RunResult, is_greedy,
+                             missing_capabilities, requirements)
+from ..adapters.engines import cache_root, digest
+from ..cases.case import Case, bypass_replay_of, materialize, resolve_outputs, template_refs
+from ..generate.example import replay
+from ..judge import oracle
+from ..judge.compare import MISSING, dotted_get, leaves
+from ..judge.explain import Explainer
+from ..judge.judging import judge, observable, prediction_refused, same_reason, shape_failures
+from ..judge.numerical_judge import check_outputs
+from ..judge.transcripts import knowledge, predict_known
+from ..judge.verdicts import CaseResult, Failure, Verdict
+from ..materialize import NotExpressible, materialize_for
+from ..report.pagemap import case_page_map
 
 # Keys of an engine description the oracle reads (spec/engine.md section 2): a bundled build
 # must write exactly what the build arguments derive.
@@ -90,7 +88,7 @@ class Runner:
     def run(self) -> None:
         profile = self.case.runtime.get("semanticsProfile")
         if profile is not None and profile not in self.case.profiles:
-            held = ", ".join(r for r in self.case.rules if not reference.load_profile(profile).holds(r))
+            held = ", ".join(r for r in self.case.rules if not oracle.load_profile(profile).holds(r))
             self.settle(Verdict.NOT_SUPPORTED, f"not part of the {profile} profile"
                         + (f" ({held} does not hold there)" if held else f" (the case holds in {', '.join(self.case.profiles)})"))
         fixed = self.adapter.fixed_engine()
@@ -106,8 +104,8 @@ class Runner:
         flags = oracle.flags_of(case.runtime)
         try:
             refused = oracle.rejection(engine, flags)
-        except reference.OutOfScope as e:
-            self.settle(Verdict.NOT_SUPPORTED, f"outside spec {reference.SPEC_VERSION}: {e}")
+        except oracle.OutOfScope as e:
+            self.settle(Verdict.NOT_SUPPORTED, f"outside spec {oracle.SPEC_VERSION}: {e}")
         wanted = (case.meta.get("expect") or {}).get("rejected")
         if wanted and (refused is None or refused.rule != wanted["rule"]):
             self.settle(Verdict.ERROR, f"oracle self-check: the case expects a refusal by {wanted['rule']}, the oracle "
@@ -220,7 +218,7 @@ class Runner:
 
     def engine_of(self, handle: Engine):
         try:
-            return oracle.engine_of(handle.config)
+            return handle.description
         except oracle.InputError as e:
             self.settle(Verdict.ERROR, f"the oracle cannot read the engine description: {e.path}: {e.message}")
 
@@ -362,12 +360,14 @@ class Runner:
         accepted = (oracle.accepted_counts(main.responses)
                     if observable(self.manifest, "last_verification_accepted") else None)
         try:
-            most = max_generate_length(engine, flags, doc, self.case.base_dir)
+            parsed = oracle.parse(doc, self.case.base_dir, engine, flags)    # once: the prediction reuses it
+            most = flags.max_generate_length or parsed.max_generate_length
             known = knowledge(main, replay, engine, most)
-            prediction, coverage = predict_known(engine, flags, doc, self.case.base_dir, known, most, accepted)
-        except reference.Unreported as e:
+            prediction, coverage = predict_known(engine, flags, doc, self.case.base_dir, known, most, accepted,
+                                                 parsed=parsed)
+        except oracle.Unreported as e:
             self.settle(Verdict.UNSPECIFIED, f"the counts depend on a fact the backend does not report: {e}")
-        except reference.OutOfScope as e:
+        except oracle.OutOfScope as e:
             self.settle(Verdict.UNSPECIFIED, f"the {flags.semantics_profile} profile leaves these counts undefined: {e}")
         except oracle.InputError as e:
             self.fail(prediction_refused(e))
@@ -411,7 +411,7 @@ class Runner:
             return
         given = self.case.meta.get("generated")
         if given is not None:
-            tokens = [reference.parse_generated(g) for g in given]
+            tokens = [oracle.parse_generated(g) for g in given]
             prediction = oracle.predict(engine, flags, doc, self.case.base_dir, tokens,
                                         self.case.meta.get("last_accepted"))
         for section in ("context_cache", "prefill"):
@@ -430,11 +430,6 @@ class Runner:
                 if facts.get(key) != value:
                     self.settle(Verdict.ERROR, f"oracle self-check: the case expects request {i} {key} = {value}, "
                                                f"the oracle predicts {facts.get(key)}")
-
-
-def max_generate_length(engine, flags, doc: dict, base_dir: str) -> int:
-    """The number of tokens a request generates at most: the flag, else the file's value."""
-    return flags.max_generate_length or oracle.parse(doc, base_dir, engine, flags).max_generate_length
 
 
 def _norm(value):

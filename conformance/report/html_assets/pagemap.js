@@ -1,4 +1,4 @@
-/* report.html: page maps drawn from the JSON that conformance/pagemap.py wrote into report.json.
+/* report.html: page maps drawn from the JSON that conformance/report/pagemap.py wrote into report.json.
  *
  * One strip per request, in positions at the engine's page size (a peer server's: its blocks):
  * pages, the input and generated tokens, media items with the page boundaries inside them, what

@@ -16,20 +16,21 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from reference.semantics import DEFAULT as DEFAULT_PROFILE
 
-from .adapters.base import Adapter
-from .cases import CASES_DIR, SECTIONS, Case, discover, in_shard, select
-from .commands.validate import check_case
-from .engines import digest
-from .errors import KvconformError
+from .. import KvconformError
+from ..adapters.base import Adapter
+from ..adapters.engines import digest
+from ..cases.case import CASES_DIR, SECTIONS, Case, discover, in_shard, select
+from ..cases.rules import spec_rule_ids
+from ..cases.validate import check_case
+from ..generate import MIN_BATCHES, cannot_run, run_generated
+from ..generate.draw import FAMILIES
+from ..judge.oracle import DEFAULT_PROFILE
+from ..judge.verdicts import CaseResult, Verdict
+from ..report.document import Report
+from ..report.folder import EVIDENCE_SUFFIX, write_evidence, write_reproducer
 from .execute import run_case
 from .interrupts import raise_pending
-from .generate import MIN_BATCHES, cannot_run, run_generated
-from .rules import spec_rule_ids
-from .generate.draw import FAMILIES
-from .report import EVIDENCE_SUFFIX, Report, write_evidence, write_reproducer
-from .verdicts import CaseResult, Verdict
 
 REGRESSIONS_DIR = CASES_DIR / "regressions"
 
@@ -192,7 +193,7 @@ def execute(plan: Plan, adapter: Adapter, report: Report, progress: bool = True,
         report.add(result)
         results.append(result)
         bar.update()
-        raise_pending()                 # a signal whose exception was dropped (conformance/interrupts.py)
+        raise_pending()                 # a signal whose exception was dropped (conformance/run/interrupts.py)
         if fail_fast and stops_a_fail_fast_run(result):
             report.stopped_early(result.id, plan.size - done)
             return True

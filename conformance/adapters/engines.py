@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cache_root() -> Path:
@@ -81,12 +81,12 @@ def fixed_engine(engine_dir: str, description: str | None = None, bundled: bool 
     describe`), a description that contradicts DIR/config.json, and a folder that lacks a file its
     description names (weights, adapters, tokenizer files; with `bundled`, the bundled backend's
     weights) - an engine that cannot load would only be judged ERROR case after case."""
-    from reference.engine import resolve_paths
+    from ..judge.oracle import resolve_engine_paths as resolve_paths
 
-    from . import oracle
-    from .adapters.base import Engine
-    from .errors import KvconformError
-    from .schemas import read_json
+    from ..judge import oracle
+    from .base import Engine
+    from .. import KvconformError
+    from ..cases.schemas import read_json
     if not os.path.isdir(engine_dir):
         raise KvconformError("not an engine folder", engine_dir)
     own = os.path.join(engine_dir, "config.json")
@@ -109,8 +109,8 @@ def fixed_engine(engine_dir: str, description: str | None = None, bundled: bool 
 
 def _own_config(path: str):
     """DIR/config.json as JSON, or None when there is none (a dangling or looping link is bad input)."""
-    from .errors import KvconformError
-    from .schemas import read_json
+    from .. import KvconformError
+    from ..cases.schemas import read_json
     if not os.path.lexists(path):
         return None
     if not os.path.exists(path):
@@ -132,15 +132,15 @@ OWN_FACTS = ("tokens_per_page", "max_input_len", "max_kv_cache_capacity", "max_b
 def _refuse_contradiction(config: dict, own: dict, description: str, own_path: str) -> None:
     """--engine-config describes the engine only where DIR/config.json is silent: the first fact
     on which the two disagree is bad input, naming both files."""
-    from .errors import KvconformError
+    from .. import KvconformError
 
     def refuse(fact: str, theirs, key: str):
         raise KvconformError(f"--engine-config {description} contradicts {own_path}: {fact} is {_json(config.get(fact))} "
                              f"in {description}, {key} is {_json(theirs)} in {own_path}")
     if own.get("format") is not None:
-        from reference.engine import resolve_paths
+        from ..judge.oracle import resolve_engine_paths as resolve_paths
 
-        from . import oracle
+        from ..judge import oracle
         try:
             stated = oracle.engine_of(resolve_paths(own, os.path.dirname(os.path.abspath(own_path)))).to_config()
         except oracle.InputError as e:
@@ -175,7 +175,7 @@ def _dotted(doc: dict, key: str):
 
 def _check_files(raw: dict, config: dict, engine_dir: str, source: str, bundled: bool) -> None:
     """Every file the description names exists in the folder."""
-    from .errors import KvconformError
+    from .. import KvconformError
     weights = raw.get("weights") or ("model.safetensors" if bundled else None)
     if weights and not os.path.isfile(os.path.join(engine_dir, weights)):
         raise KvconformError(f"the engine folder lacks its weights {weights!r}"
@@ -198,9 +198,9 @@ def _check_files(raw: dict, config: dict, engine_dir: str, source: str, bundled:
 def _check_tokenizer(tok: dict, source: str) -> None:
     """The tokenizer loads, and its chat template (untrusted code) compiles and renders a
     one-message conversation within its bounds (spec/hf-tokenizer.md TOK-HF-4)."""
-    from reference.hf_tokenizer import load_hf_tokenizer
+    from ..judge.oracle import load_hf_tokenizer
 
-    from .errors import KvconformError
+    from .. import KvconformError
     try:
         loaded = load_hf_tokenizer(tok["files"], tok["loader"])
         if loaded.chat_template is not None:

@@ -48,7 +48,7 @@ def _reused(result) -> int | None:
 def timing_verdict(adapter, manifest: dict | None, fraction: float = FRACTION, reps: int = REPS,
                    prefix: int = PREFIX, base_dir: str = ".") -> CaseResult:
     """Run the measurement on `adapter` and return its (non-mandatory) CaseResult."""
-    result = CaseResult(CASE_ID, [], mandatory=False, source="conformance/reuse_timing.py", section="timing")
+    result = CaseResult(CASE_ID, [], mandatory=False, source="conformance/judge/reuse_timing.py", section="timing")
     started = time.monotonic()
     if not getattr(adapter, "sessions", False):
         result.duration_s = time.monotonic() - started

@@ -5,7 +5,7 @@ Counters, pools, records, per-request facts and prefill counts are compared exac
 are compared metamorphically against the bypass replay, with the near-tie and log-probability
 tolerances below. Every mismatch becomes a Failure naming the rule, the request, expected and
 observed values, the oracle's reason and the chain of its steps that decided the expected
-value (conformance/explain.py formats the oracle's trace); a difference the spec leaves open
+value (conformance/judge/explain.py formats the oracle's trace); a difference the spec leaves open
 (CR-MEDIA-6) is UNSPECIFIED, as the trace says (verdicts.counter_verdict, request_verdict).
 """
 from __future__ import annotations
@@ -144,7 +144,7 @@ def compare_requests(predicted: list[dict], responses: list[dict], ex: Explainer
             continue
         status = "error" if r.get("finish_reason") == "error" else "ok"
         if p["status"] is None and status == "error":
-            continue               # admission facts only (conformance/transcripts.py): a failed batch says none
+            continue               # admission facts only (conformance/judge/transcripts.py): a failed batch says none
         if p["status"] is not None:
             _count(tally)
         if p["status"] is not None and status != p["status"]:

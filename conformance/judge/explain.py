@@ -29,7 +29,7 @@ def step_json(step) -> dict:
 
 
 class Explainer:
-    """Formats the trace of one prediction (conformance.oracle.Prediction)."""
+    """Formats the trace of one prediction (conformance.judge.oracle.Prediction)."""
 
     def __init__(self, engine, flags, prediction):
         self.engine = engine

@@ -15,10 +15,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import KvconformError
+from .. import KvconformError
 from .schemas import read_json, schema_errors
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CASES_DIR = ROOT / "cases"
 
 # Spec sections in document order: the verdict table groups cases by the first rule they cite.
@@ -91,7 +91,7 @@ class Case:
     def profiles(self) -> list[str]:
         """The semantics profiles the case holds in (spec/profiles.md): as it says, else every
         profile in which all of its rules hold."""
-        from reference.semantics import PROFILE_NAMES, load_profile
+        from ..judge.oracle import PROFILE_NAMES, load_profile
         if "profiles" in self.meta:
             return list(self.meta["profiles"])
         return [p for p in PROFILE_NAMES if all(load_profile(p).holds(r) for r in self.rules)]

@@ -19,9 +19,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .errors import KvconformError
+from .. import KvconformError
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "spec" / "schemas"
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "spec" / "schemas"
 SCHEMA_NAMES = ("request", "output", "profile", "predictions", "engine", "capabilities", "report")
 _URN = "urn:kvconform:schema:"
 
