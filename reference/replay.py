@@ -312,8 +312,8 @@ class SglangReplayer(Replayer):
         self.units, self.evicted = units, 0
         evict = self.pool.evict
 
-        def counted(tokens: int) -> int:
-            freed = evict(tokens)
+        def counted(*args, **kwargs) -> int:
+            freed = evict(*args, **kwargs)
             self.evicted += freed
             return freed
         self.pool.evict = counted
@@ -347,19 +347,19 @@ class TrtllmReplayer(Replayer):
         self.evicted, self.evicted_tokens, self._taking = 0, 0, False
         take, detach = self.pool.take, self.pool.detach
 
-        def taking() -> int:
+        def taking(*args, **kwargs) -> int:
             self._taking = True
             try:
-                return take()
+                return take(*args, **kwargs)
             finally:
                 self._taking = False
 
-        def counted(b: int) -> None:
+        def counted(b: int, *args, **kwargs) -> None:
             block = self.pool.blocks[b]
             if self._taking and block.parent is not None:
                 self.evicted += 1
                 self.evicted_tokens += len(block.key.tokens)
-            detach(b)
+            detach(b, *args, **kwargs)
         self.pool.take, self.pool.detach = taking, counted
 
     def run(self, request) -> int | None:
