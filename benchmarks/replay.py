@@ -1,4 +1,4 @@
-"""Item 7: trace replay (`kvconform simulate --trace`) throughput, one core.
+"""Item 8: trace replay (`kvconform simulate --trace`) throughput, one core.
 
 The trace is Mooncake's conversation trace as a model (`write_conversation_trace`, seeded): 12,031
 requests in Mooncake's hash-id format, conversations whose turns resend their earlier context,
@@ -88,7 +88,7 @@ def _worker(trace: str, profile: str, capacity: str, limit: int | None, plain: b
 
 
 def side_by_side(trace: str, limit: int, reps: int, profiles=SIDE_PROFILES) -> list:
-    """Item 7.1 (and 7.4 from each profile's first repetition)."""
+    """Item 8.1 (and 8.4 from each profile's first repetition)."""
     rows = {p: [] for p in profiles}
     for rep in range(reps):
         order = list(profiles[rep % len(profiles):]) + list(profiles[:rep % len(profiles)])
@@ -111,7 +111,7 @@ def side_by_side(trace: str, limit: int, reps: int, profiles=SIDE_PROFILES) -> l
 
 
 def where_time_goes(trace: str, limit: int, profiles=SIDE_PROFILES) -> dict:
-    """Item 7.4: one profiled replay per profile (cProfile inflates the times; the shares are the point)."""
+    """Item 8.4: one profiled replay per profile (cProfile inflates the times; the shares are the point)."""
     out = {}
     for p in profiles:
         cap = "inf" if p.startswith("llama.cpp-server") else SIDE_CAPACITY
@@ -121,7 +121,7 @@ def where_time_goes(trace: str, limit: int, profiles=SIDE_PROFILES) -> dict:
 
 
 def plain_against_queued(trace: str, limit: int, reps: int, profile: str = "vllm-apc") -> dict:
-    """Item 7.2: vllm-apc's own pool (list free queue, decode token by token) against the replay's."""
+    """Item 8.2: vllm-apc's own pool (list free queue, decode token by token) against the replay's."""
     runs = {"plain": [], "queued": []}
     for _ in range(reps):
         for name in ("plain", "queued"):
@@ -137,7 +137,7 @@ def plain_against_queued(trace: str, limit: int, reps: int, profile: str = "vllm
 
 
 def sweep(trace: str, profile: str, capacities: str, tmp: str) -> dict:
-    """Item 7.3: `kvconform simulate --trace` over the whole trace, process start to exit, one core."""
+    """Item 8.3: `kvconform simulate --trace` over the whole trace, process start to exit, one core."""
     out = os.path.join(tmp, "sweep.json")
     cmd = one_core() + [sys.executable, "-m", "conformance.cli", "simulate", "--trace", trace, "--profile", profile,
                         "--capacity", capacities, "--json", out]
@@ -184,24 +184,24 @@ def run(tmp: str, *, requests: int = 12031, side_requests: int = 500, reps: int 
 
 
 def target_rows(r: dict) -> list:
-    """The rows item 7 adds to the targets table (benchmarks/report.py)."""
+    """The rows item 8 adds to the targets table (benchmarks/report.py)."""
     rows = []
     for s in r["sweeps"]:
-        rows.append(("7", f"`kvconform simulate --trace`, whole sweep of {s['profile']} ({s['requests']:,} requests, "
+        rows.append(("8", f"`kvconform simulate --trace`, whole sweep of {s['profile']} ({s['requests']:,} requests, "
                           f"{s['prompt_tokens'] / 1e6:.0f}M tokens, {s['capacities']} capacities), one core",
                      "< 1 min (CPU)", f"{s['cpu_s']:.1f} s CPU, {s['wall_s']:.1f} s wall "
                      f"({s['prompt_tokens'] * s['capacities'] / s['cpu_s'] / 1e6:.1f}M tokens/s over the sweep)",
                      s["cpu_s"] < TARGET_SWEEP_S))
     for row in r["side_by_side"]:
         edge_or_vllm = row["profile"].startswith(("kvconform-1", "edge-llm-0.10", "vllm-apc"))
-        rows.append(("7", f"replay CPU tokens/s, {row['profile']} at {row['capacity']} tokens "
+        rows.append(("8", f"replay CPU tokens/s, {row['profile']} at {row['capacity']} tokens "
                           f"({row['requests']:,} requests, {row['prompt_tokens'] / 1e6:.1f}M tokens)",
                      ">= 20M tokens/s" if edge_or_vllm else "measure",
                      f"{row['cpu_tokens_per_s'] / 1e6:.1f}M tokens/s (wall {row['tokens_per_s'] / 1e6:.1f}M)",
                      row["cpu_tokens_per_s"] >= TARGET_TOKENS_PER_S if edge_or_vllm else None))
     p = r.get("plain_vllm")
     if p:
-        rows.append(("7", f"vllm-apc: the replay's pool (O(1) free queue, decode in one step) / VllmBlockPool as it is "
+        rows.append(("8", f"vllm-apc: the replay's pool (O(1) free queue, decode in one step) / VllmBlockPool as it is "
                           f"({p['requests']} requests)", "measure",
                      f"{p['speedup']:.0f}x ({p['tokens_per_s']['queued'] / 1e6:.2f}M vs "
                      f"{p['tokens_per_s']['plain'] / 1e6:.3f}M tokens/s, equal counts)", None))
@@ -230,7 +230,7 @@ def markdown(r: dict) -> list:
 
 
 def render(r: dict) -> str:
-    """The Markdown of one result: the machine, the rows of item 7 and the tables."""
+    """The Markdown of one result: the machine, the rows of item 8 and the tables."""
     m = r.get("machine", {})
     load = r.get("load") or {}
     loads = [x[0] for x in (load.get("before"), load.get("after"), r.get("loadavg")) if x]

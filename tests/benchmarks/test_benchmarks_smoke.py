@@ -159,7 +159,7 @@ def test_the_conversation_model_is_seeded_and_a_valid_trace(tmp_path):
 
 
 def test_replay_section_measures_and_reports(tmp_path):
-    """Item 7 end to end on a tiny trace: a replay worker per profile (one core) and a whole
+    """Item 8 end to end on a tiny trace: a replay worker per profile (one core) and a whole
     `kvconform simulate --trace` sweep, then its rows of the targets table and its Markdown."""
     from benchmarks import replay
     trace = str(tmp_path / "t.jsonl")
@@ -171,5 +171,5 @@ def test_replay_section_measures_and_reports(tmp_path):
     assert sweep["capacities"] == 2 and sweep["requests"] == 40 and sweep["cpu_s"] > 0
     result = {"trace": {"source": "model"}, "side_by_side": side, "sweeps": [sweep]}
     rows = replay.target_rows(result)
-    assert [r[0] for r in rows] == ["7"] * 3 and all(r[4] in (True, False) for r in rows)
+    assert [r[0] for r in rows] == ["8"] * 3 and all(r[4] in (True, False) for r in rows)
     assert any("| kvconform-1 | 1e7 |" in line for line in replay.markdown(result))
