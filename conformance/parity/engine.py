@@ -44,7 +44,8 @@ class Run:
         if "case" in scenario:                  # a case file of the kit (cases/...), run as it is
             scenario = _case_scenario(scenario["case"])
         try:
-            self.engine = oracle.derive_engine(scenario["engine"])
+            self.engine = (oracle.engine_of(scenario["engine_config"]) if "engine_config" in scenario
+                           else oracle.derive_engine(scenario["engine"]))
         except oracle.InputError as e:
             raise NotExpressible(f"the kit cannot build this engine: {e}") from None
         runtime = dict(scenario.get("runtime") or {}, semanticsProfile=semantics_profile)
@@ -73,6 +74,8 @@ class Run:
             self.profiles.append(copy.deepcopy(self.sim.profile()))
 
     def observe(self, what: dict):
+        if "slot_bytes" in what:               # CR-HYB-1: bytes of one recurrent / partial-KV snapshot slot
+            return dict(zip(("recurrent", "partial_kv"), oracle.slot_sizes(self.engine)))[what["slot_bytes"]]
         if "rejected" in what:
             r = self.sim.rejection
             return (r.rule if r else None) if what["rejected"] == "rule" else r is not None
