@@ -110,6 +110,8 @@ def _run(scenario: dict, doc: dict):
         return peer.Run(scenario, doc["profile"], doc.get("settings"))
     if "cache" in scenario:
         return cache.Run(scenario)
+    if "identity" in scenario:
+        return cache.IdentityRun(scenario)
     return engine.Run(scenario, doc["profile"])
 
 

@@ -25,6 +25,7 @@ and stays with the request-level scenarios.
 from __future__ import annotations
 
 import copy
+from array import array
 
 from ..judge import cache_oracle as oc
 
@@ -392,27 +393,25 @@ class Run:
         free counts and reference counts (CR-CAP-2), the page index, each record's and each
         lease's resources, and the eviction counters (CR-MET-8, CR-MET-10)."""
         c = self.cache
-        state = {"lru": [self.record_names.get(r.key) for r in c.records.values()], "records": len(c.records),
-                 "index_size": len(c.index), "evicted": c.evicted,
+        records = {self.record_names.get(r.key): r for r in c.records.values()}
+        state = {"lru": list(records), "records": len(records), "index_size": len(c.index), "evicted": c.evicted,
                  "index": {key.decode(): self.names[oc.PAGES].get(page) for key, page in c.index.items()},
-                 "keys": {(key[0].decode(errors="replace"), key[1]): self.record_names.get(key) for key in c.records}}
+                 "keys": {(key[0].decode(errors="replace"), key[1]): self.record_names.get(key) for key in c.records},
+                 "checkpoints": sorted((r.tokens for r in records.values() if r.recurrent_slot is not None),
+                                       reverse=True)}
         for i, pool in enumerate(POOLS):
             p = c.pools[i]
-            held = set(p.active) | set(p.cache)
+            pairs = [[p.active.get(r, 0), p.cache.get(r, 0)] for r in set(p.active) | set(p.cache)]
             state[f"free.{pool}"] = p.free
             state[f"reclaimed.{pool}"] = c.reclaimed[i]
-            state[f"refs.{pool}"] = sorted([[p.active.get(r, 0), p.cache.get(r, 0)] for r in held] + [[0, 0]] * p.free)
-        state["record_pages"] = {self.record_names.get(r.key): self._named(oc.PAGES, r.pages) for r in c.records.values()}
-        state["record_draft_pages"] = {self.record_names.get(r.key): self._named(oc.DRAFT, r.draft_pages or [])
-                                       for r in c.records.values()}
-        state["record_slots"] = {self.record_names.get(r.key): self._slots(
-            [(oc.RECURRENT, r.recurrent_slot)] * (r.recurrent_slot is not None)
-            + [(oc.PARTIAL_KV, r.partial_kv_slot)] * (r.partial_kv_slot is not None)) for r in c.records.values()}
-        state["checkpoints"] = sorted((r.tokens for r in c.records.values() if r.recurrent_slot is not None),
-                                      reverse=True)
-        state["lease_restored"] = {n: self._slots(s.slot_pins) for n, (s, _) in self.leases.items()}
-        state["lease_pages"] = {n: self._named(oc.PAGES, s.pages) for n, (s, _) in self.leases.items()}
-        state["lease_draft_pages"] = {n: self._named(oc.DRAFT, s.draft_pages or []) for n, (s, _) in self.leases.items()}
+            state[f"refs.{pool}"] = sorted(pairs + [[0, 0]] * p.free)
+        state["record_pages"] = {n: self._named(oc.PAGES, r.pages) for n, r in records.items()}
+        state["record_draft_pages"] = {n: self._named(oc.DRAFT, r.draft_pages or []) for n, r in records.items()}
+        state["record_slots"] = {n: self._slots(_slots_of(r)) for n, r in records.items()}
+        leases = {n: seq for n, (seq, _) in self.leases.items()}
+        state["lease_pages"] = {n: self._named(oc.PAGES, seq.pages) for n, seq in leases.items()}
+        state["lease_draft_pages"] = {n: self._named(oc.DRAFT, seq.draft_pages or []) for n, seq in leases.items()}
+        state["lease_restored"] = {n: self._slots(seq.slot_pins) for n, seq in leases.items()}
         state["refs_of"] = {name: [c.pools[pool].active.get(r, 0), c.pools[pool].cache.get(r, 0)]
                             for name, (pool, r) in self.where.items()}
         return state
@@ -441,3 +440,43 @@ class Run:
                     "lease_restored"):
             return state[name].get(what["of"])
         return state[name]
+
+
+def _slots_of(record) -> list:
+    """(pool, slot) of the snapshot slots a checkpoint record holds (CR-HYB-4)."""
+    slots = [(oc.RECURRENT, record.recurrent_slot), (oc.PARTIAL_KV, record.partial_kv_slot)]
+    return [(pool, r) for pool, r in slots if r is not None]
+
+
+class IdentityRun:
+    """An identity scenario: the page keys of the oracle's identity rules (CR-ID-1 .. CR-ID-6,
+    reference/identity.py), compared as Edge-LLM's block-hash tests compare hashBlock results.
+
+        {"identity": {"tokens_per_page": 4},
+         "sequences": {"first": {"tokens": [11, 12, 21, 22]}, "other": {"tokens": [...], "lora": "x"}}}
+
+    An observation `{"same": [A, B]}` says whether two identities are equal, each side being
+    `[sequence, "page", i]` (the key of complete page i), `[sequence, "exact", L]` (the exact
+    identity of [0, L), CR-HYB-5) or `["root", adapter]` (the chain root of an adapter, null for
+    none, CR-ID-3). Only equality is observable: the bit patterns are the kit's own (CR-ID-6)."""
+
+    def __init__(self, scenario: dict):
+        P = scenario["identity"]["tokens_per_page"]
+        self.histories = {name: oc.TokenHistory(array("i", seq["tokens"]), [], oc.adapter_root(seq.get("lora")), P)
+                          for name, seq in scenario["sequences"].items()}
+
+    def _identity(self, side: list) -> bytes:
+        if side[0] == "root":
+            return oc.adapter_root(side[1])
+        name, kind, at = side
+        if name not in self.histories:
+            raise NotExpressible(f"no sequence named {name!r}")
+        history = self.histories[name]
+        try:
+            return history.key(at) if kind == "page" else history.exact_digest(at)
+        except IndexError:
+            raise NotExpressible(f"{name} has no complete page {at}: only complete pages are keyed (CR-ID-2)") from None
+
+    def observe(self, what: dict):
+        first, second = what["same"]
+        return self._identity(first) == self._identity(second)
