@@ -6,6 +6,10 @@ generated tokens and last EAGLE acceptance. Upstream tests name token ids (`make
 1..n); only which sequences agree on which prefixes matters to a cache, so the ids are relabelled
 position by position to bytes-v1 letters: at each position the k-th distinct id of the scenario
 becomes the k-th letter. Two sequences then agree on a prefix exactly when the upstream ones do.
+An engine may instead be given as a description (`engine_config`, spec/engine.md section 2) where
+the build arguments cannot state the test's geometry; `{"slot_bytes": ...}` reads its snapshot
+slot sizes (CR-HYB-1). Edge-LLM's tests below the request level run as cache scenarios
+(cache.py).
 """
 from __future__ import annotations
 
