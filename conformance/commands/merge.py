@@ -108,7 +108,7 @@ def main(args) -> int:
     out = Path(args.output)
     if any(out.resolve() == folder.resolve() for folder in folders):
         raise KvconformError("the merged report cannot be written into one of its shards", str(out))
-    claim_report_folder(out, args.force, hint="pass --force to replace it")
+    claim_report_folder(out, args.force, hint="pass --force to replace it", command="merge")
     out.mkdir(parents=True, exist_ok=True)
     for folder in folders:
         for kept in ("reproducers", "materialized"):

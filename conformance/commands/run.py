@@ -351,8 +351,7 @@ def main(args) -> int:
         return 0
     pool = _ray_pool(args, backend, plan) if args.executor == "ray" else None
     try:                           # a Ray pool this run started is shut down on any early error
-        if not args.resume:
-            claim_report_folder(Path(args.report), args.force)
+        claim_report_folder(Path(args.report), args.force, resume=args.resume)
         try:
             adapter = make_adapter(backend, device=args.device, timeout=args.timeout, executable=args.executable,
                                    engine_dir=args.engine_dir, engine_config=args.engine_config,
