@@ -181,11 +181,16 @@ def _check_files(raw: dict, config: dict, engine_dir: str, source: str, bundled:
         raise KvconformError(f"the engine folder lacks its weights {weights!r}"
                              + (" (the bundled backend loads them)" if bundled and "weights" not in raw
                                 else f" (named by {source})"), engine_dir)
+    adapters = {}
     for name, adapter in sorted((raw.get("lora_adapters") or {}).items()):
         path = adapter.get("path") if isinstance(adapter, dict) else None
         if isinstance(path, str) and not os.path.isfile(os.path.join(engine_dir, path)):
             raise KvconformError(f"the engine folder lacks the file {path!r} of LoRA adapter {name!r} "
                                  f"(named by {source})", engine_dir)
+        if isinstance(path, str):
+            adapters[name] = os.path.join(engine_dir, path)
+    if weights:
+        _check_weights(raw, os.path.join(engine_dir, weights), adapters, source)
     tok = config.get("tokenizer")
     if isinstance(tok, dict):
         for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -193,6 +198,20 @@ def _check_files(raw: dict, config: dict, engine_dir: str, source: str, bundled:
                 raise KvconformError(f"the tokenizer folder {tok['files']} named by {source} has no {name} "
                                      "(TOK-HF-1)", engine_dir)
         _check_tokenizer(tok, source)
+
+
+def _check_weights(raw: dict, weights: str, adapters: dict, source: str) -> None:
+    """The weights (and LoRA adapter files) the description names, read from their headers
+    against the description's sizes (spec/engine.md section 5): a folder whose config.json does not
+    match its weights, or whose files are truncated, empty or not safetensors, cannot load, and
+    running cases on it would only blame the backend for refusing it."""
+    from ..judge.numerical_judge import LayoutError, check_weight_headers
+
+    from .. import KvconformError
+    try:
+        check_weight_headers(raw, weights, adapters)
+    except LayoutError as e:
+        raise KvconformError(f"{e} (described by {source}): this engine folder cannot load") from None
 
 
 def _check_tokenizer(tok: dict, source: str) -> None:
