@@ -7,7 +7,8 @@ are written here as functions of the engine description; the committed case file
 scenario built for the case's own engine (tools/make_cases.py), and a fixed engine under test
 gets the scenario built for it. A case names its scenario in `_conformance.scenario`.
 
-A scenario returns the request file (without `_conformance`) and the runtime flags.
+A scenario returns the request file (without `_conformance`) and the runtime flags, or raises
+CannotBuild when the engine cannot hold it (the runner's NOT_SUPPORTED, with the reason).
 """
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ from typing import Callable
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 SCENARIOS: dict[str, Callable] = {}
+
+
+class CannotBuild(ValueError):
+    """The scenario cannot be written for this engine (its pool or limits are too small for it)."""
 
 
 def scenario(name: str):
@@ -98,7 +103,8 @@ def hit_does_not_protect(engine, runtime: dict) -> tuple[dict, dict]:
         if pages >= 1 and pages + rest <= most:          # the first document takes the remainder
             break
     else:
-        raise ValueError(f"a pool of {C} pages cannot be filled by documents of at most {most} pages")
+        raise CannotBuild(f"a pool of {C} page(s) cannot be filled by documents of whole pages that fit "
+                          f"max_input_len {engine.max_input_len} at {P} tokens per page")
     rng = random.Random(13)
     full = [_words(rng, (pages + (rest if i == 0 else 0)) * P) for i in range(k)]
     longer = full[0] + _words(random.Random(17), P)
