@@ -126,6 +126,8 @@ def check_engine_config(cfg: dict, path: str, hf: bool = False) -> None:
             fail("$.vocab_size", f"expected the tokenizer's id count, got {cfg.get('vocab_size')!r}")
     elif "vocab_size" in cfg and cfg["vocab_size"] != 320:
         fail("$.vocab_size", f"the bytes-v1 tokenizer has 320 tokens, got {cfg['vocab_size']!r}")
+    elif "eos_token_id" in cfg and cfg["eos_token_id"] != 257:       # <|eos|>: the sampler stops on it
+        fail("$.eos_token_id", f"the bytes-v1 tokenizer's <|eos|> is 257, got {cfg['eos_token_id']!r}")
     weights = cfg.get("weights", "model.safetensors")
     if not isinstance(weights, str) or not weights or "\0" in weights:
         fail("$.weights", f"expected a file name, got {weights!r}")

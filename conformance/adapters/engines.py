@@ -98,12 +98,17 @@ def fixed_engine(engine_dir: str, description: str | None = None, bundled: bool 
                              "--output my-engine.json` and pass --engine-config my-engine.json", own)
     raw = read_json(source)
     try:
-        config = oracle.engine_of(resolve_paths(raw, os.path.dirname(os.path.abspath(source)))).to_config()
+        engine = oracle.engine_of(resolve_paths(raw, os.path.dirname(os.path.abspath(source))))
+        config = engine.to_config()
     except oracle.InputError as e:
         raise KvconformError(e.message, source, e.path) from None
     if description is not None and isinstance(own_doc, dict):
         _refuse_contradiction(config, own_doc, description, own)
     _check_files(raw, config, engine_dir, source, bundled)
+    try:
+        oracle.check_token_ids(engine)        # after the tokenizer's files are known to be there
+    except oracle.InputError as e:
+        raise KvconformError(e.message, source, e.path) from None
     return Engine("fixed-" + digest(config, 8), config, os.path.abspath(engine_dir), fixed=True)
 
 

@@ -159,8 +159,7 @@ def _engine(file: str):
     schemas.check(config, "engine", file)
     try:
         engine = oracle.engine_from_config(resolve_paths(config, os.path.dirname(os.path.abspath(file))))
-        if engine.hf:
-            engine.hf_tokenizer()
+        oracle.check_token_ids(engine)          # loads an hf tokenizer (spec/engine.md section 2)
         return engine
     except oracle.InputError as e:
         raise KvconformError(e.message, file, e.path) from None
