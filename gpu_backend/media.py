@@ -9,7 +9,8 @@ grey, RGB, grey+alpha, RGBA; palette at 1/2/4/8 bits), binary PPM `P6` with maxv
 as Edge-LLM 0.10's stb_image decodes it (baseline, extended sequential or progressive Huffman
 frames of 8-bit samples, 1 or 3 components; identity on the pixels Pillow decodes), and WAV PCM
 16-bit mono at 16 kHz. Geometry is read from the header and checked before anything is
-decompressed, so a decompression bomb is refused without being decoded.
+decompressed (sides, the pixel budget MAX_PIXELS, the placeholder count), so a decompression
+bomb is refused without being decoded.
 """
 import io
 import math
@@ -29,6 +30,7 @@ PATCH = 16          # pixels per side of one image placeholder's patch
 FRAME = 320         # audio samples per audio placeholder
 SAMPLE_RATE = 16000
 MAX_SIDE = 16384
+MAX_PIXELS = 2 ** 21   # the pixel budget of one image (spec/tokenizer.md section 3), checked from the header
 
 Image.MAX_IMAGE_PIXELS = None  # our own header checks refuse bombs; Pillow's warning would not
 
@@ -85,6 +87,8 @@ def _check_geometry(H: int, W: int, max_placeholders: int, count=None) -> int:
         raise MediaError(f"image has a zero dimension ({H}x{W})")
     if H > MAX_SIDE or W > MAX_SIDE:
         raise MediaError(f"image of {H}x{W} exceeds the {MAX_SIDE}-pixel side limit")
+    if H * W > MAX_PIXELS:
+        raise MediaError(f"image of {H}x{W} has {H * W} pixels, above the {MAX_PIXELS}-pixel budget of one image")
     if count is not None:
         try:
             tokens = count(H, W)

@@ -21,6 +21,10 @@ from . import jpeg
 from .identity import media_content_digest, media_item_digest
 
 MAX_SIDE = 16384
+MAX_PIXELS = 2 ** 21
+"""spec/tokenizer.md section 3: the pixel budget of one image (2,097,152 pixels: 1920 x 1080 fits,
+2048 x 2048 does not), refused from the header before anything is decompressed. It bounds the
+work of decoding any accepted image: this module unfilters PNG rows in pure Python."""
 PATCH = 16
 FRAME_SAMPLES = 320
 SAMPLE_RATE = 16000
@@ -57,6 +61,9 @@ def load_image(path: str, max_placeholders: int | None = None) -> MediaItem:
         raise DecodeError("not a PNG, binary PPM (P6) or JPEG image")
     if not (1 <= height <= MAX_SIDE and 1 <= width <= MAX_SIDE):
         raise DecodeError(f"image size {height}x{width} outside 1..{MAX_SIDE}")
+    if height * width > MAX_PIXELS:
+        raise DecodeError(f"image of {height}x{width} has {height * width} pixels, more than the pixel budget "
+                          f"of {MAX_PIXELS} (spec/tokenizer.md section 3)")
     count = image_placeholders(height, width)
     if max_placeholders is not None and count > max_placeholders:
         raise DecodeError(f"image {height}x{width} needs {count} placeholders, more than "
