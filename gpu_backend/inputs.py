@@ -18,6 +18,10 @@ import os
 
 from .errors import BackendInputError
 
+MAX_FILE_BYTES = 32 << 20
+"""The largest request file or config.json the backend reads (spec/RUNNING.md section 8), from
+its size, before reading: parsing can cost some 25 times a file's size in memory."""
+
 
 def _not_json(name):
     raise ValueError(f"{name} is not a JSON number")
@@ -45,9 +49,16 @@ def read_json_file(path: str, what: str, missing_flag: str | None = None):
         raise BackendInputError("$", message, file=path)
     duplicated: list = []
     try:
+        size = os.path.getsize(path)
+        if size > MAX_FILE_BYTES:
+            raise BackendInputError("$", f"{size} bytes, above the {MAX_FILE_BYTES}-byte limit of an input file; "
+                                         "not read", file=path)
         with open(path, "rb") as f:
-            doc = json.loads(f.read().decode("utf-8"), parse_constant=_not_json, parse_float=_finite,
-                             object_pairs_hook=lambda pairs: _object(pairs, duplicated))
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise BackendInputError("$", f"above the {MAX_FILE_BYTES}-byte limit of an input file", file=path)
+        doc = json.loads(data.decode("utf-8"), parse_constant=_not_json, parse_float=_finite,
+                         object_pairs_hook=lambda pairs: _object(pairs, duplicated))
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise BackendInputError("$", f"not {what}: {e}", file=path) from None
     except RecursionError:

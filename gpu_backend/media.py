@@ -31,6 +31,7 @@ FRAME = 320         # audio samples per audio placeholder
 SAMPLE_RATE = 16000
 MAX_SIDE = 16384
 MAX_PIXELS = 2 ** 21   # the pixel budget of one image (spec/tokenizer.md section 3), checked from the header
+MAX_FILE_BYTES = 32 << 20   # the largest media file read, checked from its size before reading
 
 Image.MAX_IMAGE_PIXELS = None  # our own header checks refuse bombs; Pillow's warning would not
 
@@ -75,9 +76,15 @@ def _read(path) -> bytes:
         raise MediaError(f"{path} is a directory")
     if not stat.S_ISREG(st.st_mode):
         raise MediaError(f"{path} is not a regular file")
+    if st.st_size > MAX_FILE_BYTES:
+        raise MediaError(f"{path} has {st.st_size} bytes, above the {MAX_FILE_BYTES}-byte limit of a media file; "
+                         "not read")
     try:
         with open(path, "rb") as f:
-            return f.read()
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise MediaError(f"{path} has more than the {MAX_FILE_BYTES} bytes a media file may have")
+        return data
     except OSError as e:
         raise MediaError(f"cannot read {path}: {e.strerror or e}") from None
 

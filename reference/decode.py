@@ -99,6 +99,12 @@ def _remember(cache: dict, stamp, item) -> None:
     cache[stamp] = item
 
 
+MAX_MEDIA_BYTES = 32 << 20
+"""spec/tokenizer.md section 3: the largest media file read (33,554,432 bytes), from its size
+before a byte is read. An image within the pixel budget needs at most 8.4 MB (RGBA, stored
+uncompressed); 32 MiB of 16 kHz WAV is 17 minutes of audio."""
+
+
 def _read(path: str, probe: bool = False) -> bytes:
     if not os.path.exists(path):
         raise DecodeError(f"file not found: {path}")
@@ -106,9 +112,16 @@ def _read(path: str, probe: bool = False) -> bytes:
         raise DecodeError(f"is a directory: {path}")
     if not os.path.isfile(path):
         raise DecodeError(f"not a regular file: {path}")
+    size = os.path.getsize(path)
+    if size > MAX_MEDIA_BYTES:
+        raise DecodeError(f"{path} has {size} bytes, more than the {MAX_MEDIA_BYTES} a media file may have "
+                          "(spec/tokenizer.md section 3); not read")
     try:
         with open(path, "rb") as f:
-            return f.read(16) if probe else f.read()
+            data = f.read(16) if probe else f.read(MAX_MEDIA_BYTES + 1)
+            if len(data) > MAX_MEDIA_BYTES:
+                raise DecodeError(f"{path} has more than the {MAX_MEDIA_BYTES} bytes a media file may have")
+            return data
     except OSError as e:
         raise DecodeError(f"cannot read {path}: {e.strerror}") from None
 

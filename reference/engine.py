@@ -19,6 +19,7 @@ MAX_LAYERS = 65536      # an implementation limit of the description (layer_kind
 MAX_SIZE = 2 ** 31 - 1  # spec/RUNNING.md section 8: sizes of a description fit in a signed 32-bit integer
 MAX_PARAMETERS = 2 ** 31 - 1    # spec/engine.md section 1: the weights of a built engine
 MAX_WARMUP = 1000       # spec/engine.md section 3: the largest --warmup
+MAX_DESCRIPTION_BYTES = 32 << 20    # spec/RUNNING.md section 8: the largest input file, checked before reading
 SPEC_METHODS = ("eagle", "mtp", "dflash", "dspark", "gemma4-mtp")
 
 BUILD_DEFAULTS = {
@@ -299,9 +300,12 @@ def load_engine(path: str) -> EngineConfig:
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
     if not os.path.isfile(file):
         raise InputError("$", f"no engine description at {file}")
+    if os.path.getsize(file) > MAX_DESCRIPTION_BYTES:
+        raise InputError("$", f"{file} has {os.path.getsize(file)} bytes, more than the {MAX_DESCRIPTION_BYTES} "
+                              "an input file may have (spec/RUNNING.md section 8)")
     try:
         with open(file, "rb") as f:
-            config = json.loads(f.read().decode("utf-8"))
+            config = json.loads(f.read(MAX_DESCRIPTION_BYTES).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise InputError("$", f"cannot read engine description {file}: {e}") from None
     engine = engine_from_config(resolve_paths(config, os.path.dirname(os.path.abspath(file))))

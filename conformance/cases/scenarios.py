@@ -16,6 +16,8 @@ import math
 import random
 from typing import Callable
 
+from .schemas import MAX_INPUT_BYTES
+
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 SCENARIOS: dict[str, Callable] = {}
 
@@ -59,6 +61,11 @@ def distinct_pages(engine, runtime: dict) -> tuple[dict, dict]:
     held = max(1, min(engine.kv_pool_pages, 2560))      # keys resident once the cache is full
     probes = max(2560, math.ceil(5 * 2 ** 16 / held))
     requests = math.ceil(probes / pages)
+    size = requests * (pages * P + 100)                  # bytes of the request file, about
+    if size > MAX_INPUT_BYTES:                           # a runtime refuses a file that large unread
+        raise CannotBuild(f"the birthday bound needs {requests} requests of {pages * P} tokens on a pool of "
+                          f"{engine.kv_pool_pages} page(s), a request file of about {size} bytes, more than the "
+                          f"{MAX_INPUT_BYTES} an input file may have")
     rng = random.Random(5)
     doc = dict(GREEDY, batch_size=min(8, engine.max_batch_size), max_generate_length=1, num_logprobs=0,
                requests=[_user(_words(rng, pages * P)) for _ in range(requests)])

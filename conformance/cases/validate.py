@@ -31,7 +31,7 @@ def unknown_keys(file: str, kind: str | None) -> list[tuple[str, str]]:
     """The ignored keys of a request or case file that validated (schemas.unknown_request_keys)."""
     if kind not in ("request", "case"):
         return []
-    return schemas.unknown_request_keys(schemas.read_json(file))
+    return schemas.unknown_request_keys(schemas.read_json(file), limit=schemas.WARNINGS_SHOWN)
 
 
 def check_file(file: str, kind: str | None = None, engine=None) -> tuple[list[tuple[str | None, str]], str | None]:
