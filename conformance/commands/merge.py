@@ -113,7 +113,11 @@ def main(args) -> int:
     for folder in folders:
         for kept in ("reproducers", "materialized"):
             if (folder / kept).is_dir():
-                shutil.copytree(folder / kept, out / kept, dirs_exist_ok=True)
+                try:
+                    shutil.copytree(folder / kept, out / kept, dirs_exist_ok=True)
+                except (OSError, shutil.Error) as e:
+                    raise KvconformError(f"cannot copy {folder / kept}: {getattr(e, 'strerror', None) or e}",
+                                         str(out / kept)) from None
     write_json_atomic(out / "report.json", merged)
     results = [CaseResult.from_json(c) for c in merged["cases"]]
     write_outputs(out, merged, results)

@@ -31,7 +31,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .. import KvconformError
-from ..report.folder import claim_report_folder, marked_by
+from ..report.folder import claim_report_folder, marked_by, write_text_atomic
 from .run import positive_int, seconds
 
 SELFTEST_OUTPUTS = ("selftest.json", "kill-matrix.md", "reproducers")
@@ -411,8 +411,8 @@ def main(args) -> int:
                              rules=list(catalogue[v["name"]].rules), mirrors=catalogue[v["name"]].mirrors,
                              summary=catalogue[v["name"]].summary, component=catalogue[v["name"]].component)
                         for v in variants]}
-    (folder / "selftest.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (folder / "kill-matrix.md").write_text(kill_markdown(doc, catalogue))
+    write_text_atomic(folder / "selftest.json", json.dumps(doc, indent=1) + "\n")
+    write_text_atomic(folder / "kill-matrix.md", kill_markdown(doc, catalogue))
     print()
     print(kill_table(variants, catalogue))
     if baselines:

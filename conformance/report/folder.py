@@ -199,19 +199,54 @@ def write_json_atomic(path: Path, doc: dict, *, compact: bool = False) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Every file of the report folder goes through here: the secrets the kit knows are masked
-    (conformance/adapters/secrets.py)."""
-    text = mask(text)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    (conformance/adapters/secrets.py). A write that fails (a full disk, a quota, a folder made
+    read-only) is bad input of the run's environment: one line naming the file (KvconformError,
+    exit 2), the temporary file removed, the previous file whole."""
+    write_bytes_atomic(Path(path), mask(text).encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write a temporary file beside `path`, fsync it, rename it over `path` (see write_text_atomic)."""
+    tmp = None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        _discard(tmp)
+        raise KvconformError(f"cannot write: {e.strerror or e}; the report folder keeps its last complete files",
+                             str(path)) from None
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _discard(tmp)
         raise
+
+
+def _discard(tmp: str | None) -> None:
+    if tmp is not None:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def _copy_atomic(src, target: Path) -> None:
+    """A copy that is whole or absent (the source is read whole: media and evidence files are
+    bounded by the input bounds, spec/RUNNING.md section 8)."""
+    try:
+        data = Path(src).read_bytes()
+    except OSError as e:
+        raise KvconformError(f"cannot read: {e.strerror or e}", str(src)) from None
+    write_bytes_atomic(target, data)
+
+
+def _make_dirs(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise KvconformError(f"cannot create the folder: {e.strerror or e}", str(folder)) from None
 
 
 def write_reproducer(doc: dict, base_dir: str, folder: Path, name: str) -> Path:
@@ -219,7 +254,7 @@ def write_reproducer(doc: dict, base_dir: str, folder: Path, name: str) -> Path:
 
     The file runs alone with `kvconform run --case FILE` and fails the same way.
     """
-    folder.mkdir(parents=True, exist_ok=True)
+    _make_dirs(folder)
     out = copy.deepcopy(doc)
     for request in out.get("requests", []) if isinstance(out.get("requests"), list) else []:
         for message in request.get("messages", []) if isinstance(request, dict) else []:
@@ -231,12 +266,12 @@ def write_reproducer(doc: dict, base_dir: str, folder: Path, name: str) -> Path:
                     if src.is_file():
                         data = src.read_bytes()
                         target = folder / "media" / f"{hashlib.sha256(data).hexdigest()[:10]}-{src.name}"
-                        target.parent.mkdir(exist_ok=True)
+                        _make_dirs(target.parent)
                         if not target.exists():
-                            shutil.copyfile(src, target)
+                            write_bytes_atomic(target, data)
                         item[kind] = f"media/{target.name}"
     path = folder / f"{safe_name(name)}.json"
-    path.write_text(mask(json.dumps(out, indent=1) + "\n"))
+    write_text_atomic(path, json.dumps(out, indent=1) + "\n")
     return path
 
 
@@ -256,22 +291,22 @@ def write_evidence(invocations: list, folder: Path) -> None:
 
     Files are numbered in invocation order: `1-run.request.json`, `2-bypass-replay.output.json`...
     """
-    folder.mkdir(parents=True, exist_ok=True)
+    _make_dirs(folder)
     for k, (label, got) in enumerate(invocations, 1):
         stem = folder / f"{k}-{safe_name(label.replace(' ', '-'))}"
         copied = set()
         for role, path in got.files.items():
             suffix = ".txt" if role == "stderr" else ".json"
             if role != "command" and os.path.isfile(path):
-                shutil.copyfile(path, f"{stem}.{role}{suffix}")
+                _copy_atomic(path, Path(f"{stem}.{role}{suffix}"))
                 copied.add(role)
         written = {"request": got.request, "output": None if got.responses is None else {"responses": got.responses},
                    "profile": got.profile}
         for role, doc in written.items():
             if role not in copied and doc is not None:
-                Path(f"{stem}.{role}.json").write_text(mask(json.dumps(doc, indent=1, default=str) + "\n"))
+                write_text_atomic(Path(f"{stem}.{role}.json"), json.dumps(doc, indent=1, default=str) + "\n")
         if "stderr" not in copied and got.stderr_tail:
-            Path(f"{stem}.stderr.txt").write_text(mask(got.stderr_tail + "\n"))
+            write_text_atomic(Path(f"{stem}.stderr.txt"), got.stderr_tail + "\n")
         summary = {"invocation": label, "outcome": got.outcome, "exit_code": got.exit_code,
                    "message": got.message, "command": got.files.get("command")}
-        Path(f"{stem}.summary.json").write_text(mask(json.dumps(summary, indent=1) + "\n"))
+        write_text_atomic(Path(f"{stem}.summary.json"), json.dumps(summary, indent=1) + "\n")
