@@ -1,7 +1,7 @@
 """Faulty variants of the bundled OpenAI-compatible server (`python -m gpu_backend serve`).
 
 Each variant is the bundled server with one realistic defect in how it counts or keys cached
-prompt tokens: a subclass of one cache of gpu_backend/peer_cache.py, injected through
+prompt tokens: a subclass of one cache of gpu_backend/peer_cache/, injected through
 `gpu_backend.serve.make_peer(cache_class=...)`, never through a switch in production code. The
 lines that differ from the bundled code are marked `# DEFECT`. Servers have their own registry
 (the request-file catalogue of registry.py drives runtimes, not servers); the default tests run
@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpu_backend.peer_cache import BlockCache, RadixCache, SlotCache, TrtBlockTree, walk
+from gpu_backend.peer_cache import SERVED, BlockCache, RadixCache, SlotCache, TrtBlockTree, walk
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,10 @@ class ServerVariant:
 SERVER_VARIANTS: dict[str, ServerVariant] = {}
 
 
-def server_variant(name: str, profile: str, settings: tuple = ()):
+def server_variant(name: str, settings: tuple = ()):
+    """Register a faulty cache; its profile is the one whose bundled cache it subclasses."""
     def register(cls):
+        profile = next(p for p, served in SERVED.items() if issubclass(cls, served.cache))
         doc = " ".join((cls.__doc__ or "").split())
         rules = tuple(re.findall(r"PEER-[A-Z]+-\d+", doc.split("Violates:")[1].split("Mirrors:")[0]))
         mirrors = doc.split("Mirrors:")[1].strip()
@@ -52,7 +54,7 @@ def server_variant(name: str, profile: str, settings: tuple = ()):
     return register
 
 
-@server_variant("lcpp-cap-off-by-one", "llama.cpp-server")
+@server_variant("lcpp-cap-off-by-one")
 class CapOffByOne(SlotCache):
     """Reports the whole prompt as cached when it matches the slot completely.
     Bug class: off-by-one at the N-1 cap (the count taken before the last token is given back).
@@ -64,7 +66,7 @@ class CapOffByOne(SlotCache):
         return n                                          # DEFECT: the N - 1 cap is not applied to the count
 
 
-@server_variant("vllm-partial-block", "vllm-apc")
+@server_variant("vllm-partial-block")
 class PartialBlockCounted(BlockCache):
     """Hashes and counts the prompt's partial last block as if it were a block.
     Bug class: a block counted when partial.
@@ -81,7 +83,7 @@ class PartialBlockCounted(BlockCache):
         return min(sum(b - a for a, b in hit_spans), n - 1)   # DEFECT: counts tokens of partial blocks
 
 
-@server_variant("vllm-salt-ignored", "vllm-apc")
+@server_variant("vllm-salt-ignored")
 class SaltIgnoredBlocks(BlockCache):
     """Leaves `cache_salt` out of the first block's key.
     Bug class: salt ignored (cache isolation between tenants broken).
@@ -93,7 +95,7 @@ class SaltIgnoredBlocks(BlockCache):
         return () if req.lora is None else (("lora", req.lora),)   # DEFECT: no ("cache_salt", salt)
 
 
-@server_variant("sglang-salt-ignored", "sglang-radix")
+@server_variant("sglang-salt-ignored")
 class SaltIgnoredRadix(RadixCache):
     """Puts requests of every `cache_salt` in one radix tree.
     Bug class: salt ignored (cache isolation between tenants broken).
@@ -104,7 +106,7 @@ class SaltIgnoredRadix(RadixCache):
         return ((req.extra_key or "") + (req.lora or ""), None)   # DEFECT: the salt is dropped
 
 
-@server_variant("vllm-free-append", "vllm-apc", (("cache_blocks", 24),))
+@server_variant("vllm-free-append", (("cache_blocks", 24),))
 class FreedBlocksAppended(BlockCache):
     """Returns every freed block to the tail of the free queue, partial blocks included.
     Bug class: eviction order (a block without a key kept as long as a cached one).
@@ -117,7 +119,7 @@ class FreedBlocksAppended(BlockCache):
         self.free += list(reversed(held))                  # DEFECT: blocks without a key go to the tail too
 
 
-@server_variant("vllm-reports-zero", "vllm-apc")
+@server_variant("vllm-reports-zero")
 class ReportsZeroBlocks(BlockCache):
     """Reuses blocks but reports no cached tokens.
     Bug class: a count that is always 0 (the observable broken, the cache working).
@@ -129,7 +131,7 @@ class ReportsZeroBlocks(BlockCache):
         return 0                                           # DEFECT: the hit is never reported
 
 
-@server_variant("sglang-reports-zero", "sglang-radix")
+@server_variant("sglang-reports-zero")
 class ReportsZeroRadix(RadixCache):
     """Matches prefixes but reports no cached tokens.
     Bug class: a count that is always 0 (the observable broken, the cache working).
@@ -140,7 +142,7 @@ class ReportsZeroRadix(RadixCache):
         return 0                                           # DEFECT: the match is never reported
 
 
-@server_variant("trtllm-salt-ignored", "trtllm-kv-reuse")
+@server_variant("trtllm-salt-ignored")
 class SaltIgnoredTrt(TrtBlockTree):
     """Keys blocks by tokens and LoRA task id only.
     Bug class: salt ignored (cache isolation between tenants broken).
@@ -152,7 +154,7 @@ class SaltIgnoredTrt(TrtBlockTree):
         return (req.lora, None, req.extra_key)                # DEFECT: the salt keys nothing
 
 
-@server_variant("trtllm-whole-blocks", "trtllm-kv-reuse")
+@server_variant("trtllm-whole-blocks")
 class WholeBlocksReported(TrtBlockTree):
     """Reuses blocks in part but reports whole blocks only.
     Bug class: a count rounded to the block size (partial reuse not reported).
@@ -164,7 +166,7 @@ class WholeBlocksReported(TrtBlockTree):
         return self.T * (matched // self.T)                  # DEFECT: the partial block is not counted
 
 
-@server_variant("trtllm-leaf-kept", "trtllm-kv-reuse")
+@server_variant("trtllm-leaf-kept")
 class PartlyReusedLeafKept(TrtBlockTree):
     """Copies every partly reused block, leaves included, so the old leaf stays in the tree.
     Bug class: what a partial reuse leaves behind.
@@ -180,7 +182,7 @@ class PartlyReusedLeafKept(TrtBlockTree):
         return out
 
 
-@server_variant("vllm-salt-dropped-on-adapters", "vllm-apc")
+@server_variant("vllm-salt-dropped-on-adapters")
 class SaltDroppedOnAdapters(BlockCache):
     """Keys block 0 by the adapter alone when the request names one, dropping its salt.
     Bug class: combined keys (one extra key replaces another).
@@ -194,7 +196,7 @@ class SaltDroppedOnAdapters(BlockCache):
         return super().extras(req, index)
 
 
-@server_variant("sglang-adapter-hides-extra-key", "sglang-radix")
+@server_variant("sglang-adapter-hides-extra-key")
 class AdapterHidesExtraKey(RadixCache):
     """Namespaces a request on an adapter by the adapter alone, dropping its extra_key.
     Bug class: combined keys (one extra key replaces another).
@@ -207,7 +209,7 @@ class AdapterHidesExtraKey(RadixCache):
         return super().namespace(req)
 
 
-@server_variant("sglang-prompt-only", "sglang-radix")
+@server_variant("sglang-prompt-only")
 class PromptOnlyRadix(RadixCache):
     """Inserts a finished request's prompt into the tree but not the tokens it generated.
     Bug class: generated tokens not cached.
@@ -219,7 +221,7 @@ class PromptOnlyRadix(RadixCache):
         super().store(req, sequence[:len(req.ids)], kv, sampled)    # DEFECT: the sampled tokens are dropped
 
 
-@server_variant("vllm-bypass-ignored", "vllm-apc")
+@server_variant("vllm-bypass-ignored")
 class ReadBypassIgnored(BlockCache):
     """Reads the cache for requests that ask for prompt log-probabilities.
     Bug class: a per-request cache bypass ignored.
@@ -232,7 +234,7 @@ class ReadBypassIgnored(BlockCache):
         return super()._hits(keys, req)
 
 
-@server_variant("sglang-evicts-oldest-inserted", "sglang-radix", (("pool_tokens", 600),))
+@server_variant("sglang-evicts-oldest-inserted", (("pool_tokens", 600),))
 class EvictsOldestInserted(RadixCache):
     """Evicts the leaf inserted first, whatever touched it since.
     Bug class: eviction order (FIFO instead of least recently used).
@@ -244,7 +246,7 @@ class EvictsOldestInserted(RadixCache):
         pass                                                         # DEFECT: a node keeps its creation time
 
 
-@server_variant("lcpp-similarity-ignored", "llama.cpp-server", (("slots", 2),))
+@server_variant("lcpp-similarity-ignored", (("slots", 2),))
 class SimilarityIgnored(SlotCache):
     """Gives every request the least recently used slot, whatever its prompt shares.
     Bug class: slot choice (a similar prompt sent to another slot).

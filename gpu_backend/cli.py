@@ -12,6 +12,7 @@ import sys
 
 from .errors import BackendInputError, DeploymentRejected
 from .inputs import read_json_file
+from .peer_cache import SERVED
 
 PROG = "gpu_backend"
 
@@ -97,7 +98,7 @@ def _parser():
     c.add_argument("--device", default="auto")
 
     s = sub.add_parser("serve", allow_abbrev=False, help="an OpenAI-compatible server of a peer profile (serve.py)")
-    s.add_argument("--profile", required=True, choices=("llama.cpp-server", "vllm-apc", "sglang-radix"))
+    s.add_argument("--profile", required=True, choices=tuple(SERVED))
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--host", default="127.0.0.1", help="loopback only")
     s.add_argument("--engineDir")

@@ -1,12 +1,13 @@
 """`python -m gpu_backend serve`: an OpenAI-compatible server that caches prompts like a peer runtime.
 
-    python -m gpu_backend serve --profile llama.cpp-server|vllm-apc|sglang-radix|trtllm-kv-reuse --port N
+    python -m gpu_backend serve --profile P --port N      # P: a profile of peer_cache.SERVED
         [--engineDir D | --tokenizer DIR] [--setting KEY=VALUE ...] [--device cpu|cuda|auto]
 
 Loopback only (127.0.0.1). Requests are served one at a time. The reported
-`usage.prompt_tokens_details.cached_tokens` is the number of prompt tokens whose KV came from
-the cache (peer_cache.py; the runtime's own rule), and those tokens really are not computed
-again (peer_engine.py). Endpoints follow the real servers:
+`usage.prompt_tokens_details.cached_tokens` (PEER-API-1) is the number of prompt tokens whose
+KV came from the cache (peer_cache/; the runtime's own rule), and those tokens really are not
+computed again (peer_engine.py). Endpoints follow the real servers, as each profile's entry of
+peer_cache.SERVED says (this module never tells profiles apart by name):
 
     all       GET /health, GET /v1/models, POST /v1/chat/completions
     llama.cpp POST /tokenize {content}, POST /apply-template {messages}, POST /slots/{id}?action=erase,
@@ -31,9 +32,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from .peer_cache import CACHES, ChatRequest
+from .peer_cache import SERVED, ChatRequest
 
-PROFILES = tuple(CACHES)
+PROFILES = tuple(SERVED)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DEFAULT_TOKENIZER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                  "spec", "tokenizers", "phi-3-mini")
@@ -42,16 +43,12 @@ MAX_BODY = 8 << 20
 
 
 class RequestError(ValueError):
-    """A request the server refuses: (HTTP status, message)."""
+    """A request the server refuses: (HTTP status, message), an error body and never a count
+    (PEER-API-3)."""
 
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
-
-
-LOADERS = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto",
-           "trtllm-kv-reuse": "transformers-auto"}
-"""How each runtime reads a tokenizer folder: llama.cpp as written, vLLM and SGLang through transformers."""
 
 
 def build_default_engine(tokenizer: str, loader: str = "tokenizers-raw", folder: str | None = None) -> str:
@@ -72,6 +69,7 @@ class PeerServer:
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r} (one of {', '.join(PROFILES)})")
         self.profile, self.engine, self.cache = profile, engine, cache
+        self.served = SERVED[profile]
         self.lock = threading.Lock()
         self.count = 0
 
@@ -85,59 +83,45 @@ class PeerServer:
                 return 200, self.models()
             if route == ("POST", "/v1/chat/completions"):
                 return 200, self.chat(_object(body))
-            published = self.published(route)
+            published = self.cache.pages(self.engine.cfg["max_input_len"]).get(route)   # PEER-API-5
             if published is not None:
                 return 200, published
-            if self.profile == "llama.cpp-server":
-                if route == ("POST", "/tokenize"):
-                    return 200, {"tokens": self.engine.tokenize(_string(_object(body), "content"))}
-                if route == ("POST", "/apply-template"):
-                    return 200, {"prompt": self.engine.prompt(_messages(_object(body)))[1]}
-                slot = _slot_id(url.path, getattr(self.cache, "n", 1))
-                if method == "POST" and slot is not None and parse_qs(url.query).get("action") == ["erase"]:
-                    erased = len(self.cache.slots[slot]["tokens"])
-                    self.cache.reset(slot)
-                    return 200, {"id_slot": slot, "n_erased": erased}
-            if self.profile == "vllm-apc":
-                if route == ("POST", "/tokenize"):
-                    ids = self.engine.prompt(_messages(_object(body)))[0]
-                    return 200, {"tokens": ids, "count": len(ids), "max_model_len": self.engine.cfg["max_input_len"]}
-                if route == ("POST", "/reset_prefix_cache"):
-                    self.cache.reset()
-                    return 200, {"success": True}
-            if self.profile == "sglang-radix" and route in (("POST", "/flush_cache"), ("GET", "/flush_cache")):
-                self.cache.reset()
-                return 200, {"message": "Cache flushed."}
+            answer = self._tool(method, url, body)
+            if answer is not None:
+                return 200, answer
         raise RequestError(404, f"no route {method} {url.path} on a {self.profile} server")
 
+    def _tool(self, method: str, url, body):
+        """The runtime's own tokenization (PEER-TOK-1) and cache resets (PEER-API-4), where its
+        server offers them; None for a route it does not offer."""
+        route, served = (method, url.path), self.served
+        if route == ("POST", "/tokenize") and served.tokenize == "content":
+            return {"tokens": self.engine.tokenize(_string(_object(body), "content"))}
+        if route == ("POST", "/apply-template") and served.tokenize == "content":
+            return {"prompt": self.engine.prompt(_messages(_object(body)))[1]}
+        if route == ("POST", "/tokenize") and served.tokenize == "messages":
+            ids = self.engine.prompt(_messages(_object(body)))[0]
+            return {"tokens": ids, "count": len(ids), "max_model_len": self.engine.cfg["max_input_len"]}
+        for reset_method, path, answer in served.resets:
+            if route == (reset_method, path):
+                self.cache.reset()
+                return dict(answer)
+        slot = _slot_id(url.path, getattr(self.cache, "n", 1)) if served.erases_slots else None
+        if method == "POST" and slot is not None and parse_qs(url.query).get("action") == ["erase"]:
+            erased = len(self.cache.slots[slot]["tokens"])
+            self.cache.reset(slot)
+            return {"id_slot": slot, "n_erased": erased}
+        return None
+
     def models(self) -> dict:
-        """GET /v1/models: the model, and on a vLLM server each adapter with its parent and path."""
+        """GET /v1/models: the model, and where the runtime lists them (vLLM) each adapter with
+        its parent and path."""
         context = self.engine.cfg["max_input_len"]
         data = [{"id": MODEL_NAME, "object": "model", "root": MODEL_NAME, "parent": None, "max_model_len": context}]
-        if self.profile == "vllm-apc":
+        if self.served.lists_adapters:
             data += [{"id": name, "object": "model", "root": path, "parent": MODEL_NAME, "max_model_len": None}
                      for name, path in sorted(self.engine.lora_paths.items())]
         return {"object": "list", "data": data}
-
-    def published(self, route):
-        """What the real servers publish about their cache: vLLM's `/metrics` cache config,
-        SGLang's `/get_server_info`, llama.cpp's `/props` and `/slots`; None for other routes."""
-        s = self.cache.published()
-        context = self.engine.cfg["max_input_len"]
-        if self.profile == "vllm-apc" and route == ("GET", "/metrics"):
-            labels = {"block_size": s["block_size"], "enable_prefix_caching": s["enable_prefix_caching"],
-                      "num_gpu_blocks": "None" if s["cache_blocks"] is None else s["cache_blocks"] + 1}
-            text = ",".join(f'{k}="{v}"' for k, v in labels.items())
-            return ("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
-                    "# TYPE vllm:cache_config_info gauge\n" f"vllm:cache_config_info{{{text}}} 1.0\n")
-        if self.profile == "sglang-radix" and route == ("GET", "/get_server_info"):
-            return {"page_size": s["page_size"], "disable_radix_cache": not s["radix_cache"],
-                    "max_total_num_tokens": s["pool_tokens"], "context_length": context, "version": "kvconform-bundled"}
-        if self.profile == "llama.cpp-server" and route == ("GET", "/props"):
-            return {"total_slots": s.get("slots", 1), "default_generation_settings": {"n_ctx": context}}
-        if self.profile == "llama.cpp-server" and route == ("GET", "/slots"):
-            return [{"id": i, "n_ctx": context, "is_processing": False} for i in range(s.get("slots", 1))]
-        return None
 
     def chat(self, body: dict) -> dict:
         messages = _messages(body)
@@ -148,7 +132,7 @@ class PeerServer:
         req = ChatRequest(self.engine.prompt(messages)[0], lora=lora,
                           salt=_optional_string(body, "cache_salt"), extra_key=_optional_string(body, "extra_key"),
                           lora_path=None if lora is None else self.engine.lora_paths[lora],
-                          skip_prefix_cache=self.profile == "vllm-apc" and _skips_reading(body))
+                          skip_prefix_cache=self.served.read_bypass and _skips_reading(body))
         n = len(req.ids)
         if n + max_tokens > self.engine.cfg["max_input_len"]:
             raise RequestError(400, f"{n} prompt tokens + max_tokens {max_tokens} exceed the context "
@@ -160,17 +144,20 @@ class PeerServer:
         return self._response(body, n, cached, out)
 
     def _adapter(self, body: dict):
-        if self.profile == "vllm-apc":
-            name = body.get("model", MODEL_NAME)
-        elif self.profile == "sglang-radix":
-            name = body.get("lora_path") or MODEL_NAME
-        elif self.profile == "trtllm-kv-reuse":
+        """The LoRA adapter a request names in the runtime's own field (vLLM: the model;
+        SGLang: lora_path; TensorRT-LLM: lora_request.lora_name), or None."""
+        field_name = self.served.lora_field
+        if field_name is None:
+            return None
+        if field_name == "lora_request":
             lora = body.get("lora_request")
             if lora is not None and not (isinstance(lora, dict) and isinstance(lora.get("lora_name"), str)):
                 raise RequestError(400, "lora_request must be an object with a string lora_name")
             name = MODEL_NAME if lora is None else lora["lora_name"]
+        elif field_name == "model":                # every request names a model: the base one or an adapter
+            name = body.get("model", MODEL_NAME)
         else:
-            return None
+            name = body.get(field_name) or MODEL_NAME
         if name in (MODEL_NAME, None):
             return None
         if name not in self.engine.loras:
@@ -178,6 +165,9 @@ class PeerServer:
         return name
 
     def _response(self, body: dict, n: int, cached: int, out: dict) -> dict:
+        """The completion as the real servers answer it: `usage.prompt_tokens` N (PEER-API-2) and
+        `prompt_tokens_details.cached_tokens` the cache's count (PEER-API-1), the sampled ids in
+        `logprobs.content[k]` (PEER-TOK-2)."""
         self.count += 1
         as_ids = body.get("return_tokens_as_token_ids") is True
         content = [{"id": t, "token": f"token_id:{t}" if as_ids else self.engine.text.token_entry(t)[0],
@@ -194,7 +184,7 @@ class PeerServer:
             "usage": {"prompt_tokens": n, "completion_tokens": g, "total_tokens": n + g,
                       "prompt_tokens_details": {"cached_tokens": cached}},
         }
-        if self.profile == "llama.cpp-server":
+        if self.served.timings:                        # PEER-LCPP-3: the native counts agree with cached_tokens
             response["timings"] = {"cache_n": cached, "prompt_n": n - out["reused"], "predicted_n": g}
         return response
 
@@ -333,12 +323,15 @@ def make_peer(profile: str, engine_dir: str | None = None, tokenizer: str | None
     from .peer_engine import PeerEngine
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r} (one of {', '.join(PROFILES)})")
-    cls = cache_class or CACHES[profile]
+    served = SERVED[profile]
+    cls = cache_class or served.cache
     unknown = set(settings or {}) - set(cls.settings)
     if unknown:
         raise ValueError(f"{profile} has no setting {sorted(unknown)[0]!r} (settings: {', '.join(cls.settings) or 'none'})")
-    engine = PeerEngine(engine_dir or build_default_engine(tokenizer or DEFAULT_TOKENIZER, LOADERS[profile]), device)
-    return PeerServer(profile, engine, cls(**(settings or {})))
+    cache = cls(**(settings or {}))
+    engine = PeerEngine(engine_dir or build_default_engine(tokenizer or DEFAULT_TOKENIZER, served.tokenizer_loader),
+                        device)
+    return PeerServer(profile, engine, cache)
 
 
 def main(args) -> int:

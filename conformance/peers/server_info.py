@@ -6,7 +6,8 @@ adapters and `max_model_len` in `/v1/models`; SGLang its server arguments in
 `/get_server_info`; llama.cpp its slots and context in `/props`. What the server publishes is
 used where the user gave nothing, and a `--peer-setting` that contradicts it is bad input:
 judged against the wrong block size, every count of a correct server would FAIL with no hint
-why.
+why. Where each profile's server publishes what is data, the profile's own (`Published` in
+reference/peer_profile.py): this module reads documents, labels and fields, never a profile's name.
 
     facts = read_facts(client, profile, model)    # never raises for a missing endpoint
     settings, origin = merge_settings(profile, given, facts)
@@ -17,13 +18,14 @@ import re
 from dataclasses import dataclass, field
 
 from ..judge import peer_oracle as oracle
+from ..judge.peer_oracle import Published
 
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
 from .. import KvconformError
 
-INFO_LINE = re.compile(r"^vllm:cache_config_info\{(?P<labels>.*)\}\s", re.MULTILINE)
+INFO_LINE = re.compile(r"^(?P<metric>[\w:]+)\{(?P<labels>.*)\}\s", re.MULTILINE)
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-SIZES = {"vllm-apc": "block_size", "sglang-radix": "page_size", "trtllm-kv-reuse": "tokens_per_block"}
+MODELS = "/v1/models"
 
 
 @dataclass
@@ -65,104 +67,120 @@ def _bool(value) -> bool | None:
     return {"true": True, "false": False}.get(str(value).strip().lower())
 
 
-def vllm_cache_config(text: str) -> dict:
-    """The labels of the first `vllm:cache_config_info` line of a Prometheus text, or {}."""
-    match = INFO_LINE.search(text or "")
-    return dict(LABEL.findall(match.group("labels"))) if match else {}
+def metric_labels(text: str, metric: str) -> dict:
+    """The labels of the first `metric{...}` line of a Prometheus text, or {}."""
+    for match in INFO_LINE.finditer(text or ""):
+        if match.group("metric") == metric:
+            return dict(LABEL.findall(match.group("labels")))
+    return {}
 
 
-def _models(client: OpenAIClient, facts: ServerFacts, model: str | None, adapters: bool = False) -> None:
-    """`max_model_len` of the served model; with `adapters` (vLLM, which lists each LoRA adapter
-    with its `parent` and the `root` it was loaded from) the adapters too."""
-    doc = _get(client, "/v1/models")
+def _not(value) -> bool | None:
+    flag = _bool(value)
+    return None if flag is None else not flag
+
+
+def _less_one(value) -> int | None:
+    count = _int(value)
+    return count - 1 if count and count > 1 else None
+
+
+CONVERT = {"int": _int, "bool": _bool, "not": _not, "less_one": _less_one}
+"""How a published raw value becomes a setting's (reference/peer_profile.py `Published.convert`)."""
+
+
+class _Pages:
+    """What one reading GETs from the server, each path once: JSON documents and texts."""
+
+    def __init__(self, client: OpenAIClient):
+        self.client, self.docs, self.texts = client, {}, {}
+
+    def doc(self, path: str):
+        if path not in self.docs:
+            self.docs[path] = _get(self.client, path)
+        return self.docs[path]
+
+    def text(self, path: str) -> str:
+        if path not in self.texts:
+            try:
+                self.texts[path] = self.client.get_text(path)
+            except (NotOffered, ServerFailure):
+                self.texts[path] = ""
+        return self.texts[path]
+
+    def raw(self, where: Published):
+        """The raw value a Published names (a label of a metric line, a dotted JSON field)."""
+        if where.metric is not None:
+            return metric_labels(self.text(where.path), where.metric).get(where.field)
+        value = self.doc(where.path)
+        for part in where.field.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return value
+
+
+def _models(doc, model: str | None) -> tuple[int | None, dict | None]:
+    """(`max_model_len` of the served model, adapters) of a `/v1/models` list: vLLM lists each
+    LoRA adapter with its `parent` and the `root` it was loaded from."""
     data = doc.get("data") if isinstance(doc, dict) else None
     if not isinstance(data, list):
-        return
+        return None, None
     entries = [d for d in data if isinstance(d, dict) and isinstance(d.get("id"), str)]
     base = [d for d in entries if d.get("parent") is None]
     served = next((d for d in base if d["id"] == model), base[0] if base else None)
-    if served is not None and _int(served.get("max_model_len")):
-        facts.context = _int(served["max_model_len"])
-    if adapters and any("parent" in d for d in entries):
-        facts.adapters = {d["id"]: str(d.get("root") or "") for d in entries if d.get("parent") is not None}
+    context = _int(served.get("max_model_len")) if served is not None else None
+    adapters = ({d["id"]: str(d.get("root") or "") for d in entries if d.get("parent") is not None}
+                if any("parent" in d for d in entries) else None)
+    return context or None, adapters
 
 
-def _publish(facts: ServerFacts, key: str, value, source: str) -> None:
-    if value is not None:
-        facts.settings[key], facts.sources[key] = value, source
-
-
-def _vllm(client: OpenAIClient, facts: ServerFacts, model: str | None) -> None:
-    _models(client, facts, model, adapters=True)
-    try:
-        labels = vllm_cache_config(client.get_text("/metrics"))
-    except (NotOffered, ServerFailure):
-        labels = {}
-    where = "GET /metrics vllm:cache_config_info"
-    _publish(facts, "block_size", _int(labels.get("block_size")), f"{where} block_size")
-    blocks = _int(labels.get("num_gpu_blocks"))
-    _publish(facts, "cache_blocks", blocks - 1 if blocks and blocks > 1 else None,
-             f"{where} num_gpu_blocks - 1 (block 0 is the null block)")
-    _publish(facts, "enable_prefix_caching", _bool(labels.get("enable_prefix_caching")),
-             f"{where} enable_prefix_caching")
-
-
-def _sglang(client: OpenAIClient, facts: ServerFacts, model: str | None) -> None:
-    _models(client, facts, model)
-    info = _get(client, "/get_server_info")
-    if not isinstance(info, dict):
-        return
-    where = "GET /get_server_info"
-    _publish(facts, "page_size", _int(info.get("page_size")), f"{where} page_size")
-    disabled = _bool(info.get("disable_radix_cache"))
-    _publish(facts, "radix_cache", None if disabled is None else not disabled, f"{where} disable_radix_cache")
-    _publish(facts, "pool_tokens", _int(info.get("max_total_num_tokens")), f"{where} max_total_num_tokens")
-    if facts.context is None and _int(info.get("context_length")):
-        facts.context = _int(info["context_length"])
-    loras = info.get("lora_paths")
-    if isinstance(loras, dict):
-        facts.adapters = {str(k): str(v) for k, v in loras.items()}
-    elif isinstance(loras, list) and all(isinstance(x, str) for x in loras):
-        facts.adapters = dict(x.partition("=")[::2] for x in loras)       # "name=path" or "path"
-
-
-def _llama(client: OpenAIClient, facts: ServerFacts, model: str | None) -> None:
-    props = _get(client, "/props")
-    if not isinstance(props, dict):
-        return
-    _publish(facts, "slots", _int(props.get("total_slots")), "GET /props total_slots")
-    settings = props.get("default_generation_settings")
-    if isinstance(settings, dict) and _int(settings.get("n_ctx")):
-        facts.context = _int(settings["n_ctx"])
-
-
-READERS = {"vllm-apc": _vllm, "sglang-radix": _sglang, "llama.cpp-server": _llama}
+def _adapters(value) -> dict | None:
+    """A server's list of LoRA adapters: {name: path}, or ["name=path" or "path", ...]."""
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    if isinstance(value, list) and all(isinstance(x, str) for x in value):
+        return dict(x.partition("=")[::2] for x in value)
+    return None
 
 
 def read_facts(client: OpenAIClient, profile: str, model: str | None = None) -> ServerFacts:
-    """Everything the server publishes that the profile uses; missing endpoints give nothing."""
-    facts = ServerFacts()
-    reader = READERS.get(profile)
-    if reader is not None:
-        reader(client, facts, model)
-    facts.settings = {k: v for k, v in facts.settings.items() if k in oracle.SETTINGS[profile]}
+    """Everything the server publishes that the profile uses (its PeerProfile says where);
+    missing endpoints give nothing."""
+    p, pages, facts = oracle.profile_of(profile), _Pages(client), ServerFacts()
+    for where in p.context:
+        context = _models(pages.doc(MODELS), model)[0] if where.path == MODELS else _int(pages.raw(where)) or None
+        if context is not None:
+            facts.context = context
+            break
+    if p.adapters is not None:
+        facts.adapters = (_models(pages.doc(MODELS), model)[1] if p.adapters.path == MODELS
+                          else _adapters(pages.raw(p.adapters)))
+    for name, where in p.published().items():
+        value = CONVERT[where.convert](pages.raw(where))
+        if value is not None:
+            facts.settings[name], facts.sources[name] = value, where.describe()
     facts.runtime = looks_like(client)
     return facts
 
 
 def looks_like(client: OpenAIClient) -> str | None:
-    """Which runtime's own endpoints the server answers (a run under the wrong profile says so)."""
-    props = _get(client, "/props")
-    if isinstance(props, dict) and ("total_slots" in props or "default_generation_settings" in props):
-        return "llama.cpp-server"
-    info = _get(client, "/get_server_info")
-    if isinstance(info, dict) and ("page_size" in info or "disable_radix_cache" in info):
-        return "sglang-radix"
-    try:
-        metrics = client.get_text("/metrics", limit=1 << 16)
-    except (NotOffered, ServerFailure):
-        metrics = ""
-    return "vllm-apc" if "vllm:" in metrics else None
+    """Which runtime's own endpoints the server answers (a run under the wrong profile says so):
+    the first profile whose `signature` fits."""
+    pages = _Pages(client)
+    for p in oracle.PEER_PROFILES.values():
+        sig = p.signature
+        if sig is None:
+            continue
+        if sig.text is not None:
+            try:
+                found = sig.text in client.get_text(sig.path, limit=1 << 16)
+            except (NotOffered, ServerFailure):
+                found = False
+        else:
+            doc = pages.doc(sig.path)
+            found = isinstance(doc, dict) and any(k in doc for k in sig.keys)
+        if found:
+            return p.name
+    return None
 
 
 def merge_settings(profile: str, given: dict, facts: ServerFacts) -> tuple[dict, dict]:
@@ -179,7 +197,7 @@ def merge_settings(profile: str, given: dict, facts: ServerFacts) -> tuple[dict,
     except oracle.PeerProfileError as e:
         raise KvconformError(f"--peer-setting: {e} (as the server publishes it)") from None
     origin = {k: "given" if k in given else facts.sources.get(k, "default") for k in settings}
-    size = SIZES.get(profile)
+    size = oracle.profile_of(profile).unit
     if size and facts.context is not None and settings[size] > facts.context:
         raise KvconformError(f"--peer-setting {size}={settings[size]} exceeds the server's context of "
                              f"{facts.context} tokens: no prompt could fill one block")

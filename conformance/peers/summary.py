@@ -92,7 +92,9 @@ def peer_summary_markdown(doc: dict, results: list) -> str:
             lines += [f"### `{r.id}`: {r.verdict}", ""]
             if r.reason:
                 lines += [r.reason, ""]
-            lines += [f"- {f.line()}" for f in r.failures[:12]]
+            for f in r.failures[:12]:
+                lines.append(f"- {f.line()}")
+                lines += [f"  - {step}" for step in f.chain_lines()]   # the oracle's steps that decided it
             if r.evidence:
                 lines += ["", f"Every request and response of the case: `{r.evidence}/transcript.json`"]
             if r.rerun:

@@ -16,9 +16,6 @@ from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
 from .. import KvconformError
 from . import PEER_PROFILES
 
-LOADERS = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto",
-           "trtllm-kv-reuse": "transformers-auto"}
-
 
 class TokenMismatch(Exception):
     """The kit and the server tokenize a prompt differently: no count of it can be judged."""
@@ -27,12 +24,12 @@ class TokenMismatch(Exception):
 class TokenSource:
     def __init__(self, client: OpenAIClient, profile: str, tokenizer: str | None):
         self.client, self.profile = client, profile
-        self.crosscheck = PEER_PROFILES[profile]["crosscheck"]
+        self.crosscheck = PEER_PROFILES[profile].crosscheck
         self.kit = None
         if tokenizer is not None:
             from ..judge.oracle import load_hf_tokenizer
             try:
-                self.kit = load_hf_tokenizer(tokenizer, LOADERS[profile])
+                self.kit = load_hf_tokenizer(tokenizer, PEER_PROFILES[profile].tokenizer_loader)
             except (OSError, ValueError) as e:
                 raise KvconformError(f"--tokenizer: {e}", tokenizer) from None
             if self.kit.chat_template is None:

@@ -213,21 +213,18 @@ def _scalar(value):
 
 # --- peer servers --------------------------------------------------------------------------------
 
-BLOCK_SETTINGS = (("block_size", "block"), ("tokens_per_block", "block"), ("page_size", "page"))
-
-
 def peer_page_map(profile: str, settings: dict, steps: list) -> dict:
     """The block map of a peer case: per request its prompt length N, the cached tokens the peer
     oracle predicted and the server reported, and the most a count may be (the profile's count
     function at a full match: the N - 1 cap, in whole blocks where the profile counts blocks)."""
-    size, unit = next(((settings[k], unit) for k, unit in BLOCK_SETTINGS if isinstance(settings.get(k), int)),
-                      (1, "token"))
+    p = peers.profile_of(profile)
+    size, unit = (settings[p.unit], p.unit_name) if isinstance(settings.get(p.unit), int) else (1, "token")
     rows = []
     for step in steps[:MAX_REQUESTS]:
         n = step.get("prompt_tokens")
         predicted, reported = step.get("predicted"), step.get("reported")
         row = {"request": step.get("request"), "n": n, "predicted": predicted, "reported": reported,
-               "cap": peer_cap(profile, settings, n) if isinstance(n, int) else None,
+               "cap": p.full_match(settings, n) if isinstance(n, int) else None,
                "fields": {k: _scalar(v) for k, v in (step.get("fields") or {}).items()}}
         row["first_difference"] = (
             {"what": "cached_tokens", "position": min(predicted, reported), "page": min(predicted, reported) // size,
@@ -236,17 +233,3 @@ def peer_page_map(profile: str, settings: dict, steps: list) -> dict:
         rows.append(row)
     return {"unit": unit, "size": size, "profile": profile, "requests": rows}
 
-
-def peer_cap(profile: str, settings: dict, n: int) -> int | None:
-    """The count a prompt of n tokens gets when all of it is cached: the profile's own count
-    function (reference/peers.py) at a full match."""
-    if profile == "llama.cpp-server":
-        ids = list(range(n))
-        return peers.llama_cpp_cached(ids, ids)
-    if profile == "vllm-apc" and isinstance(settings.get("block_size"), int):
-        return peers.vllm_cached(n, n, settings["block_size"], eagle=bool(settings.get("eagle")))
-    if profile == "sglang-radix" and isinstance(settings.get("page_size"), int):
-        return peers.sglang_cached(n, n, settings["page_size"])
-    if profile == "trtllm-kv-reuse":
-        return peers.trtllm_cached(n, n)
-    return None

@@ -39,6 +39,15 @@ def print_verdicts(report: Report) -> str:
     return problems
 
 
+def print_explanation(results: list) -> None:
+    """Under the problems: the oracle's steps that decided the first mismatch (the Edge-LLM
+    oracle's or a peer oracle's decision trace, oldest step first), where it has any."""
+    failed = next((r for r in results if r.first_failure() is not None and r.first_failure().chain), None)
+    if failed is not None:
+        print(f"\nwhy the oracle expects what {failed.id} missed (its decision trace, oldest step first):")
+        print("\n".join(f"  {step}" for step in failed.first_failure().chain_lines()))
+
+
 def report_files(report: Report) -> str:
     return f"report in {report.folder}/ (report.json, junit.xml, summary.md)"
 

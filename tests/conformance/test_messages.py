@@ -82,10 +82,14 @@ def test_run_help_lists_each_option_under_its_own_concern():
 
 
 def test_the_radix_explanation_does_not_call_a_page_count_the_common_prefix():
-    from conformance.peers.judge import explain
     from reference import peers
-    sim = peers.simulator("sglang-radix", {"page_size": 16})
-    first = peers.PeerRequest(list(range(40)))
-    sim.commit(first, [99])
-    why = explain("sglang-radix", sim, peers.PeerRequest(list(range(40)) + [7]))
-    assert "longest common prefix" not in why and "share 32 ids" in why and "whole pages of 16" in why
+    trace = peers.PeerTrace()
+    sim = peers.simulator("sglang-radix", {"page_size": 16}, trace=trace)
+    trace.begin(0)
+    sim.commit(peers.PeerRequest(list(range(40))), [99])
+    trace.begin(1)
+    assert sim.predict(peers.PeerRequest(list(range(40)) + [7])) == 32
+    head, steps = trace.explained(1)
+    assert head.rule == "PEER-SGL-1" and "longest common prefix" not in head.why
+    assert "= 16 * floor(32 / 16) = 32" in head.why and "whole pages of 16" in head.why
+    assert [s.rule for s in steps] == ["PEER-SGL-3", "PEER-SGL-4", "PEER-SGL-1"]

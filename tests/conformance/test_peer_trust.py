@@ -13,17 +13,16 @@ from conformance.adapters.openai import OpenAIClient
 from faulty_backends.servers import SERVER_VARIANTS
 from conformance.peers.run_case import PeerContext, run_case
 from conformance.peers.scenarios import PeerCase, Step, chat
-from conformance.peers.server_info import ServerFacts, read_facts, vllm_cache_config
+from conformance.peers.server_info import ServerFacts, metric_labels, read_facts
 from conformance.peers.summary import PeerReport
 from conformance.peers.tokens import TokenSource
 from conformance.judge.verdicts import CaseResult, Verdict
 from gpu_backend.serve import make_peer
-from reference.peers import check_settings
+from reference.peers import PEER_PROFILES, check_settings
 
 from tests.helpers.peer_servers import PHI3, build_engine, run_peers, serving
 
-LOADER = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto", "sglang-radix": "transformers-auto",
-          "trtllm-kv-reuse": "transformers-auto"}
+LOADER = {name: p.tokenizer_loader for name, p in PEER_PROFILES.items()}
 SIZE = {"vllm-apc": "block_size", "sglang-radix": "page_size", "trtllm-kv-reuse": "tokens_per_block"}
 
 
@@ -64,9 +63,10 @@ def test_the_metrics_line_of_a_real_vllm_is_parsed():
     text = ('# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{_block_size_resolved="True",'
             'block_size="32",enable_prefix_caching="True",engine="0",num_gpu_blocks="65",'
             'num_gpu_blocks_override="65",prefix_caching_hash_algo="sha256"} 1.0\n')
-    labels = vllm_cache_config(text)
+    labels = metric_labels(text, "vllm:cache_config_info")
     assert labels["block_size"] == "32" and labels["num_gpu_blocks"] == "65"
-    assert vllm_cache_config("vllm:other 1\n") == {}
+    assert metric_labels("vllm:other 1\n", "vllm:cache_config_info") == {}
+    assert metric_labels('vllm:other{block_size="8"} 1\n' + text, "vllm:cache_config_info")["block_size"] == "32"
 
 
 def one_line_exit_2(capsys, words: str, *argv):
@@ -217,8 +217,9 @@ def test_a_server_with_prefix_caching_off(engines, tmp_path):
     assert case["verdict"] == "NOT_SUPPORTED" and "enable_prefix_caching is false" in case["reason"]
 
     class SaysOffCachesAnyway(BlockCache):
-        def published(self) -> dict:
-            return {**super().published(), "enable_prefix_caching": False}
+        def pages(self, context: int) -> dict:
+            return {route: text.replace('enable_prefix_caching="True"', 'enable_prefix_caching="False"')
+                    for route, text in super().pages(context).items()}
     liar = make_peer("vllm-apc", engines["transformers-auto"], cache_class=SaysOffCachesAnyway)
     with serving(liar) as url:
         rc, report = run_peers(url, "vllm-apc", tmp_path, "-k", "reuse/replay")

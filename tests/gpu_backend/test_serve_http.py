@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from gpu_backend.serve import CACHES, PeerServer
+from gpu_backend.peer_cache import SERVED
+from gpu_backend.serve import PeerServer
 
 from tests.helpers.peer_servers import serving
 
@@ -21,7 +22,7 @@ class _NoEngine:
 
 @pytest.fixture
 def url():
-    with serving(PeerServer("vllm-apc", _NoEngine(), CACHES["vllm-apc"]())) as u:
+    with serving(PeerServer("vllm-apc", _NoEngine(), SERVED["vllm-apc"].cache())) as u:
         yield u
 
 

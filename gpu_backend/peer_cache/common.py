@@ -1,0 +1,39 @@
+"""What the bundled server's peer caches share: a request as a cache sees it, the KV of
+consecutive cached pieces joined, a tree walk and the longest common prefix.
+"""
+from dataclasses import dataclass, field
+
+
+def concat_kv(parts: list):
+    """The KV of consecutive cached pieces, [layers, 2, tokens, kv heads, head dim], joined on
+    tokens (torch is imported here: the command line reads SERVED without loading it)."""
+    import torch
+    return torch.cat(parts, dim=2)
+
+
+def walk(root):
+    """Every node of a tree whose nodes keep their children in `.children` (a dict), root first."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.children.values())
+
+
+@dataclass
+class ChatRequest:
+    ids: list
+    lora: str | None = None
+    salt: str | None = None
+    extra_key: str | None = None
+    extras: dict = field(default_factory=dict)
+    lora_path: str | None = None
+    skip_prefix_cache: bool = False
+
+
+def shared_prefix(a, b) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
