@@ -194,8 +194,6 @@ def _check_files(raw: dict, config: dict, engine_dir: str, source: str, bundled:
                                  f"(named by {source})", engine_dir)
         if isinstance(path, str):
             adapters[name] = os.path.join(engine_dir, path)
-    if weights:
-        _check_weights(raw, os.path.join(engine_dir, weights), adapters, source)
     tok = config.get("tokenizer")
     if isinstance(tok, dict):
         for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -203,6 +201,8 @@ def _check_files(raw: dict, config: dict, engine_dir: str, source: str, bundled:
                 raise KvconformError(f"the tokenizer folder {tok['files']} named by {source} has no {name} "
                                      "(TOK-HF-1)", engine_dir)
         _check_tokenizer(tok, source)
+    if weights:                    # last: the files are there; now what their headers say
+        _check_weights(raw, os.path.join(engine_dir, weights), adapters, source)
 
 
 def _check_weights(raw: dict, weights: str, adapters: dict, source: str) -> None:
