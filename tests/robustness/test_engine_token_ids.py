@@ -57,7 +57,7 @@ def _oracle_refuses(config: dict) -> str | None:
 def _backend_refuses(config: dict, folder: Path) -> str | None:
     from gpu_backend.errors import BackendInputError
     from gpu_backend.hf_prompt import EngineTextError, HFText
-    from gpu_backend.runtime import load_engine_config
+    from gpu_backend.engine_config import load_engine_config
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(config))
     try:
