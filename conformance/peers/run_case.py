@@ -21,7 +21,7 @@ from ..judge.verdicts import CaseResult, Failure, Verdict
 from ..report.pagemap import peer_page_map
 from . import PEER_PROFILES
 from .feedback import choose_answer
-from .judge import USAGE, judge_count, judge_timings, read_count
+from .judge import USAGE, count_missing, judge_count, judge_timings, read_count
 from .scenarios import Answer, PeerCase, Unsupported, unit
 from .server_info import ServerFacts
 from .tokens import TokenMismatch, TokenSource
@@ -236,7 +236,8 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
             result.add(f)
         rows.append({"request": k, "prompt_tokens": len(ids), "predicted": predicted,
                      "reported": reported, "fields": fields, "sampled_ids": completion.sampled_ids,
-                     **({"reuse": True} if step.reuse else {}), **shared})
+                     **({"reuse": True} if step.reuse else {}), **({"count_missing": True} if count_missing(failures)
+                                                                    else {}), **shared})
         if reported is not None:
             if predicted is None:
                 result.add(Failure("PEER-TOK-2", USAGE, None, reported, unknown, k, Verdict.NOT_SUPPORTED))

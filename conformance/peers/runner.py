@@ -27,7 +27,7 @@ from ..report.folder import EVIDENCE_SUFFIX, claim_report_folder, safe_name, wri
 from ..run.interrupts import raise_pending
 from ..run.loop import exit_code, print_explanation, print_verdicts, report_files, stop_interrupted
 from .run_case import PeerContext, run_case
-from .server_info import merge_settings, read_facts
+from .server_info import describe_settings, merge_settings, read_facts, unread_pages
 from .scenarios import cases as build_cases
 from .summary import PeerReport, peer_note
 from .tokens import TokenSource
@@ -160,6 +160,11 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
         print(f"kvconform run: warning: the server's API looks like {facts.runtime}, not {profile}: the --profile "
               "may be wrong", file=sys.stderr)
     settings, origin = merge_settings(profile, given, facts)
+    for line in unread_pages(facts, given):
+        print(f"kvconform run: warning: {line}", file=sys.stderr)
+    print(f"kvconform run: {profile} settings, each with where it came from:", file=sys.stderr)
+    for line in describe_settings(settings, origin, facts):
+        print(f"  {line}", file=sys.stderr)
     tokens = TokenSource(client, profile, args.tokenizer)
     problem = tokens.usable()
     if problem:
@@ -178,6 +183,7 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
     report = PeerReport(Path(args.report), "openai", None, {**client.describe(), **tokens.describe()}, options,
                     profile=profile)
     report.doc["peer"] = {"profile": profile, "settings": settings, "settings_origin": origin,
+                          "settings_said": describe_settings(settings, origin, facts),
                           "server": facts.describe(), "version": oracle.PEER_PROFILES_VERSION,
                           "spec": "spec/peer-profiles.md", "token_source": tokens.describe()}
     ctx = PeerContext(client, tokens, profile, settings, facts)
