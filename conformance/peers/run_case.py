@@ -211,6 +211,7 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
                           f"{step.max_tokens}, more than the server's context of {context} tokens: not sent")
             return
         req = oracle.PeerRequest(ids, step.lora, step.salt, step.extra_key,
+                                 images=[oracle.ImageItem(*image) for image in ctx.tokens.images_of(messages, ids)],
                                  lora_path=(ctx.facts.adapters or {}).get(step.lora) if step.lora else None,
                                  skip_prefix_cache=step.skip_read)
         trace.begin(k)

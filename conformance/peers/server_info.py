@@ -141,11 +141,12 @@ class _Pages:
         return self.texts[path]
 
     def missing(self, where: Published) -> str:
-        """Why `where` gave no value: its page failed, or the page lacks the value."""
+        """Why `where` gave no value: its page failed, the page lacks the value, or says "not set"."""
         if where.path in self.failed:
             return f"GET {where.path} could not be read: {self.failed[where.path]}"
         what = f"{where.metric} {where.field}" if where.metric else where.field
-        return f"GET {where.path} has no {what}"
+        raw = self.raw(where)
+        return f"GET {where.path} has no {what}" if raw is None else f"GET {where.path} {what} is {_raw(raw)}: not set"
 
     def raw(self, where: Published):
         """The raw value a Published names (a label of a metric line, a dotted JSON field)."""

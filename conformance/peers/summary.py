@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..report.document import Report
 from ..report.tables import problems_table, verdict_table
 from ..judge.peer_oracle import PEER_PROFILES
-from ..judge.verdicts import Verdict
+from ..judge.verdicts import JUDGED, Verdict
 from .judge import USAGE
 
 NOT_FOR_PEERS = ("outputs_judged_against", "reference_checked")
@@ -40,6 +40,13 @@ class PeerReport(Report):
             if summary["headline"] == "NOT CONFORMANT" and all(
                     r.verdict in (Verdict.ERROR, Verdict.NOT_SUPPORTED) for r in self.results):
                 summary["headline"], summary["conformant"] = "NOTHING JUDGED", False
+        vision = (doc.get("peer") or {}).get("vision")
+        if vision:
+            images = [r for r in self.results if r.id.startswith("images/")]
+            if not any(r.verdict in JUDGED for r in images):
+                why = vision.get("images_not_judged") or next(
+                    (r.reason for r in images if r.reason), "no image case ran (a selection without them)")
+                summary["vision_text_only"] = {"processor": vision.get("processor"), "why": why}
         token = (doc.get("peer") or {}).get("token_source") or {}
         summary["prompt_ids_from"] = "kit tokenizer" if token.get("kit_tokenizer") else "server tokenization"
         return doc
@@ -61,6 +68,9 @@ def peer_clauses(summary: dict) -> list:
         out.append("every case NOT_SUPPORTED or no judged count predicted above 0: a server that caches "
                    "nothing would have passed" if summary.get("judged") else "every case NOT_SUPPORTED: "
                    "nothing was judged")
+    text_only = summary.get("vision_text_only")
+    if text_only:
+        out.append(f"a vision model ({text_only['processor']}) judged on text only: {text_only['why']}")
     if summary.get("prompt_ids_from") == "server tokenization" and summary.get("judged"):
         out.append("prompt ids from the server's own tokenization: PEER-TOK-1 checked nothing (pass --tokenizer)")
     return out
