@@ -389,73 +389,6 @@ def _extra_keys(key_rule, count, ids, U):
                      Step(prompt, extra_key="k1", reuse=True)])
 
 
-def _slots(count, ids, settings, U):
-    """One slot: A, B, A (PEER-LCPP-4); several: the least recently used slot (PEER-LCPP-5)."""
-    return _one_slot(count) if settings["slots"] == 1 else _slots_lru(count, settings["slots"])
-
-
-def _trt_blocks(count, ids, settings, U):
-    return Unsupported("eviction/trt-blocks", "eviction", _rules(count, "PEER-TRT-6"),
-                       "trtllm-serve offers no cache reset, so a case cannot start from an empty block pool and "
-                       "which blocks an eviction takes is unknown (PEER-TRT-6 is checked by the oracle's unit "
-                       "tests only)")
-
-
-def _one_slot(count):
-    a = chat(SYSTEM + " " + filler(30, 19), QUESTIONS[0])
-    b = chat("Reply in one word. " + filler(20, 23), QUESTIONS[1])
-    return PeerCase("eviction/one-slot", "eviction",
-                    "prompt A, an unrelated prompt B, then A again: one slot keeps only B",
-                    _rules(count, "PEER-LCPP-4"), [Step(a), Step(b), Step(a, reuse=True)])
-
-
-def _slots_lru(count, slots: int):
-    """One more unrelated prompt than there are slots, then the second and the first again:
-    each unrelated prompt takes the least recently used slot, so the first prompt's slot was
-    taken by the last one, the second's survived (PEER-LCPP-5)."""
-    heads = ["Reply in one word.", "Think step by step.", "You are terse.", "Answer in French.", "Be polite."]
-    prompts = [chat(heads[k % len(heads)] + " " + str(k) + " " + filler(20, 71 + 7 * k), QUESTIONS[k % 4])
-               for k in range(slots + 1)]
-    steps = [Step(p) for p in prompts] + [Step(prompts[1], reuse=True), Step(prompts[0], reuse=True)]
-    return PeerCase("eviction/slots-lru", "eviction", f"{slots + 1} unrelated prompts on {slots} slots, then the "
-                    "second and the first again: the least recently used slot is taken", _rules(count, "PEER-LCPP-5"),
-                    steps, {"slots": slots})
-
-
-def _lru_blocks(count, ids, settings, U):
-    """Three unrelated prompts of m full blocks and a partial one, 2(m + 1) <= K, then the
-    first and the last again. Which blocks of A survive B and C depends on where each request's
-    partial block goes when it is freed (PEER-VLLM-5): the head of the free queue, not the tail."""
-    case_id, rules = "eviction/lru-blocks", _rules(count, "PEER-VLLM-5")
-    K, B = settings["cache_blocks"], settings["block_size"]
-    if K is None:
-        return Unsupported(case_id, "eviction", rules, "the server's cache size is not known: pass "
-                           "--peer-setting cache_blocks=K (its usable KV blocks) to judge eviction")
-    m = K // 2 - 1
-    size = m * B + B // 2
-    if m < 1 or B < 2:
-        return Unsupported(case_id, "eviction", rules, f"cache_blocks={K} of {B} tokens is too small to lay three "
-                           "prompts of a full block and a partial one out")
-    if size > MAX_EVICTION_TOKENS:
-        return Unsupported(case_id, "eviction", rules, f"cache_blocks={K} of {B} tokens needs prompts of about "
-                           f"{size} tokens to evict; this case writes at most {MAX_EVICTION_TOKENS}")
-    heads = ((SYSTEM, 29), ("Reply in one word.", 31), ("Think step by step.", 37))
-    steps = []
-    for k, (head, seed) in enumerate(heads):
-        def make(n, head=head, seed=seed, k=k):
-            return [{"role": "system", "content": head + " " + filler(n, seed)},
-                    {"role": "user", "content": QUESTIONS[k]}]
-        messages = make(at_least(make, ids, size))
-        steps.append(Step(messages))
-    a, b, c = steps
-    lengths = [len(ids(x.messages)) for x in steps]
-    return PeerCase(case_id, "eviction",
-                    f"prompts A, B, C of {m} full blocks and a partial one ({K} blocks of {B}), then A and C again: "
-                    "the partial blocks freed to the head of the free queue are taken first", rules,
-                    [a, b, c, Step(a.messages, reuse=True), Step(c.messages, reuse=True)],
-                    {"cache_blocks": K, "block_size": B, "prompt_tokens_intended": size, "prompt_tokens": lengths})
-
-
 # --- images: the same image, another image, another position, across a block boundary -------------
 
 IMAGE_CASES = ("images/same-image", "images/another-image", "images/another-position", "images/across-boundary")
@@ -549,6 +482,73 @@ def _across_boundary(rules, ids, U, token):
                     list(rules), [Step(a), Step(b, reuse=True), Step(a, reuse=True)],
                     {"unit": U, "image_start_intended": target, "image_start": start, "image_tokens": length,
                      "prompt_tokens": len(ids(a))})
+
+
+def _slots(count, ids, settings, U):
+    """One slot: A, B, A (PEER-LCPP-4); several: the least recently used slot (PEER-LCPP-5)."""
+    return _one_slot(count) if settings["slots"] == 1 else _slots_lru(count, settings["slots"])
+
+
+def _trt_blocks(count, ids, settings, U):
+    return Unsupported("eviction/trt-blocks", "eviction", _rules(count, "PEER-TRT-6"),
+                       "trtllm-serve offers no cache reset, so a case cannot start from an empty block pool and "
+                       "which blocks an eviction takes is unknown (PEER-TRT-6 is checked by the oracle's unit "
+                       "tests only)")
+
+
+def _one_slot(count):
+    a = chat(SYSTEM + " " + filler(30, 19), QUESTIONS[0])
+    b = chat("Reply in one word. " + filler(20, 23), QUESTIONS[1])
+    return PeerCase("eviction/one-slot", "eviction",
+                    "prompt A, an unrelated prompt B, then A again: one slot keeps only B",
+                    _rules(count, "PEER-LCPP-4"), [Step(a), Step(b), Step(a, reuse=True)])
+
+
+def _slots_lru(count, slots: int):
+    """One more unrelated prompt than there are slots, then the second and the first again:
+    each unrelated prompt takes the least recently used slot, so the first prompt's slot was
+    taken by the last one, the second's survived (PEER-LCPP-5)."""
+    heads = ["Reply in one word.", "Think step by step.", "You are terse.", "Answer in French.", "Be polite."]
+    prompts = [chat(heads[k % len(heads)] + " " + str(k) + " " + filler(20, 71 + 7 * k), QUESTIONS[k % 4])
+               for k in range(slots + 1)]
+    steps = [Step(p) for p in prompts] + [Step(prompts[1], reuse=True), Step(prompts[0], reuse=True)]
+    return PeerCase("eviction/slots-lru", "eviction", f"{slots + 1} unrelated prompts on {slots} slots, then the "
+                    "second and the first again: the least recently used slot is taken", _rules(count, "PEER-LCPP-5"),
+                    steps, {"slots": slots})
+
+
+def _lru_blocks(count, ids, settings, U):
+    """Three unrelated prompts of m full blocks and a partial one, 2(m + 1) <= K, then the
+    first and the last again. Which blocks of A survive B and C depends on where each request's
+    partial block goes when it is freed (PEER-VLLM-5): the head of the free queue, not the tail."""
+    case_id, rules = "eviction/lru-blocks", _rules(count, "PEER-VLLM-5")
+    K, B = settings["cache_blocks"], settings["block_size"]
+    if K is None:
+        return Unsupported(case_id, "eviction", rules, "the server's cache size is not known: pass "
+                           "--peer-setting cache_blocks=K (its usable KV blocks) to judge eviction")
+    m = K // 2 - 1
+    size = m * B + B // 2
+    if m < 1 or B < 2:
+        return Unsupported(case_id, "eviction", rules, f"cache_blocks={K} of {B} tokens is too small to lay three "
+                           "prompts of a full block and a partial one out")
+    if size > MAX_EVICTION_TOKENS:
+        return Unsupported(case_id, "eviction", rules, f"cache_blocks={K} of {B} tokens needs prompts of about "
+                           f"{size} tokens to evict; this case writes at most {MAX_EVICTION_TOKENS}")
+    heads = ((SYSTEM, 29), ("Reply in one word.", 31), ("Think step by step.", 37))
+    steps = []
+    for k, (head, seed) in enumerate(heads):
+        def make(n, head=head, seed=seed, k=k):
+            return [{"role": "system", "content": head + " " + filler(n, seed)},
+                    {"role": "user", "content": QUESTIONS[k]}]
+        messages = make(at_least(make, ids, size))
+        steps.append(Step(messages))
+    a, b, c = steps
+    lengths = [len(ids(x.messages)) for x in steps]
+    return PeerCase(case_id, "eviction",
+                    f"prompts A, B, C of {m} full blocks and a partial one ({K} blocks of {B}), then A and C again: "
+                    "the partial blocks freed to the head of the free queue are taken first", rules,
+                    [a, b, c, Step(a.messages, reuse=True), Step(c.messages, reuse=True)],
+                    {"cache_blocks": K, "block_size": B, "prompt_tokens_intended": size, "prompt_tokens": lengths})
 
 
 OWN_CASES = {"eviction/slots": _slots, "reuse/read-bypass": _read_bypass, "eviction/lru-blocks": _lru_blocks,
