@@ -41,6 +41,8 @@ def vllm_extra_keys(request: PeerRequest, block: int, block_size: int) -> tuple:
 def vllm_block_keys(ids, block_size: int, request: PeerRequest | None = None) -> list:
     """PEER-VLLM-1: one key per full block, each the hash of the previous key, the block's ids
     and its extra keys (PEER-VLLM-2). A partial last block has no key."""
+    if hasattr(request, "block_keys"):       # hook: keys a trace replay computed (reference/replay.py, SIM-KEY-2)
+        return request.block_keys(len(ids) // block_size)
     request = request or PeerRequest(list(ids))
     keys, parent = [], "none"
     for block in range(len(ids) // block_size):
@@ -360,7 +362,7 @@ PROFILE = PeerProfile(
     count_rule="PEER-VLLM-3", after_rule="PEER-VLLM-4", key_rule="PEER-VLLM-2",
     make=_make, full_match=lambda s, n: vllm_cached(n, n, s["block_size"], s["eagle"]),
     tokenizer_loader="transformers-auto", reset="/reset_prefix_cache", crosscheck="tokenize-messages",
-    lora_field="model", features=frozenset({"salt", "lora"}),
+    lora_field="model", features=frozenset({"salt", "lora", "images"}),
     unit="block_size", unit_name="block", cases=("reuse/read-bypass", "eviction/lru-blocks"),
     context=(Published("/v1/models", "max_model_len"),), adapters=Published("/v1/models", "root"),
     signature=Signature(METRICS, text="vllm:"), report_hint="vLLM reports it with --enable-prompt-tokens-details",
