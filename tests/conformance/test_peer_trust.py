@@ -50,7 +50,7 @@ def test_sglang_page_size_and_llama_context_are_read(engines, tmp_path):
         client = OpenAIClient(url)
         facts = read_facts(client, "sglang-radix")
         client.close()
-    assert facts.settings == {"page_size": 4, "radix_cache": True} and facts.context == 4096
+    assert facts.settings == {"page_size": 4, "radix_cache": True, "version": "0.5.23"} and facts.context == 4096
     with serving(make_peer("llama.cpp-server", engines["tokenizers-raw"])) as url:
         client = OpenAIClient(url)
         facts = read_facts(client, "llama.cpp-server")
