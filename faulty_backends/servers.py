@@ -405,3 +405,15 @@ class EmptyExtraKeyApart(RadixCache):
     def namespace(self, req) -> tuple:
         key = "\0none" if req.extra_key is None else req.extra_key      # DEFECT: "" is not none
         return (key + (req.lora or ""), req.salt or None)
+
+
+@server_variant("sglang-eagle-keys-ids", (("eagle", True),))
+class EagleKeysIds(RadixCache):
+    """Keys its tree by token ids while it runs (and publishes) an EAGLE drafter.
+    Bug class: EAGLE keys (one more id matched than a bigram tree matches).
+    Violates: PEER-SGL-9.
+    Mirrors: a radix cache built without `is_eagle` (kv_cache_builder.py passes
+    `is_eagle=spec_algorithm.is_eagle()`; radix_cache.py RadixKey `is_bigram` then counts pairs)."""
+
+    def units(self, ids):
+        return list(ids)                                             # DEFECT: ids, not bigrams

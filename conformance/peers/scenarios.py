@@ -141,6 +141,8 @@ def cases(profile: str, settings: dict, ids, facts=None, images: str | None = No
     out (the image cases are then NOT_SUPPORTED with it), None when they can."""
     p = PEER_PROFILES[profile]
     count, after = p.count_rule, p.after_rule
+    if profile == "sglang-radix" and settings.get("eagle"):
+        count = "PEER-SGL-9"                         # bigram keys decide every count (the oracle's step says so)
     U = unit(profile, settings)
     out = [_replay(count, ids, U), _shared_system(count, ids, U), _feedback(count, after, ids, U)]
     for off in (-1, 0, 1):
