@@ -190,10 +190,13 @@ class PeerServer:
 
 
 def _setting(item: str, sep: str, value: str):
-    """A --setting value: N >= 1, true/false, or a number in [0, 1] (slot_prompt_similarity)."""
+    """A --setting value: N >= 1, true/false, a number in [0, 1] (slot_prompt_similarity), or a
+    list N,N,... (TensorRT-LLM's max_attention_window)."""
     from .errors import BackendInputError
     if sep and value.lower() in ("true", "false"):
         return value.lower() == "true"
+    if sep and "," in value and all(p.strip().isdigit() and int(p) >= 1 for p in value.split(",")):
+        return [int(p) for p in value.split(",")]
     if sep and value.isdigit() and int(value) >= 1:
         return int(value)
     try:
