@@ -132,12 +132,16 @@ class PeerServer:
         req = ChatRequest(self.engine.prompt(messages)[0], lora=lora,
                           salt=_optional_string(body, "cache_salt"), extra_key=_optional_string(body, "extra_key"),
                           lora_path=None if lora is None else self.engine.lora_paths[lora],
-                          skip_prefix_cache=self.served.read_bypass and _skips_reading(body))
+                          skip_prefix_cache=self.served.read_bypass and _skips_reading(body),
+                          retention=body.get("kv_cache_retention_config"))
         n = len(req.ids)
         if n + max_tokens > self.engine.cfg["max_input_len"]:
             raise RequestError(400, f"{n} prompt tokens + max_tokens {max_tokens} exceed the context "
                                     f"({self.engine.cfg['max_input_len']})")
-        cached, kv = self.cache.lookup(req)
+        try:
+            cached, kv = self.cache.lookup(req)
+        except ValueError as e:                        # a request field the cache refuses (a retention config)
+            raise RequestError(400, str(e)) from None
         out = self.engine.generate(req.ids, kv, max_tokens, req.lora, _logit_bias(body))
         sequence = req.ids + out["sampled"][:-1]
         self.cache.store(req, sequence, out["kv"], out["sampled"])
@@ -195,8 +199,9 @@ def _setting(item: str, sep: str, value: str):
     from .errors import BackendInputError
     if sep and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    if sep and "," in value and all(p.strip().isdigit() and int(p) >= 1 for p in value.split(",")):
-        return [int(p) for p in value.split(",")]
+    parts = value.strip("[]").split(",")
+    if sep and ("," in value or value.startswith("[")) and all(p.strip().isdigit() and int(p) >= 1 for p in parts):
+        return [int(p) for p in parts]
     if sep and value.isdigit() and int(value) >= 1:
         return int(value)
     try:

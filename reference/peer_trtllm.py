@@ -208,8 +208,9 @@ class WindowPool:
             block.priority, block.expiry = DEFAULT_PRIORITY, None
             self.queues.setdefault(DEFAULT_PRIORITY, []).append(b)
             if self.trace is not None:
-                self.trace.add("PEER-TRT-9", "expired", b, f"block {b}'s retention duration ran out: it goes back "
-                               f"to the default priority {DEFAULT_PRIORITY}, at the tail of its queue")
+                block.origin = self.trace.add("PEER-TRT-9", "expired", b, f"block {b}'s retention duration ran out: "
+                                              f"it goes back to the default priority {DEFAULT_PRIORITY}, at the tail "
+                                              "of its queue", causes=(block.origin,))
 
     # --- requests --------------------------------------------------------------------------------
     def predict(self, request: PeerRequest) -> int:
@@ -313,10 +314,27 @@ class WindowPool:
         elif self.reuse and self.trace is not None:
             self.trace.add("PEER-TRT-7", "stored", 0, "another request took a block this one let go out of its "
                            "window: nothing is stored")
+        freed = []
         for b in reversed(run.blocks[run.removed:]):
             self.blocks[b].refs -= 1
             if self.blocks[b].refs == 0:
                 self.free(b)
+                freed.append(b)
+        if self.trace is not None:
+            self._traced_priorities(freed)
+
+    def _traced_priorities(self, freed: list) -> None:
+        """PEER-TRT-8: freed blocks that wait at a priority of their own (a cause of what later
+        evictions spare or take)."""
+        for p in sorted({self.blocks[b].priority for b in freed} - {DEFAULT_PRIORITY}):
+            these = [b for b in freed if self.blocks[b].priority == p]
+            lasting = {self.blocks[b].duration for b in these} - {None}
+            step = self.trace.add("PEER-TRT-8", "freed", p, f"block(s) {', '.join(map(str, these))} go back to the "
+                                  f"free queue of retention priority {p}" + (f" for {min(lasting)} ms" if lasting else "")
+                                  + f" (the default is {DEFAULT_PRIORITY}; lower priorities are evicted first)",
+                                  causes=tuple({self.blocks[b].origin for b in these if self.blocks[b].origin}))
+            for b in these:
+                self.blocks[b].origin = step
 
     def store(self, keys: list, blocks: list) -> None:
         parent, matching, new = ROOT, True, []
@@ -352,6 +370,8 @@ class WindowPool:
             b, k = part[0]
             why += f" and block {b} in part ({k} token{'s' if k != 1 else ''}, partial reuse)"
         causes = [self.blocks[b].origin for b, _, _ in path[-1:]]
+        causes += [o for o in (self.blocks[b].origin for b, _, _ in path[:-1]) if o is not None and o not in causes
+                   and o.rule in ("PEER-TRT-8", "PEER-TRT-9")]
         rule = "PEER-TRT-3"
         if parent is not None and len(path) < len(keys) and keys[len(path)].tokens:
             key = keys[len(path)]
@@ -476,6 +496,22 @@ class TrtllmBlockPool:
     def release(self, held: Held, tokens: list | None = None) -> None:
         for w, pool in self.windows.items():
             pool.release(held.runs[w], tokens)
+        sequence = len(held.tokens if tokens is None else tokens) - 1
+        smallest = min(self.windows, key=lambda w: w or 1 << 40)
+        if self.trace is not None and smallest is not None and sequence >= smallest and held.main.valid:
+            self._traced_outgrown(held, sequence, smallest)
+
+    def _traced_outgrown(self, held: Held, sequence: int, window: int) -> None:
+        """PEER-TRT-7: a sequence that reached a sliding window is stored whole all the same."""
+        blocks = [b for b in held.main.blocks if self.main.blocks[b].origin is not None]
+        origins = {self.main.blocks[b].origin for b in blocks}
+        step = self.trace.add("PEER-TRT-7", "stored", sequence, f"the computed sequence ({sequence} tokens) reached "
+                              f"the sliding window of {window}: each window stores it whole all the same (blocks "
+                              "that leave a window go back to the free queue, and are still stored at release)",
+                              causes=tuple(o for o in origins if o.rule == "PEER-TRT-4"))
+        for b in blocks:
+            if self.main.blocks[b].origin in step.causes:
+                self.main.blocks[b].origin = step
 
     def commit(self, request: PeerRequest, sampled) -> None:
         self.release(self.hold(request, sampled))
@@ -519,9 +555,8 @@ PROFILE = PeerProfile(
     full_match=lambda s, n: trtllm_cached(n, n),
     tokenizer_loader="transformers-auto", reset=None, crosscheck=None, lora_field="lora_request",
     features=frozenset({"salt", "lora", "case_salt"}), unit="tokens_per_block", unit_name="block",
-    cases=("eviction/trt-blocks", "eviction/trt-priority", "eviction/trt-duration", "boundaries/trt-window"),
-    case_rules=lambda case_id, s: ["PEER-TRT-7"] if s.get("max_attention_window") and not case_id.startswith(
-        "boundaries/trt-window") else [],
+    cases=("eviction/trt-blocks", "eviction/trt-priority", "eviction/trt-duration", "boundaries/trt-window-W-1",
+           "boundaries/trt-window-W", "boundaries/trt-window-W+1"),
     context=(Published("/v1/models", "max_model_len"),),
     report_hint="trtllm-serve reports it with kv_cache_config.enable_block_reuse",
 )

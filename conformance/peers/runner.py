@@ -68,7 +68,7 @@ def _setting_value(profile: str, key: str, text: str, item: str):
     if kind == "count" and text.lower() in ("none", "unbounded"):
         return None
     if kind == "sizes":
-        parts = text.split(",")
+        parts = text.strip("[]").split(",")
         if not all(p.strip().isdigit() and len(p.strip()) <= 12 for p in parts):
             raise KvconformError(f"--peer-setting {item!r}: expected {key}=N[,N...] with integers N")
         return [int(p) for p in parts]

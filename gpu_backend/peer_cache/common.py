@@ -29,6 +29,8 @@ class ChatRequest:
     extras: dict = field(default_factory=dict)
     lora_path: str | None = None
     skip_prefix_cache: bool = False
+    retention: dict | None = None
+    """TensorRT-LLM's `kv_cache_retention_config` body field, as the request sent it."""
 
 
 def shared_prefix(a, b) -> int:

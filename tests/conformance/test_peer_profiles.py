@@ -31,6 +31,8 @@ def settings_args(settings: dict) -> list:
     ("vllm-apc", {"block_size": 16, "cache_blocks": 24}),
     ("sglang-radix", {"page_size": 4, "pool_tokens": 600}),
     ("trtllm-kv-reuse", {"tokens_per_block": 16}),
+    ("trtllm-kv-reuse", {"tokens_per_block": 16, "max_blocks": 12, "retention_config": True,
+                         "max_attention_window": [48, 80]}),
 ])
 def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines, tmp_path):
     peer = make_peer(profile, engines[LOADER[profile]], settings=settings)
@@ -38,9 +40,15 @@ def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines
         rc, report = run_peers(url, profile, tmp_path, *settings_args(settings))
     verdicts = {c["id"]: c["verdict"] for c in report["cases"]}
     assert rc == 0 and report["summary"]["headline"] == "CONFORMANT", verdicts
-    # every case PASS but the one the profile's server cannot be judged on (no cache reset)
-    assert {k for k, v in verdicts.items() if v != "PASS"} == ({"eviction/trt-blocks"} if profile == "trtllm-kv-reuse"
-                                                               else set())
+    # every case PASS but those the settings leave unjudged (TensorRT-LLM's eviction cases need
+    # max_blocks and retention_config, its window cases max_attention_window)
+    unjudged = set()
+    if profile == "trtllm-kv-reuse":
+        unjudged |= set() if "max_blocks" in settings else {"eviction/trt-blocks", "eviction/trt-priority",
+                                                            "eviction/trt-duration"}
+        unjudged |= set() if "max_attention_window" in settings else {
+            f"boundaries/trt-window-{w}" for w in ("W-1", "W", "W+1")}
+    assert {k for k, v in verdicts.items() if v != "PASS"} == unjudged, verdicts
     assert report["peer"]["profile"] == profile and report["peer"]["settings"] == {
         **SETTINGS[profile], **settings}
     steps = [s for c in report["cases"] for s in (c.get("details") or {}).get("steps", [])]
@@ -51,7 +59,8 @@ def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines
     expected |= {"llama.cpp-server": {"eviction/one-slot"}, "vllm-apc": {"isolation/cache-salt", "isolation/lora",
                  "eviction/lru-blocks"}, "sglang-radix": {"isolation/cache-salt", "isolation/extra-key",
                                                                    "isolation/salt-and-lora", "eviction/radix-lru"},
-                 "trtllm-kv-reuse": {"isolation/cache-salt", "isolation/lora"}}[profile]
+                 "trtllm-kv-reuse": {"isolation/cache-salt", "isolation/lora"} | (
+                     {"eviction/trt-priority", "boundaries/trt-window-W"} if "max_blocks" in settings else set())}[profile]
     assert expected <= set(verdicts)
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert f"CONFORMANT (peer profile {profile})" in summary and "| predicted | reported |" in summary
