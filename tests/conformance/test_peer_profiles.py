@@ -160,3 +160,40 @@ def test_the_serve_command_takes_every_profile(profile, capsys):
     from gpu_backend.cli import main
     assert main(["serve", "--profile", profile, "--port", "0", "--host", "0.0.0.0"]) == 2
     assert "loopback only" in capsys.readouterr().err
+
+
+def test_bundled_trtllm_server_evicts_by_retention_priority_by_hand(engines):
+    """PEER-TRT-6 and PEER-TRT-8 by hand on the server: prompts A (at priority 90), B and C of b
+    blocks of 4 each (digits tokenize one by one, so the three are equally long), each under a salt
+    of its own, in a pool of 2b blocks: C takes B's blocks (the lowest priority first), so A still
+    reports N - 1 and B 0. A config TensorRT-LLM refuses is HTTP 400, never a count."""
+    from gpu_backend.peer_cache import TrtBlockTree
+    from gpu_backend.serve import RequestError
+    peer = make_peer("trtllm-kv-reuse", engines["transformers-auto"])
+    texts = {"A": "1111111", "B": "2222222", "C": "3333333"}
+    n = {len(peer.engine.prompt([{"role": "user", "content": x}])[0]) for x in texts.values()}
+    assert len(n) == 1
+    n = n.pop()
+    peer.cache = TrtBlockTree(tokens_per_block=4, max_blocks=2 * -(-n // 4), retention_config=True)
+    high = {"token_range_retention_configs": [{"token_start": 0, "token_end": None, "priority": 90}]}
+
+    def ask(name, **fields):
+        body = {"messages": [{"role": "user", "content": texts[name]}], "max_tokens": 1, "cache_salt": name,
+                **fields}
+        status, doc = peer.handle("POST", "/v1/chat/completions", body)
+        assert status == 200 and doc["usage"]["prompt_tokens"] == n, doc
+        return doc["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert [ask("A", kv_cache_retention_config=high), ask("B"), ask("C")] == [0, 0, 0]
+    assert ask("A", kv_cache_retention_config=high) == n - 1
+    assert ask("B") == 0
+    bad = {"token_range_retention_configs": [{"token_start": 0, "token_end": 8, "priority": 90},
+                                             {"token_start": 4, "token_end": None, "priority": 10}]}
+    with pytest.raises(RequestError, match="not overlap") as refused:
+        ask("A", kv_cache_retention_config=bad)
+    assert refused.value.status == 400
+
+
+def test_bundled_trtllm_server_takes_windows_as_a_list():
+    from gpu_backend.serve import _setting
+    assert _setting("max_attention_window=48,80", "=", "48,80") == [48, 80]
+    assert _setting("max_attention_window=[48, 80]", "=", "[48, 80]") == [48, 80]
