@@ -15,7 +15,8 @@ peer_cache.SERVED says (this module never tells profiles apart by name):
     vLLM      POST /tokenize {messages}, POST /reset_prefix_cache; the `model` may name a LoRA adapter
     SGLang    POST /flush_cache; `lora_path` names a LoRA adapter, `extra_key` and `cache_salt` namespace
     TRT-LLM   no cache reset (as trtllm-serve); `lora_request.lora_name` names a LoRA adapter, every
-              block is keyed by it and by `cache_salt`
+              block is keyed by it and by `cache_salt`; with --setting retention_config=true the
+              body's `kv_cache_retention_config` sets block priorities (a bad one is HTTP 400)
 
 Every completion returns the sampled ids in `logprobs.content[k].id` (as llama-server does) and,
 with `return_tokens_as_token_ids`, as `"token": "token_id:ID"` (as vLLM does).

@@ -10,7 +10,8 @@ implements):
     BlockCache    vllm-apc          chained hashes of full blocks; B * min(hits, (N - 1) // B);
                                     freed blocks without a key reused first
     RadixCache    sglang-radix      radix tree per (extra key + adapter, salt); page-aligned; LRU leaves
-    TrtBlockTree  trtllm-kv-reuse   a tree of blocks keyed by tokens, adapter and salt; partial reuse
+    TrtBlockTree  trtllm-kv-reuse   a tree of blocks keyed by tokens, adapter and salt, one per attention
+                                    window; partial reuse; eviction by retention priority
 
     cache.lookup(req) -> (reported count, KV of the reused tokens or None)
     cache.store(req, sequence, kv, sampled)   sequence = prompt + sampled[:-1], kv of all of it
@@ -20,8 +21,8 @@ implements):
 SERVED (at the end) is the server's one list of the profiles it serves: each profile's cache,
 settings and defaults, and the parts of its runtime's HTTP API that serve.py imitates; the
 command line and the server read it. Subclasses change one method (`cap`, `spans`, `reported`,
-`extras`, `namespace`, `release`, `touch`, `label`): the seams the kit's faulty server variants
-use.
+`extras`, `namespace`, `release`, `touch`, `label`, `takes_leaf`, `free_order`, `queue_priority`,
+`expired`, `may_store`): the seams the kit's faulty server variants use.
 """
 from dataclasses import dataclass
 
