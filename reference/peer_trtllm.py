@@ -105,6 +105,7 @@ class WindowPool:
         self.queues: dict[int, list] = {DEFAULT_PRIORITY: list(range(self.K or 0))}
         self.fresh = self.K or 0
         self.held: list = []
+        self.expiring: dict[int, int] = {}        # free block -> when its priority's duration runs out
         self._taken_from: dict = {}       # traced: parent -> the latest step that took a child out of the tree
         if self.trace is not None:
             self.trace.add("PEER-API-4", "reset", True, "a fresh pool: nothing stored")
@@ -158,7 +159,7 @@ class WindowPool:
             if queue is None:
                 raise PeerProfileError(f"trtllm-kv-reuse: a request needs more than max_blocks={self.K} blocks; "
                                        "the profile does not define what the server does then")
-            b = queue[0]
+            b = next(iter(queue))
             block = self.blocks[b]
             if self.trace is not None and block.parent is not None:
                 self._traced_removal(b, "PEER-TRT-6", "evicted", f"block {b} is at the head of the free queue of "
@@ -179,10 +180,11 @@ class WindowPool:
         """`claimBlock`: out of its free queue and the expiring set; a priority when given, the
         duration always (unless `duration` is left at its marker)."""
         block = self.blocks[b]
-        queue = self.queues.get(block.priority, [])
+        queue = self.queues.get(block.priority, ())
         if b in queue:
             queue.remove(b)
         block.expiry = None
+        self.expiring.pop(b, None)
         if priority is not None:
             block.priority = priority
         if duration != (None,):
@@ -195,14 +197,14 @@ class WindowPool:
             return
         self.queues.setdefault(block.priority, []).append(b)
         if block.duration is not None and block.priority != DEFAULT_PRIORITY:
-            block.expiry = self.clock.now + block.duration
+            block.expiry = self.expiring[b] = self.clock.now + block.duration
 
     def refresh(self) -> None:
         """PEER-TRT-9 (`LRUEvictionPolicy::refresh`): a free block whose duration has run out goes to
         the tail of the default queue, in the order the durations run out."""
-        due = sorted((blk.expiry, b) for b, blk in self.blocks.items() if blk.expiry is not None
-                     and blk.expiry <= self.clock.now)
+        due = sorted((at, b) for b, at in self.expiring.items() if at <= self.clock.now)
         for _, b in due:
+            del self.expiring[b]
             block = self.blocks[b]
             self.queues[block.priority].remove(b)
             block.priority, block.expiry = DEFAULT_PRIORITY, None
