@@ -33,6 +33,8 @@ def settings_args(settings: dict) -> list:
     ("trtllm-kv-reuse", {"tokens_per_block": 16}),
     ("trtllm-kv-reuse", {"tokens_per_block": 16, "max_blocks": 12, "retention_config": True,
                          "max_attention_window": [48, 80]}),
+    ("trtllm-kv-reuse", {"tokens_per_block": 16, "max_blocks": 12}),      # a pool, no retention field
+    ("trtllm-kv-reuse", {"tokens_per_block": 32, "max_attention_window": [80]}),   # one window, no pool
 ])
 def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines, tmp_path):
     peer = make_peer(profile, engines[LOADER[profile]], settings=settings)
@@ -40,15 +42,13 @@ def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines
         rc, report = run_peers(url, profile, tmp_path, *settings_args(settings))
     verdicts = {c["id"]: c["verdict"] for c in report["cases"]}
     assert rc == 0 and report["summary"]["headline"] == "CONFORMANT", verdicts
-    # every case PASS but those the settings leave unjudged (TensorRT-LLM's eviction cases need
-    # max_blocks and retention_config, its window cases max_attention_window)
-    unjudged = set()
-    if profile == "trtllm-kv-reuse":
-        unjudged |= set() if "max_blocks" in settings else {"eviction/trt-blocks", "eviction/trt-priority",
-                                                            "eviction/trt-duration"}
-        unjudged |= set() if "max_attention_window" in settings else {
-            f"boundaries/trt-window-{w}" for w in ("W-1", "W", "W+1")}
+    # every case PASS but those the settings leave unjudged
+    unjudged = trt_unjudged(settings) if profile == "trtllm-kv-reuse" else set()
     assert {k for k, v in verdicts.items() if v != "PASS"} == unjudged, verdicts
+    for case in (c for c in report["cases"] if c["id"] in unjudged):     # each says which setting it lacks
+        lacking = ("max_blocks" if "max_blocks" not in settings else "retention_config") if case["id"] in \
+            TRT_EVICTION else "max_attention_window"
+        assert case["verdict"] == "NOT_SUPPORTED" and f"--peer-setting {lacking}=" in case["reason"], case
     assert report["peer"]["profile"] == profile and report["peer"]["settings"] == {
         **SETTINGS[profile], **settings}
     steps = [s for c in report["cases"] for s in (c.get("details") or {}).get("steps", [])]
@@ -64,6 +64,37 @@ def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines
     assert expected <= set(verdicts)
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert f"CONFORMANT (peer profile {profile})" in summary and "| predicted | reported |" in summary
+
+
+TRT_EVICTION = {"eviction/trt-blocks", "eviction/trt-priority", "eviction/trt-duration"}
+TRT_WINDOW = {f"boundaries/trt-window-{w}" for w in ("W-1", "W", "W+1")}
+
+
+def trt_unjudged(settings: dict) -> set:
+    """The TensorRT-LLM cases a run under `settings` cannot judge (trtllm-serve publishes no
+    setting): eviction needs max_blocks, and the retention cases retention_config too; the window
+    cases need max_attention_window."""
+    out = set() if "max_attention_window" in settings else set(TRT_WINDOW)
+    if "max_blocks" not in settings:
+        return out | TRT_EVICTION
+    return out | (set() if settings.get("retention_config") else {"eviction/trt-priority", "eviction/trt-duration"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [16, 32, 64, 128])
+def test_bundled_trtllm_server_conforms_under_its_new_settings_at_every_block_size(size, engines, tmp_path):
+    """The eviction, retention and window cases are laid out from the settings (K blocks of B, the
+    smallest window W), so the unmutated server is CONFORMANT with every one of them judged at
+    B = 16..128, as each faulty TensorRT-LLM server is caught there (tests/conformance/test_peer_trust.py)."""
+    settings = {"tokens_per_block": size, "max_blocks": 12, "retention_config": True,
+                "max_attention_window": [3 * size, 5 * size]}
+    with serving(make_peer("trtllm-kv-reuse", engines[LOADER["trtllm-kv-reuse"]], settings=settings)) as url:
+        rc, report = run_peers(url, "trtllm-kv-reuse", tmp_path, *settings_args(settings))
+    verdicts = {c["id"]: c["verdict"] for c in report["cases"]}
+    assert rc == 0 and report["summary"]["headline"] == "CONFORMANT", verdicts
+    assert all(v == "PASS" for v in verdicts.values()) and TRT_EVICTION | TRT_WINDOW <= set(verdicts), verdicts
+    steps = [s for c in report["cases"] for s in (c.get("details") or {}).get("steps", [])]
+    assert all(s["predicted"] == s["reported"] for s in steps)
 
 
 def chat(peer, content: str, max_tokens: int = 1, **fields) -> dict:
