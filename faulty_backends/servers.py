@@ -171,6 +171,19 @@ class SaltIgnoredTrt(TrtBlockTree):
         return (lora, None, extra_key, images)                # DEFECT: the salt keys nothing
 
 
+@server_variant("trtllm-image-ignored", vision=True)
+class ImageIgnoredTrt(TrtBlockTree):
+    """Keys blocks by their tokens, adapter and salt alone, leaving out the images they overlap.
+    Bug class: an image left out of the cache key (another image of the same size reuses its KV).
+    Violates: PEER-TRT-10.
+    Mirrors: buildBlockKeys without generateBlockHashExtraKeys (kvCacheManager.cpp), the profile's
+    old reading that predicted an image request as text."""
+
+    def label(self, req, start: int, end: int) -> tuple:
+        lora, salt, extra_key, _ = super().label(req, start, end)
+        return (lora, salt, extra_key, ())                     # DEFECT: images key nothing
+
+
 @server_variant("trtllm-whole-blocks")
 class WholeBlocksReported(TrtBlockTree):
     """Reuses blocks in part but reports whole blocks only.

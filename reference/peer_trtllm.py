@@ -556,11 +556,12 @@ PROFILE = PeerProfile(
                                                trace, s["max_attention_window"]),
     full_match=lambda s, n: trtllm_cached(n, n),
     tokenizer_loader="transformers-auto", reset=None, crosscheck=None, lora_field="lora_request",
-    features=frozenset({"salt", "lora", "case_salt"}), unit="tokens_per_block", unit_name="block",
+    features=frozenset({"salt", "lora", "case_salt", "images"}), unit="tokens_per_block", unit_name="block",
     cases=("eviction/trt-blocks", "eviction/trt-priority", "eviction/trt-duration", "boundaries/trt-window-W-1",
            "boundaries/trt-window-W", "boundaries/trt-window-W+1"),
     context=(Published("/v1/models", "max_model_len"),),
     report_hint="trtllm-serve reports it with kv_cache_config.enable_block_reuse",
+    case_rules=lambda case_id, s: ["PEER-TRT-10"] if case_id.startswith("images/") else [],
 )
 """PEER-TRT-1..10. trtllm-serve publishes none of these settings (nor its context length: its
 /v1/models cards carry no max_model_len) and offers no cache reset; `retention_config` says the

@@ -60,7 +60,7 @@ class Served:
     """Every completion carries the native `timings` (llama.cpp, PEER-LCPP-3)."""
     images: bool = False
     """Chat messages may carry images (`image_url` parts with data: URLs), and the cache keys each
-    block by the images it overlaps (vLLM, PEER-VLLM-2); elsewhere an image is refused (HTTP 400),
+    block by the images it overlaps (vLLM, PEER-VLLM-2; TensorRT-LLM, PEER-TRT-10); elsewhere an image is refused (HTTP 400),
     never cached as if it were text."""
 
     @property
@@ -74,6 +74,6 @@ SERVED = {s.name: s for s in (
            tokenize="messages", lists_adapters=True, read_bypass=True, images=True),
     Served("sglang-radix", RadixCache, "transformers-auto", "lora_path",
            (("POST", "/flush_cache", {"message": "Cache flushed."}), ("GET", "/flush_cache", {"message": "Cache flushed."}))),
-    Served("trtllm-kv-reuse", TrtBlockTree, "transformers-auto", "lora_request"),
+    Served("trtllm-kv-reuse", TrtBlockTree, "transformers-auto", "lora_request", images=True),
 )}
 """Every profile the server serves, by name (the kit's peer profiles; a test holds the two lists equal)."""

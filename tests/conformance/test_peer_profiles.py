@@ -74,6 +74,7 @@ def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines
 
 TRT_EVICTION = {"eviction/trt-blocks", "eviction/trt-priority", "eviction/trt-duration"}
 TRT_WINDOW = {f"boundaries/trt-window-{w}" for w in ("W-1", "W", "W+1")}
+TRT_IMAGES = {f"images/{c}" for c in ("same-image", "another-image", "another-position", "across-boundary")}
 
 
 def trt_unjudged(settings: dict) -> set:
@@ -89,16 +90,18 @@ def trt_unjudged(settings: dict) -> set:
 @pytest.mark.slow
 @pytest.mark.parametrize("size", [16, 32, 64, 128])
 def test_bundled_trtllm_server_conforms_under_its_new_settings_at_every_block_size(size, engines, tmp_path):
-    """The eviction, retention and window cases are laid out from the settings (K blocks of B, the
-    smallest window W), so the unmutated server is CONFORMANT with every one of them judged at
+    """The eviction, retention, window and image cases are laid out from the settings (K blocks of
+    B, the smallest window W), so the unmutated server is CONFORMANT with every one of them judged at
     B = 16..128, as each faulty TensorRT-LLM server is caught there (tests/conformance/test_peer_trust.py)."""
     settings = {"tokens_per_block": size, "max_blocks": 12, "retention_config": True,
                 "max_attention_window": [3 * size, 5 * size]}
-    with serving(make_peer("trtllm-kv-reuse", engines[LOADER["trtllm-kv-reuse"]], settings=settings)) as url:
-        rc, report = run_peers(url, "trtllm-kv-reuse", tmp_path, *settings_args(settings))
+    engine, tokenizer = engines["vision"]                  # so that the image cases (PEER-TRT-10) run too
+    with serving(make_peer("trtllm-kv-reuse", engine, settings=settings)) as url:
+        rc, report = run_peers(url, "trtllm-kv-reuse", tmp_path, *settings_args(settings), tokenizer=tokenizer)
     verdicts = {c["id"]: c["verdict"] for c in report["cases"]}
     assert rc == 0 and report["summary"]["headline"] == "CONFORMANT", verdicts
-    assert all(v == "PASS" for v in verdicts.values()) and TRT_EVICTION | TRT_WINDOW <= set(verdicts), verdicts
+    assert all(v == "PASS" for v in verdicts.values()) and TRT_EVICTION | TRT_WINDOW | TRT_IMAGES <= set(verdicts), \
+        verdicts
     steps = [s for c in report["cases"] for s in (c.get("details") or {}).get("steps", [])]
     assert all(s["predicted"] == s["reported"] for s in steps)
 
