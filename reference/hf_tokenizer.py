@@ -265,7 +265,7 @@ def describe_build(args: dict, where: str) -> dict:
         raise InputError(f"{where}.audio", "audio input is defined for the bytes-v1 tokenizer only")
     tok = load_hf_tokenizer(folder, loader)
     kwargs = args["chatTemplateKwargs"] or {}
-    out = {"tokenizer": {"profile": "hf", "files": os.path.abspath(folder), "loader": loader,
+    out = {"tokenizer": {"profile": "hf", "files": os.path.realpath(folder), "loader": loader,
                          "chat_template_kwargs": dict(kwargs)},
            "vocab_size": tok.vocab_size, "eos_token_id": tok.eos_token_id, "image_token_id": None,
            "audio_token_id": None, "vision": None, "audio": None}
@@ -289,7 +289,7 @@ def load_hf_tokenizer(folder: str, loader: str = "transformers-auto") -> HFToken
     """
     if loader not in LOADERS:
         raise ValueError(f"unknown tokenizer loader {loader!r}; expected one of {LOADERS}")
-    folder = os.path.abspath(folder)
+    folder = os.path.realpath(folder)  # as the OS opens it: `..` after a symlink leaves the link's target
     files = [os.path.join(folder, name) for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")]
     stamp = tuple(os.stat(f).st_mtime_ns if os.path.exists(f) else None for f in files)
     key = (folder, loader, stamp)

@@ -121,7 +121,7 @@ def _simulate(args) -> int:
         warmup=args.warmup, batch_size=args.batchSize, max_generate_length=args.maxGenerateLength,
         tp_size=args.tpSize, output_hidden_states=bool(args.outputHiddenStates),
         dump_profile=args.dumpProfile, semantics_profile=args.semanticsProfile)
-    base_dir = os.path.dirname(os.path.abspath(args.inputFile))
+    base_dir = os.path.dirname(os.path.realpath(args.inputFile))
     try:
         predictions, profile = oracle.simulate(engine, flags, doc, base_dir, generated, lora_files=True)
     except oracle.InputError as e:
@@ -178,7 +178,7 @@ def _engine(file: str):
     config = schemas.read_json(file)
     schemas.check(config, "engine", file)
     try:
-        engine = oracle.engine_from_config(resolve_paths(config, os.path.dirname(os.path.abspath(file))))
+        engine = oracle.engine_from_config(resolve_paths(config, os.path.dirname(os.path.realpath(file))))
         oracle.check_token_ids(engine)          # loads an hf tokenizer (spec/engine.md section 2)
         return engine
     except oracle.InputError as e:
