@@ -143,3 +143,25 @@ def test_a_reset_that_clears_nothing_says_the_cache_was_not_empty(engines, tmp_p
     failed = [f for c in report["cases"] for f in c["failures"] if f.get("request") == 0]
     assert failed, report["cases"]
     assert "the cache was not empty, so the reset cleared nothing" in failed[0]["why"]
+
+
+def test_a_failing_peer_case_names_its_transcript_in_the_reproducer_column(engines, tmp_path, capsys):
+    """The peer suite writes no request file to re-run; its FAIL rows showed an empty reproducer
+    column in summary.md and on the console. The transcript of what was sent fills it."""
+    def no_op_reset(server, body):
+        return 200, {"success": True}
+    server = Wrapped(make_peer("vllm-apc", engines["transformers-auto"]), **{"/reset_prefix_cache": no_op_reset})
+    with serving(server) as url:
+        run_peers(url, "vllm-apc", tmp_path / "first", "-k", "reuse/replay")
+        capsys.readouterr()
+        rc, report = run_peers(url, "vllm-apc", tmp_path / "again", "-k", "reuse/replay")
+    assert rc == 1
+    (case,) = report["cases"]
+    transcript = f"{case['evidence']}/transcript.json"
+    assert case["verdict"] == "FAIL" and transcript.startswith("reproducers/")
+    assert (tmp_path / "again" / "report" / transcript).is_file()
+    row = next(line for line in (tmp_path / "again" / "report" / "summary.md").read_text().splitlines()
+               if line.startswith(f"| {case['id']} ") and "FAIL" in line)
+    assert row.rstrip(" |").endswith(transcript), row
+    console = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(case["id"] + " "))
+    assert console.rstrip().endswith(transcript), console
