@@ -27,6 +27,7 @@ from ..cases import schemas
 from .. import KvconformError
 from ..judge import oracle
 from ..judge.oracle import MAX_WARMUP
+from ..report.folder import readable_by_umask
 from ..judge.oracle import resolve_engine_paths as resolve_paths
 from ..traffic import command as traffic
 
@@ -230,6 +231,7 @@ def _write_json(path: str, data: dict) -> None:
     try:
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".kvconform-", suffix=".json", dir=folder)
+        readable_by_umask(fd)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(dumps(data))
