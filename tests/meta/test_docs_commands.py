@@ -35,9 +35,9 @@ TEMPLATE = "template"
 # (file, a phrase of the block) -> (kind, why). A LONG block's why holds its measured time.
 BLOCKS = {
     ("README.md", "tools/run.sh      # the main job"): (
-        LONG, "tools/run.sh: 3-6 min on a 2-core machine shared at load 15 (189 cases, 5439 greedy requests "
-              "against the numerical reference); tools/test.sh: the default suite, about 4 min on an idle "
-              "2-core machine"),
+        LONG, "tools/run.sh: 456 s wall (189 cases; 2431 greedy requests checked against the numerical "
+              "reference) on a 2-core machine at load 11-15; tools/test.sh: the default suite, under 4 min "
+              "on an idle 2-core machine (docs/development.md)"),
     ("README.md", "media-trim-missing infer"): (RUN, "the failing-run example, with its own --report"),
     ("docs/crosscheck.md", "tools/crosscheck.sh vllm"): (
         LONG, "installs a runtime into its own venv: 5-15 min per runtime and version (docs/crosscheck.md)"),
