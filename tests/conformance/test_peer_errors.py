@@ -165,3 +165,17 @@ def test_a_failing_peer_case_names_its_transcript_in_the_reproducer_column(engin
     assert row.rstrip(" |").endswith(transcript), row
     console = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(case["id"] + " "))
     assert console.rstrip().endswith(transcript), console
+
+
+def test_summary_md_shows_the_tokenizer_relative_to_the_run(engines, tmp_path, monkeypatch):
+    """summary.md travels (CI artifacts, the committed examples/): a tokenizer folder inside the
+    folder the run started in is shown relative to it, not as this machine's absolute path."""
+    from pathlib import Path
+    root = Path(PHI3).resolve().parents[2]
+    monkeypatch.chdir(root)
+    with serving(make_peer("vllm-apc", engines["transformers-auto"])) as url:
+        rc, report = run_peers(url, "vllm-apc", tmp_path, "-k", "reuse/replay", tokenizer=str(Path(PHI3).resolve()))
+    assert rc == 0
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert "the kit's tokenizer `spec/tokenizers/phi-3-mini`" in summary, summary
+    assert str(root) not in summary.split("## ")[0]
