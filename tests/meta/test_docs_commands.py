@@ -8,7 +8,7 @@ default tests check what costs nothing: each block is classified, and every opti
 `kvconform` or `python -m gpu_backend` is one that command accepts under its current spelling
 (a deprecated spelling is hidden from --help, so it fails here too).
 
-    pytest -m slow tests/meta/test_docs_commands.py     # runs the RUN blocks (about 1 min)
+    pytest -m slow tests/meta/test_docs_commands.py     # runs the RUN blocks (80-105 s at load 11-15)
 """
 from __future__ import annotations
 
