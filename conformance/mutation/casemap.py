@@ -1,0 +1,144 @@
+"""Which curated cases execute each line: the per-module case map that keeps judging cheap.
+
+A mutant can change nothing before its line runs, so the only cases that can catch it are those
+that execute its line. The map is measured once per campaign (and kept in the store, keyed by
+the digest of the sources and cases it was measured on): every curated case of each semantics
+profile run in process on the unmutated backend, every peer case of each peer profile against
+the bundled server, under Coverage.py with one dynamic context per case. Lines that run when the
+module is imported (definitions, constants, defaults) belong to every case.
+
+Only cases the unmutated backend passes are kept (a mutant cannot be caught by a case the
+original fails). A mutant on a line no case executes is `not_covered`: a survivor without a run.
+
+Run as `python -m conformance.mutation.casemap` (JSON in, JSON out) so that measuring imports
+nothing into the process that drives the campaign.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+ALL = "*"
+"""The context of lines that run at import time: every case."""
+
+
+def statement_line(source: str, line: int) -> int:
+    """The line Coverage.py records for the statement that holds `line` (a condition continued on
+    a second line is recorded at its statement's first line)."""
+    best = None
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if best is None or (node.end_lineno - node.lineno) <= (best.end_lineno - best.lineno):
+                best = node
+    if best is None:
+        return line
+    if isinstance(best, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and best.body[0].lineno <= line:
+        return line
+    return best.lineno
+
+
+def _measure(root: Path, relpaths: list[str], run) -> dict:
+    """{relpath: {line: [context, ...]}} for what `run(switch)` executes; `switch(name)` names the
+    context of what runs next."""
+    import coverage
+    files = {str(root / p): p for p in relpaths}
+    cov = coverage.Coverage(data_file=None, include=list(files), branch=False, config_file=False)
+    cov.start()
+    try:
+        kept = run(cov.switch_context)
+    finally:
+        cov.stop()
+    data = cov.get_data()
+    out = {}
+    for full, rel in files.items():
+        lines = data.contexts_by_lineno(full) or {}
+        out[rel] = {str(line): sorted({c if c else ALL for c in contexts}) for line, contexts in lines.items()}
+    return {"lines": out, "cases": kept}
+
+
+def edge_map(root: Path, relpaths: list[str], profiles: list[str], cases: list[str] | None = None) -> dict:
+    import torch
+    torch.set_num_threads(1)
+    from ..adapters import make_adapter
+    from ..run.execute import run_case
+    from ..run.suite import case_cost, make_plan
+
+    def run(switch):
+        kept = {}
+        adapter = make_adapter("inprocess", device="cpu")
+        manifest = adapter.capabilities()
+        for profile in profiles:
+            plan = make_plan(cases or None, None, None, None, False, generated=False, curated=True, families=None,
+                             shard=None, profile=profile)
+            kept[profile] = []
+            for case in sorted(plan.cases, key=case_cost):
+                switch(f"{profile}\t{case.path}")
+                result = run_case(case, adapter, manifest)
+                switch("")
+                if result.conformant and result.verdict.name != "NOT_SUPPORTED":
+                    kept[profile].append(str(case.path))
+        adapter.close()
+        return kept
+    return _measure(root, relpaths, run)
+
+
+def peer_map(root: Path, relpaths: list[str], profiles: dict, engines: dict) -> dict:
+    """Per peer profile (one context per profile: the peer suite is a dozen cases, run whole with
+    --fail-fast)."""
+    import tempfile
+    import torch
+    torch.set_num_threads(1)
+    from ..adapters.bundled_server import serving
+    from .judges import _kvconform, outcome_of
+    from .targets import PEER_LOADERS, PEER_TOKENIZER
+
+    def run(switch):
+        kept = {}
+        for profile, settings in profiles.items():
+            report = Path(tempfile.mkdtemp(prefix="kvconform-map-"))
+            switch(f"{profile}\t{profile}")
+            with serving(profile, engines[PEER_LOADERS[profile]], settings) as url:
+                argv = ["run", "--backend", "openai", "--base-url", url, "--profile", profile, "--tokenizer",
+                        str(root / PEER_TOKENIZER), "--report", str(report), "--force", "--no-progress"]
+                for key, value in settings.items():
+                    argv += ["--peer-setting", f"{key}={value}"]
+                rc = _kvconform(argv)
+            switch("")
+            kept[profile] = [profile] if outcome_of(report, rc, profile, report / "none")["status"] == "survived" else []
+        return kept
+    return _measure(root, relpaths, run)
+
+
+def selection_for(casemap: dict, relpath: str, line: int) -> dict:
+    """{profile: [case, ...]} of the cases that execute `line` of `relpath` (statement line), in
+    the map's order (cheapest first); {} when none does."""
+    contexts = casemap["lines"].get(relpath, {}).get(str(line))
+    if contexts is None:
+        return {}
+    out = {}
+    for profile, cases in casemap["cases"].items():
+        if ALL in contexts:
+            out[profile] = list(cases)
+            continue
+        named = {c.split("\t", 1)[1] for c in contexts if c.startswith(profile + "\t")}
+        chosen = [c for c in cases if c in named]
+        if chosen:
+            out[profile] = chosen
+    return out
+
+
+def main() -> int:
+    request = json.loads(sys.stdin.read())
+    root = Path(request["root"])
+    if request["judge"] == "edge":
+        doc = edge_map(root, request["paths"], request["profiles"], request.get("cases"))
+    else:
+        doc = peer_map(root, request["paths"], request["profiles"], request["engines"])
+    print(json.dumps(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
