@@ -176,6 +176,9 @@ class Campaign:
                                       + (f" by {r.get('case_id') or r.get('verdict')} [{r.get('rule') or '-'}]"
                                          if r["status"] == "killed" else "")
                                       + f" ({r.get('seconds', 0):.1f} s)")
+        except KeyboardInterrupt:
+            getattr(self.pool, "stop", lambda: None)()      # the units in hand are judged again on resume
+            raise
         finally:
             self.pool.cancel(list(in_flight))
         self.progress(f"judged {done} mutant(s) in {time.monotonic() - started:.0f} s")

@@ -58,6 +58,15 @@ def _measure(root: Path, relpaths: list[str], run) -> dict:
     return {"lines": out, "cases": kept}
 
 
+def _import_all(relpaths: list[str]) -> None:
+    """Import the measured modules before any case runs, so the lines that run at import time
+    (definitions, defaults, constants) are recorded outside every case: they belong to all."""
+    import importlib
+    for rel in relpaths:
+        parts = rel[:-3].split("/")
+        importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+
+
 def edge_map(root: Path, relpaths: list[str], profiles: list[str], cases: list[str] | None = None) -> dict:
     import torch
     torch.set_num_threads(1)
@@ -67,6 +76,7 @@ def edge_map(root: Path, relpaths: list[str], profiles: list[str], cases: list[s
 
     def run(switch):
         kept = {}
+        _import_all(relpaths)        # definitions and constants run now, outside any case: every case's
         adapter = make_adapter("inprocess", device="cpu")
         manifest = adapter.capabilities()
         for profile in profiles:
@@ -96,6 +106,7 @@ def peer_map(root: Path, relpaths: list[str], profiles: dict, engines: dict) -> 
 
     def run(switch):
         kept = {}
+        _import_all(relpaths)
         for profile, settings in profiles.items():
             report = Path(tempfile.mkdtemp(prefix="kvconform-map-"))
             switch(f"{profile}\t{profile}")

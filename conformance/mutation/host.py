@@ -38,8 +38,15 @@ def judge_batch(root: str, judge: str, settings: dict, items: list[dict]) -> lis
     """Run one host on `items` and return its results, one per item (a worker's unit of work)."""
     request = json.dumps({"root": root, "judge": judge, "settings": settings, "items": items})
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
-    done = subprocess.run([sys.executable, "-m", "conformance.mutation.host"], input=request, capture_output=True,
-                          text=True, cwd=root, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "conformance.mutation.host"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root, env=env,
+                            start_new_session=True)
+    previous = _on_stop(lambda: _kill_group(proc.pid))     # a stopped worker stops its host and the child
+    try:
+        stdout, stderr = proc.communicate(request)
+    finally:
+        _restore(previous)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     got = {r["id"] for r in results}
     for item in items:          # a host that died takes its unjudged mutants with it: judged again on resume
@@ -47,6 +54,26 @@ def judge_batch(root: str, judge: str, settings: dict, items: list[dict]) -> lis
             results.append({"id": _id(item), "status": "pending",
                             "failure": f"the judging host stopped (exit {done.returncode}): {done.stderr[-300:]}"})
     return results
+
+
+def _on_stop(action) -> dict:
+    """Run `action` and exit on SIGTERM or SIGINT (only the main thread may set handlers: a Ray
+    worker's task thread leaves them as they are)."""
+    def stop(signum, frame):
+        action()
+        os._exit(128 + signum)
+    saved = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            saved[sig] = signal.signal(sig, stop)
+        except ValueError:
+            pass
+    return saved
+
+
+def _restore(saved: dict) -> None:
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
 
 
 def _id(item: dict) -> str:
@@ -98,6 +125,7 @@ def fork_and_judge(root: Path, judge: str, settings: dict, mutant, source: str |
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:                                            # the child
+        _restore({signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.SIG_DFL})
         code = 0
         try:
             os.setsid()
@@ -121,6 +149,14 @@ def fork_and_judge(root: Path, judge: str, settings: dict, mutant, source: str |
             out.write_text(json.dumps(result))
         finally:
             os._exit(code)
+    previous = _on_stop(lambda: _kill_group(pid))          # the host stopped: its child goes with it
+    try:
+        return _wait(pid, settings, log, out, workdir)
+    finally:
+        _restore(previous)
+
+
+def _wait(pid: int, settings: dict, log: Path, out: Path, workdir: Path) -> dict:
     deadline = time.monotonic() + float(settings.get("deadline_s", 600))
     status = None
     while status is None:

@@ -44,15 +44,18 @@ PEER_CACHES = [f"gpu_backend/peer_cache/{m}.py" for m in ("common", "llama", "vl
 SERVE_USAGE = ["gpu_backend/serve.py"]
 DEFAULT_BACKEND = CONTEXT_CACHE + EDGE_SUPPORT + PEER_CACHES + SERVE_USAGE
 
-# The kit's judging code and the tests that guard each module (run with -x, in process).
+# The kit's judging code and the tests that guard each module (run with -x, in process): the
+# verdicts and headline, the output comparison, the peer suite's count and timings judge, the
+# materializer's page classes, and the oracle's planning (its golden cases).
 KIT_TESTS = {
-    "conformance/judge/verdicts.py": ["tests/conformance/test_verdicts.py", "tests/conformance/test_fail_fast.py"],
-    "conformance/judge/compare.py": ["tests/conformance/test_compare.py", "tests/conformance/test_judging.py"],
-    "conformance/judge/judging.py": ["tests/conformance/test_judging.py", "tests/conformance/test_compare.py"],
-    "conformance/materialize/pages.py": ["tests/conformance/test_materialize.py"],
-    "conformance/report/summary.py": ["tests/conformance/test_summary.py", "tests/conformance/test_verdicts.py"],
-    "conformance/peers/judge.py": ["tests/conformance/test_peer_judge.py"],
+    "conformance/judge/verdicts.py": ["tests/conformance/test_headlines.py", "tests/conformance/test_judge_gaps.py"],
+    "conformance/judge/compare.py": ["tests/conformance/test_compare.py", "tests/conformance/test_judge_gaps.py"],
+    "conformance/peers/judge.py": ["tests/conformance/test_judge_gaps.py", "tests/conformance/test_peer_errors.py"],
+    "conformance/materialize/__init__.py": ["tests/conformance/test_judge_gaps.py",
+                                            "tests/conformance/test_materialize.py"],
+    "reference/planning.py": ["tests/reference/test_golden.py"],
 }
+DEFAULT_KIT = list(KIT_TESTS)
 
 
 def judge_of(relpath: str) -> str:
