@@ -777,6 +777,14 @@ def template_and_emission_cases() -> list[dict]:
              [hello, turns(("user", "Hello"), ("assistant", "Hi there"), ("user", "More"))],
              engine=dict(engine, tokenizer="../../media/qwen3-bytes-indented"), settings=chat,
              expect={"requests": [{"input_tokens": 24}, {"input_tokens": 57}]}),
+        case("sections/tok/template-two-keyword-sets", "One runtime instance renders the same conversation under "
+             "two keyword sets: request file 0 with the engine's enable_thinking (true), request file 1 with the "
+             "file's enable_thinking false (_policy_switch names the settings batch 1 runs under). "
+             f"{rendered}: n = 24, then 24 + 6 = 30 (<think>\\n\\n</think>\\n\\n after the generation prompt); a "
+             "runtime whose rendering memo ignores the keywords answers the second from the first: 24. The second "
+             "reuses the first page (16 ids).", ["TOK-HF-4", "TOK-HF-9", "CR-BATCH-3"], [hello, hello],
+             engine=dict(engine, chatTemplateKwargs={"enable_thinking": True}),
+             settings=dict(chat, _policy_switch={"batch": 1, "enable_thinking": False})),
         case("sections/tok/special-token-bias", "A logit bias of +100 on <think> (259, the file's) and on "
              "<|im_start|> (257, request 1's own) leaves both unemitted: the engine emits only its normal tokens "
              "and the EOS (spec/engine.md section 5, Emission), and the bias is added before that mask, so the "
