@@ -85,3 +85,23 @@ def test_bad_mutation_options_are_one_line(tmp_path, capsys):
     assert "defines no 'nothing_here'" in capsys.readouterr().err
     assert kvconform(["selftest", "--check"]) == 2
     assert "--check applies to --mutate" in capsys.readouterr().err
+
+
+@pytest.mark.ray
+def test_the_campaign_on_ray_judges_as_locally(tmp_path, capsys):
+    """`--executor ray`: each unit (a batch of mutants) is a Ray task of a local cluster; the
+    verdicts are the local run's (the two kills by their case and rule, the one survivor)."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, object_store_memory=200 * 1024 * 1024, include_dashboard=False, log_to_driver=False)
+    try:
+        store = tmp_path / "store.sqlite"
+        assert campaign(store, "--executor", "ray", "--batch", "1") == 0
+    finally:
+        ray.shutdown()
+    got = {k: (r["status"], r["case_id"]) for k, r in rows(store).items()}
+    assert got == {"gpu_backend/page_planner.py:23:ReplaceBinaryOperator_FloorDiv_Mul:0":
+                   ("killed", "golden/plan-full-input-rewind-128"),
+                   "gpu_backend/page_planner.py:24:ReplaceBinaryOperator_Mul_Add:0":
+                   ("killed", "golden/plan-full-input-rewind-128"),
+                   DEMAND: ("survived", None)}
+    assert "ray executor" in capsys.readouterr().err
