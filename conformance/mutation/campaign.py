@@ -39,18 +39,21 @@ def tree_digest(root: Path, folders: tuple[str, ...]) -> str:
 
 def casemap(store: Store, root: Path, judge: str, paths: list[str], progress, cases: list[str],
             profiles: list[str] | None) -> dict:
-    """The case map of `judge`'s modules, measured once per state of the sources and cases (and
-    per selection of cases and profiles)."""
+    """The case map of `judge`'s modules, measured once per state of the sources, the cases and
+    the judging code (which cases the unmutated backend passes depends on it) and per case
+    selection; a map measured for more profiles serves a run that names fewer."""
     chosen = [p for p in (EDGE_PROFILES if judge == "edge" else PEER_PROFILES) if not profiles or p in profiles]
-    selection = hashlib.sha256(json.dumps([sorted(cases), chosen]).encode()).hexdigest()[:8]
+    selection = hashlib.sha256(json.dumps(sorted(cases)).encode()).hexdigest()[:8]
     key = f"casemap:{judge}:{selection}:{tree_digest(root, ('gpu_backend', 'cases', 'conformance', 'reference'))}"
     known = store.get(key)
-    if known and set(paths) <= set(known["lines"]):
-        return known
+    if known and set(paths) <= set(known["lines"]) and set(chosen) <= set(known["cases"]):
+        return dict(known, cases={p: c for p, c in known["cases"].items() if p in chosen})
+    measure = sorted(set(chosen) | set(known["cases"] if known else ()), key=list(EDGE_PROFILES if judge == "edge"
+                                                                                 else PEER_PROFILES).index)
     progress(f"measuring which cases execute each line of {len(paths)} {judge} module(s) (once per state "
              "of the sources and cases)")
     request = {"root": str(root), "judge": judge, "paths": sorted(set(paths) | set(known["lines"] if known else ())),
-               "profiles": chosen if judge == "edge" else {p: PEER_PROFILES[p] for p in chosen}, "cases": cases,
+               "profiles": measure if judge == "edge" else {p: PEER_PROFILES[p] for p in measure}, "cases": cases,
                "engines": engines(store, root) if judge == "peer" else None}
     done = subprocess.run([sys.executable, "-m", "conformance.mutation.casemap"], input=json.dumps(request),
                           capture_output=True, text=True, cwd=root)
@@ -58,7 +61,7 @@ def casemap(store: Store, root: Path, judge: str, paths: list[str], progress, ca
         raise KvconformError(f"measuring the case map failed: {done.stderr.strip().splitlines()[-1:]}")
     doc = json.loads(done.stdout.strip().splitlines()[-1])
     store.put(key, doc)
-    return doc
+    return dict(doc, cases={p: c for p, c in doc["cases"].items() if p in chosen})
 
 
 def engines(store: Store, root: Path) -> dict:
