@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 
 from .. import KvconformError
-from .casemap import selection_for, statement_line
+from .casemap import merge_selections, selection_for, script_users, statement_line
 from .host import judge_batch
+from .judges import SCRIPTS
 from .operators import Mutant, mutants_of
 from .store import Store
 from .targets import EDGE_PROFILES, KIT_TESTS, PEER_LOADERS, PEER_PROFILES, PEER_TOKENIZER, ROOT, judge_of
@@ -64,6 +65,12 @@ def casemap(store: Store, root: Path, judge: str, paths: list[str], progress, ca
     return dict(doc, cases={p: c for p, c in doc["cases"].items() if p in chosen})
 
 
+def script_owner(relpath: str) -> str:
+    """The module that starts the script `relpath` (SCRIPTS), as a path: its lines that start the
+    script are what the case map measures for it."""
+    return SCRIPTS[relpath][0].replace(".", "/") + ".py"
+
+
 def engines(store: Store, root: Path) -> dict:
     """The bundled server's engines (one per tokenizer loader), built once next to the store."""
     folder = store.path.parent / "server-engines"
@@ -101,6 +108,11 @@ class Campaign:
     def selection(self, judge: str, maps: dict, mutant: Mutant) -> dict:
         if judge == "kit":
             return {"tests": KIT_TESTS.get(mutant.path, [])} if KIT_TESTS.get(mutant.path) else {}
+        if mutant.path in SCRIPTS:          # a script of its own process: the cases that start it
+            attribute = SCRIPTS[mutant.path][1]
+            source = (self.root / script_owner(mutant.path)).read_text(encoding="utf-8")
+            return merge_selections([selection_for(maps[judge], script_owner(mutant.path), line)
+                                     for line in script_users(source, attribute)])
         source = (self.root / mutant.path).read_text(encoding="utf-8")
         return selection_for(maps[judge], mutant.path, statement_line(source, mutant.line))
 
@@ -120,8 +132,9 @@ class Campaign:
             if not todo:
                 continue
             if judge in ("edge", "peer"):
-                maps[judge] = casemap(self.store, self.root, judge, sorted({m.path for m in mutants}), self.progress,
-                                      self.cases, self.profiles)
+                measured = {m.path for m in mutants} | {script_owner(m.path) for m in mutants if m.path in SCRIPTS}
+                maps[judge] = casemap(self.store, self.root, judge, sorted(measured), self.progress, self.cases,
+                                      self.profiles)
             settings = dict(self.settings, engines=engines(self.store, self.root) if judge == "peer" else None)
             items_by_path: dict[str, list] = {}
             for m in mutants:

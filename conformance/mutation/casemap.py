@@ -122,6 +122,33 @@ def peer_map(root: Path, relpaths: list[str], profiles: dict, engines: dict) -> 
     return _measure(root, relpaths, run)
 
 
+def script_users(source: str, attribute: str) -> list[int]:
+    """The first statement line of each function of a module that reads `attribute`: the functions
+    that start a module running as a script of its own (the template worker) and talk to it.
+    Coverage.py in this process never sees the script's lines, and the process is started once and
+    then kept, so the cases that call these functions stand for every line of the script."""
+    out = set()
+    for fn in ast.walk(ast.parse(source)):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                isinstance(node, ast.Name) and node.id == attribute and isinstance(node.ctx, ast.Load)
+                for node in ast.walk(fn)):
+            first = fn.body[0]
+            if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) and len(fn.body) > 1:
+                first = fn.body[1]      # the docstring is not recorded as executed
+            out.add(first.lineno)
+    return sorted(out)
+
+
+def merge_selections(selections: list[dict]) -> dict:
+    """The union of several {profile: [case, ...]} selections, each profile's cases in first-seen order."""
+    out: dict[str, list] = {}
+    for chosen in selections:
+        for profile, cases in chosen.items():
+            out.setdefault(profile, [])
+            out[profile] += [c for c in cases if c not in out[profile]]
+    return out
+
+
 def selection_for(casemap: dict, relpath: str, line: int) -> dict:
     """{profile: [case, ...]} of the cases that execute `line` of `relpath` (statement line), in
     the map's order (cheapest first); {} when none does."""

@@ -105,3 +105,21 @@ def test_the_campaign_on_ray_judges_as_locally(tmp_path, capsys):
                    ("killed", "golden/plan-full-input-rewind-128"),
                    DEMAND: ("survived", None)}
     assert "ray executor" in capsys.readouterr().err
+
+
+def test_a_script_of_its_own_process_is_judged_by_the_cases_that_call_it():
+    """Coverage.py in the measuring process never sees the template worker's lines (a process of
+    its own, started once and kept), so its mutants take the cases that execute the first
+    statement of each function that names the script: here `ask` (line 4 by hand), not `other`,
+    and not the `Popen` line, which runs only for the first case that renders a template."""
+    from conformance.mutation.casemap import merge_selections, script_users
+    source = ("SCRIPT = 'worker.py'\n"
+              "def ask(request):\n"
+              "    '''Talk to the worker.'''\n"
+              "    key = hash(request)\n"
+              "    if PROC is None:\n"
+              "        start(SCRIPT)\n"
+              "def other():\n"
+              "    return 1\n")
+    assert script_users(source, "SCRIPT") == [4]
+    assert merge_selections([{"p": ["a", "b"]}, {"p": ["b", "c"], "q": ["d"]}]) == {"p": ["a", "b", "c"], "q": ["d"]}
