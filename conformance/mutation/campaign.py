@@ -24,7 +24,7 @@ from .. import KvconformError
 from .casemap import merge_selections, selection_for, script_users, statement_line
 from .host import judge_batch
 from .judges import SCRIPTS
-from .operators import Mutant, mutants_of
+from .operators import Mutant, apply, mutants_of
 from .store import Store
 from .targets import EDGE_PROFILES, KIT_TESTS, PEER_LOADERS, PEER_PROFILES, PEER_TOKENIZER, ROOT, judge_of
 
@@ -63,6 +63,13 @@ def casemap(store: Store, root: Path, judge: str, paths: list[str], progress, ca
     doc = json.loads(done.stdout.strip().splitlines()[-1])
     store.put(key, doc)
     return dict(doc, cases={p: c for p, c in doc["cases"].items() if p in chosen})
+
+
+def diff_of(root: Path, mutant: Mutant) -> str | None:
+    try:
+        return apply(root, mutant)[1]
+    except KvconformError:
+        return None
 
 
 def script_owner(relpath: str) -> str:
@@ -144,9 +151,9 @@ class Campaign:
                     break
                 taken += 1
                 chosen = self.selection(judge, maps, m)
-                if not chosen:
+                if not chosen:          # the diff too, so that the survivors' list and the triage show the change
                     self.store.record({"id": m.id, "status": "not_covered", "verdict": None,
-                                       "failure": "no case executes this line"})
+                                       "failure": "no case executes this line", "diff": diff_of(self.root, m)})
                     continue
                 items_by_path.setdefault(m.path, []).append({"mutant": m.to_json(), "selection": chosen})
             if not items_by_path:
