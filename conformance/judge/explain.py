@@ -12,7 +12,8 @@ steps it adds up, or the file's eviction steps for records, pools and reclaimed 
 """
 from __future__ import annotations
 
-from reference.trace import chain, deciding, input_steps
+from reference.requests import input_steps
+from reference.trace import chain, deciding
 
 from . import oracle
 
@@ -81,7 +82,7 @@ class Explainer:
 
     def input_tokens(self, i: int, observed=None) -> tuple[str | None, str, list]:
         """The steps that decided n: the trace's, or for a request the prediction does not cover,
-        the oracle's input steps of its parse (reference.trace.input_steps).
+        the oracle's input steps of its parse (reference.requests.input_steps).
 
         On an `hf` engine the loader's step decides a text-only n, but the chat template's
         rendering decides it as much (TOK-HF-4). Which one to blame is told by evidence: when the
