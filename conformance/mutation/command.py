@@ -111,8 +111,11 @@ def fmt(value) -> str:
 
 def write_markdown(path: Path, modules: list[dict], total: dict, left: list[str], args) -> None:
     from . import report
-    lines = [f"Command: `kvconform selftest --mutate {' '.join(args.mutate or [])} --jobs {args.jobs}"
-             f"{' --executor ' + args.executor if args.executor != 'local' else ''}` on {os.cpu_count()} cores.", "",
+    chosen = "".join(f" --profile {p}" for p in args.profile or []) + "".join(f" --case {c}" for c in args.case or [])
+    lines = [f"Command: `kvconform selftest --mutate {' '.join(args.mutate or [])}{chosen} --jobs {args.jobs}"
+             f"{' --executor ' + args.executor if args.executor != 'local' else ''}` on {os.cpu_count()} cores"
+             + (" (a kill rate judged with these cases and profiles only: a lower bound of the whole suite's)."
+                if chosen else "."), "",
              report.table(modules + [total], fmt="github"), ""]
     if left:
         lines += ["Survivors without a triage entry:", ""] + [f"- `{line}`" for line in left] + [""]
