@@ -18,10 +18,11 @@ MAX_UNIT = 1 << 20
 """The largest block, page or pool size a setting may name (tokens); the peer suite also bounds
 sizes by the server's own context length."""
 
-KINDS = ("size", "count", "count0", "fraction", "bool", "version")
+KINDS = ("size", "count", "count0", "fraction", "bool", "sizes", "version")
 """What a setting's value may be: size (an integer 1..MAX_UNIT), count (an integer >= 1, or None:
-unbounded), count0 (an integer >= 0), fraction (a number in [0, 1]), bool (true or false), version
-(a release such as "0.5.23", "0.5.23.post1": MAJOR.MINOR[.PATCH] and any suffix)."""
+unbounded), count0 (an integer >= 0), fraction (a number in [0, 1]), bool (true or false), sizes
+(a non-empty list of sizes, or None: unset), version (a release such as "0.5.23", "0.5.23.post1":
+MAJOR.MINOR[.PATCH] and any suffix)."""
 VERSION_PATTERN = re.compile(r"^v?\d+\.\d+(\.\d+)?([.+\-]?[0-9A-Za-z.+\-]*)$")
 
 
@@ -65,6 +66,14 @@ class Setting:
             if not isinstance(value, str) or not VERSION_PATTERN.match(value):
                 raise PeerProfileError(f"setting {self.name} must be a release such as 0.5.23, got {value!r}")
             return value
+        if self.kind == "sizes":
+            if value is None:
+                return None
+            if not isinstance(value, (list, tuple)) or not value or any(
+                    type(v) is not int or not 1 <= v <= MAX_UNIT for v in value):
+                raise PeerProfileError(f"setting {self.name} must be a non-empty list of integers 1..{MAX_UNIT}, "
+                                       f"got {value!r}")
+            return list(value)
         if self.kind == "count" and value is None:
             return None
         low = 0 if self.kind == "count0" else 1
