@@ -32,7 +32,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from .peer_cache import SERVED, ChatRequest
+from .peer_cache import SERVED, ChatRequest, Refused
 
 PROFILES = tuple(SERVED)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -137,7 +137,10 @@ class PeerServer:
         if n + max_tokens > self.engine.cfg["max_input_len"]:
             raise RequestError(400, f"{n} prompt tokens + max_tokens {max_tokens} exceed the context "
                                     f"({self.engine.cfg['max_input_len']})")
-        cached, kv = self.cache.lookup(req)
+        try:
+            cached, kv = self.cache.lookup(req)
+        except Refused as e:                           # the runtime's API refuses the request (PEER-VLLM-17)
+            raise RequestError(400, str(e)) from None
         out = self.engine.generate(req.ids, kv, max_tokens, req.lora, _logit_bias(body))
         sequence = req.ids + out["sampled"][:-1]
         self.cache.store(req, sequence, out["kv"], out["sampled"])
@@ -190,12 +193,15 @@ class PeerServer:
 
 
 def _setting(item: str, sep: str, value: str):
-    """A --setting value: N >= 1, true/false, or a number in [0, 1] (slot_prompt_similarity)."""
+    """A --setting value: N >= 0, true/false, a number in [0, 1] (slot_prompt_similarity), or a
+    word or release (vllm_version=0.33.0, retention_interval=dense)."""
     from .errors import BackendInputError
     if sep and value.lower() in ("true", "false"):
         return value.lower() == "true"
     if sep and value.isdigit() and int(value) >= 1:
         return int(value)
+    if sep and value and (value[0].isalpha() or value.count(".") > 1):
+        return value
     try:
         number = float(value) if sep else None
     except ValueError:

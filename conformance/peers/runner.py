@@ -67,6 +67,8 @@ def _setting_value(profile: str, key: str, text: str, item: str):
         return value
     if kind == "count" and text.lower() in ("none", "unbounded"):
         return None
+    if kind in ("choice", "version") or (kind == "interval" and text.lower() == "dense"):
+        return text.lower() if kind == "interval" else text
     if kind == "fraction":
         try:
             return float(text)

@@ -85,7 +85,18 @@ def _less_one(value) -> int | None:
     return count - 1 if count and count > 1 else None
 
 
-CONVERT = {"int": _int, "bool": _bool, "not": _not, "less_one": _less_one}
+def _text(value) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def _interval(value) -> int | str | None:
+    """vLLM's `prefix_cache_retention_interval`: an integer, or `None` for dense retention."""
+    if isinstance(value, str) and value.strip() == "None":
+        return "dense"
+    return _int(value)
+
+
+CONVERT = {"int": _int, "bool": _bool, "not": _not, "less_one": _less_one, "text": _text, "interval": _interval}
 """How a published raw value becomes a setting's (reference/peer_profile.py `Published.convert`)."""
 
 

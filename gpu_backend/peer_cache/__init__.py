@@ -25,13 +25,13 @@ use.
 """
 from dataclasses import dataclass
 
-from .common import ChatRequest, walk
+from .common import ChatRequest, Refused, walk
 from .llama import SlotCache
 from .sglang import RadixCache
 from .trtllm import TrtBlockTree
 from .vllm import BlockCache
 
-__all__ = ["SERVED", "Served", "ChatRequest", "walk", "SlotCache", "BlockCache", "RadixCache", "TrtBlockTree"]
+__all__ = ["SERVED", "Served", "ChatRequest", "Refused", "walk", "SlotCache", "BlockCache", "RadixCache", "TrtBlockTree"]
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,19 @@ class BlockCache:
     is computed and cached again); a hit uses the block that cached it first. Freed blocks go
     back last block first: a block without a key to the head of the free queue, one with a key
     to the tail (vllm/v1/core/block_pool.py free_blocks)."""
-    settings = {"block_size": 16, "cache_blocks": None, "enable_prefix_caching": True, "eagle": False}
+    settings = {"block_size": 16, "cache_blocks": None, "enable_prefix_caching": True, "eagle": False,
+                "vllm_version": "0.32.0", "disable_lookahead_block_hashes": False, "full_attention": True,
+                "sliding_window": None, "swa_block_size": None, "mamba_block_size": None, "mamba_cache_mode": "align",
+                "retention_interval": 0}
 
-    def __init__(self, block_size=16, cache_blocks=None, enable_prefix_caching=True, eagle=False):
+    def __init__(self, block_size=16, cache_blocks=None, enable_prefix_caching=True, eagle=False,
+                 vllm_version="0.32.0", disable_lookahead_block_hashes=False, full_attention=True, sliding_window=None,
+                 swa_block_size=None, mamba_block_size=None, mamba_cache_mode="align", retention_interval=0):
         self.B, self.capacity = block_size, cache_blocks
         self.caching, self.eagle = enable_prefix_caching, eagle
+        self.version, self.no_lookahead = str(vllm_version), disable_lookahead_block_hashes
+        self.full, self.window, self.swa_B = full_attention, sliding_window, swa_block_size or block_size
+        self.mamba_B, self.mamba_mode, self.retention = mamba_block_size, mamba_cache_mode, retention_interval
         self.reset()
 
     def pages(self, context: int) -> dict:
