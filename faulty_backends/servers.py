@@ -106,6 +106,25 @@ class SaltIgnoredRadix(RadixCache):
         return ((req.extra_key or "") + (req.lora or ""), None)   # DEFECT: the salt is dropped
 
 
+@server_variant("vllm-empty-salt-accepted")
+class EmptySaltAccepted(BlockCache):
+    """Accepts `cache_salt: ""` and keys it apart from no salt.
+    Bug class: an input the runtime refuses accepted (a salt that is no salt treated as a tenant).
+    Violates: PEER-VLLM-17.
+    Mirrors: the kit's own reading before the cross-check against vLLM's cache manager (and
+    servers that pass the field through unchecked); vLLM refuses it, protocol.py
+    validate_cache_salt, and its cache would key it as unsalted (kv_cache_utils.py:647)."""
+
+    def admits(self, req) -> None:
+        return None                                        # DEFECT: "" reaches the cache
+
+    def extras(self, req, index: int) -> tuple:
+        out = () if req.lora is None else (("lora", req.lora, req.lora_path),)
+        if index == 0 and req.salt is not None:
+            out += (("cache_salt", req.salt),)             # DEFECT: "" keys block 0 as a salt
+        return out
+
+
 @server_variant("vllm-free-append", (("cache_blocks", 24),))
 class FreedBlocksAppended(BlockCache):
     """Returns every freed block to the tail of the free queue, partial blocks included.

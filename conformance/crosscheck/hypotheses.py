@@ -34,7 +34,7 @@ from itertools import combinations
 
 from ..judge import peer_oracle
 
-CAUSES = {"vllm": ("empty_salt",),
+CAUSES = {"vllm": (),
           "sglang": ("empty_salt", "empty_extra_key", "split_prompt", "shortfall", "paged_decode", "newer_leaf")}
 LABELS = {
     "empty_salt": "empty salt",

@@ -447,7 +447,16 @@ def _lru_blocks(count, ids, settings, U):
                     {"cache_blocks": K, "block_size": B, "prompt_tokens_intended": size, "prompt_tokens": lengths})
 
 
+def _empty_salt(count, ids, settings, U):
+    """A prompt, the same prompt with `cache_salt: ""` (vLLM's server refuses it, PEER-VLLM-17),
+    then the prompt again: it reuses what the first left, nothing of the refused one."""
+    prompt = long_prompt(SYSTEM, QUESTIONS[2], 47, ids, U)
+    return PeerCase("isolation/empty-salt", "isolation", "a prompt, the same prompt with an empty cache_salt (the "
+                    "server refuses it), then the prompt again", _rules(count, "PEER-VLLM-17"),
+                    [Step(prompt), Step(prompt, salt=""), Step(prompt, reuse=True)])
+
+
 OWN_CASES = {"eviction/slots": _slots, "reuse/read-bypass": _read_bypass, "eviction/lru-blocks": _lru_blocks,
-             "eviction/radix-lru": _radix_lru, "eviction/trt-blocks": _trt_blocks}
+             "eviction/radix-lru": _radix_lru, "eviction/trt-blocks": _trt_blocks, "isolation/empty-salt": _empty_salt}
 """The cases only some profiles have, by the id a PeerProfile's `cases` names them with; each is
 built as builder(count rule, ids, settings, unit)."""

@@ -1,7 +1,7 @@
 """vllm-apc: full blocks keyed by a hash chain with extra keys (PEER-VLLM-*)."""
 import hashlib
 
-from .common import concat_kv
+from .common import Refused, concat_kv
 
 
 class BlockCache:
@@ -35,7 +35,8 @@ class BlockCache:
         text = ",".join(f'{k}="{v}"' for k, v in labels.items())
         return {("GET", "/metrics"): "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
                                      "# TYPE vllm:cache_config_info gauge\n"
-                                     f"vllm:cache_config_info{{{text}}} 1.0\n"}
+                                     f"vllm:cache_config_info{{{text}}} 1.0\n",
+                ("GET", "/version"): {"version": self.version}}          # PEER-VLLM-10
 
     def reset(self):
         self.holder = {}                        # key -> block ids holding it, first cached first
@@ -51,7 +52,7 @@ class BlockCache:
     def extras(self, req, index: int) -> tuple:
         """PEER-VLLM-2: the adapter's name and path key every block, cache_salt block 0."""
         out = () if req.lora is None else (("lora", req.lora, req.lora_path),)
-        if index == 0 and req.salt is not None:
+        if index == 0 and req.salt:
             out += (("cache_salt", req.salt),)
         return out
 
@@ -79,7 +80,13 @@ class BlockCache:
             k += 1
         return k
 
+    def admits(self, req) -> None:
+        """PEER-VLLM-17: vLLM's API refuses an empty cache_salt (protocol.py validate_cache_salt)."""
+        if req.salt == "":
+            raise Refused("cache_salt must be a non-empty string")
+
     def lookup(self, req):
+        self.admits(req)
         n, spans, keys = len(req.ids), self.spans(len(req.ids)), self.keys(req.ids, req)
         hits = self._hits(keys, req)
         c = self.reported(spans[:hits], n)

@@ -73,7 +73,6 @@ def test_the_oracle_agrees_with_itself_and_its_unswitched_copy():
     ("sglang", "shortfall", "(b) evict only the shortfall"),
     ("sglang", "paged_decode", "(c) paged decode accounting"),
     ("sglang", "split_prompt", "(a) split at the prompt boundary"),
-    ("vllm", "empty_salt", "empty salt"),
 ])
 def test_a_planted_cause_is_found_classified_and_shrunk(runtime, cause, label):
     def runtime_observe(stream):
@@ -88,6 +87,17 @@ def test_a_planted_cause_is_found_classified_and_shrunk(runtime, cause, label):
     assert sum("prompt" in s for s in minimal["steps"]) <= 8
     assert first_difference(runtime_observe(minimal), oracle_side.observe(minimal)) is not None
     assert finding.runtime == runtime_observe(minimal) and finding.oracle == oracle_side.observe(minimal)
+
+
+def test_vllm_keys_the_empty_salt_as_vllm_does():
+    """The cross-check's one vLLM class, the empty salt (vLLM keys `cache_salt: ""` as no salt,
+    PEER-VLLM-17), is the oracle's own reading now: a runtime whose streams lose their empty salts
+    agrees with it on every stream, empty salts and all."""
+    with FakeDriver(lambda s: hypotheses.observe(s, ("empty_salt",)), "vllm", "0.32.0") as driver:
+        result = crosscheck(driver, "vllm", range(300))
+    salted = sum(1 for seed in range(300) for step in streams.stream("vllm", seed)["steps"] if step.get("salt") == "")
+    assert result.findings == {} and result.agree == result.streams == 300 and salted > 20
+    assert hypotheses.CAUSES["vllm"] == ()
 
 
 def test_the_shrinker_keeps_the_property_and_removes_the_rest():

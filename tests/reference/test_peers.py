@@ -327,6 +327,65 @@ def test_vllm_2_lora_keyed_by_name_and_path():
     assert a[0] != b[0]
 
 
+def test_vllm_17_the_empty_salt_is_no_salt_below_the_api():
+    """PEER-VLLM-17 / PEER-VLLM-2 (kv_cache_utils.py: a salt keys block 0 only `if request.cache_salt`):
+    B = 4, 12 ids under cache_salt "" then unsalted: N - 1 = 11 caps at 2 blocks, 8; the other way
+    round too. Salt s1 stays apart: 0."""
+    pool = peers.simulator("vllm-apc", {"block_size": 4})
+    pool.commit(req("abcdefghijkl", salt=""), t("z"))
+    assert pool.predict(req("abcdefghijkl")) == 8
+    assert pool.predict(req("abcdefghijkl", salt="s1")) == 0
+    other = peers.simulator("vllm-apc", {"block_size": 4})
+    other.commit(req("abcdefghijkl"), t("z"))
+    assert other.predict(req("abcdefghijkl", salt="")) == 8
+
+
+def test_vllm_17_the_server_refuses_the_empty_salt():
+    """PEER-VLLM-17: validate_cache_salt answers HTTP 400 for "", and nothing else is refused."""
+    pool = peers.simulator("vllm-apc")
+    assert pool.refuses(req("abc", salt="")) == "cache_salt must be a non-empty string"
+    assert pool.refuses(req("abc", salt="s1")) is None and pool.refuses(req("abc")) is None
+
+
+def lookahead(version: str, **more) -> object:
+    return peers.simulator("vllm-apc", {"block_size": 2, "eagle": True, "vllm_version": version, **more})
+
+
+def test_vllm_10_successor_keys_of_test_eagle_successor_token_controls_last_block_hit():
+    """PEER-VLLM-10 (B = 2, eagle): 0 1 2 3 4 5 leaves blocks 01|2 and 23|4 keyed (45 has no
+    successor). 0.33.0: 0 1 2 3 4 6 hits both, 4 (N - 1 = 5 caps at 2 blocks); 0 1 2 3 7 6 hits
+    01|2 only, 2. 0.32.0 (or the switch back): the first hits 2 blocks, EAGLE drops one: 2."""
+    pool = lookahead("0.33.0")
+    pool.commit(PeerRequest([0, 1, 2, 3, 4, 5]), [9])
+    assert pool.predict(PeerRequest([0, 1, 2, 3, 4, 6])) == 4
+    assert pool.predict(PeerRequest([0, 1, 2, 3, 7, 6])) == 2
+    for old in (lookahead("0.32.0"), lookahead("0.33.0", disable_lookahead_block_hashes=True)):
+        old.commit(PeerRequest([0, 1, 2, 3, 4, 5]), [9])
+        assert old.predict(PeerRequest([0, 1, 2, 3, 4, 6])) == 2
+
+
+def test_vllm_10_the_block_before_the_last_sampled_id_is_not_keyed():
+    """PEER-VLLM-10: prompt 0 1 2 3 (N = 4) sampling 7 8: S = 0 1 2 3 7; block 23's successor 7 was
+    computed, so blocks 01 and 23 are keyed: 0 1 2 3 7 5 reports 4. Sampling 7 alone: S = 0 1 2 3,
+    block 23 has no computed successor: the same prompt reports 2."""
+    pool = lookahead("0.33.0")
+    pool.commit(PeerRequest([0, 1, 2, 3]), [7, 8])
+    assert pool.predict(PeerRequest([0, 1, 2, 3, 7, 5])) == 4
+    pool = lookahead("0.33.0")
+    pool.commit(PeerRequest([0, 1, 2, 3]), [7])
+    assert pool.predict(PeerRequest([0, 1, 2, 3, 7, 5])) == 2
+
+
+def test_vllm_version_setting_kinds():
+    with pytest.raises(peers.PeerProfileError, match="a release such as 0.33.0"):
+        peers.check_settings("vllm-apc", {"vllm_version": "latest"})
+    with pytest.raises(peers.PeerProfileError, match="an integer >= 0 or dense"):
+        peers.check_settings("vllm-apc", {"retention_interval": -1})
+    with pytest.raises(peers.PeerProfileError, match="one of align"):
+        peers.check_settings("vllm-apc", {"mamba_cache_mode": "none"})
+    assert peers.check_settings("vllm-apc", {"retention_interval": "dense"})["retention_interval"] == "dense"
+
+
 def test_vllm_5_partial_blocks_are_reused_first():
     """By hand, with the free order of vllm/v1/core/block_pool.py free_blocks (B = 32, K = 6):
     A, B, C of two full blocks and a partial one each, then A again. A frees [3 | 2 1]: the

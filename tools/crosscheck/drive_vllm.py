@@ -65,7 +65,16 @@ def _version() -> str:
 
 
 VERSION = _version()
+RELEASE = tuple(int(x) for x in VERSION.split("+")[0].split(".")[:2] if x.isdigit())
 ADAPTER_IDS: dict = {}
+
+
+def lookahead_tokens(settings: dict) -> int:
+    """What the server would configure: 0.33.0 keys EAGLE blocks with the token after them
+    (`num_hash_lookahead_tokens` 1, config/vllm.py) unless `disable_lookahead_block_hashes`, and
+    then drops no block (sched/scheduler.py "Lookahead hashes prove the boundary token")."""
+    eagle = bool(settings.get("eagle"))
+    return int(eagle and RELEASE >= (0, 33) and not settings.get("disable_lookahead_block_hashes"))
 
 
 class Undefined(Exception):
@@ -81,10 +90,12 @@ class Pool:
         config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
             KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=self.B, num_kv_heads=1, head_size=1,
                                                           dtype=torch.float32))])
+        lookahead = lookahead_tokens(settings)
+        extra = {"num_hash_lookahead_tokens": lookahead} if lookahead else {}
         self.manager = KVCacheManager(config, max_model_len=longest + 4 * self.B + 64, scheduler_block_size=self.B,
                                       hash_block_size=self.B, enable_caching=True,
-                                      use_eagle=bool(settings.get("eagle")))
-        self.hasher = get_request_block_hasher(self.B, sha256)
+                                      use_eagle=bool(settings.get("eagle")) and not lookahead, **extra)
+        self.hasher = get_request_block_hasher(self.B, sha256, *([lookahead] if lookahead else []))
         self.rid = 0
         self.observe = True
 
