@@ -63,6 +63,8 @@ def _step(sim, step: dict, held: dict, bounded: bool) -> dict:
     if run is not None:
         if bounded:
             seen["blocks"] = list(run.blocks)
+            if len(getattr(run, "tables", ())) > 1:           # every KV-cache group's table
+                seen["group_blocks"] = run.group_blocks()
         if step.get("hold"):
             held[step["hold"]] = run
         else:
