@@ -196,6 +196,11 @@ def test_every_faulty_server_is_caught_at_every_block_size(name, size, engines, 
     if "pool_tokens" in dict(variant.settings):
         settings["pool_tokens"] = max(dict(variant.settings)["pool_tokens"], 16 * size)   # room for the layout
     given = ["--peer-setting", f"{SIZE[variant.profile]}={size}"] if variant.profile == "trtllm-kv-reuse" else []
+    if "swa_block_size" in dict(variant.settings):    # not published by the server: given, at twice B
+        settings["swa_block_size"] = 2 * size
+        given += ["--peer-setting", f"swa_block_size={2 * size}"]
+    if "mamba_block_size" in dict(variant.settings):  # vLLM's default: the block size (published)
+        settings["mamba_block_size"] = size
     with serving(variant.peer(engines[LOADER[variant.profile]], settings=settings)) as url:
         rc, report = run_peers(url, variant.profile, tmp_path, *given)
     assert rc == 1 and report["summary"]["headline"] == "NOT CONFORMANT", (name, size)
