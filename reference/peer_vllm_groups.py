@@ -66,6 +66,12 @@ def groups_of(settings: dict) -> tuple:
         raise PeerProfileError("vllm-apc: a Mamba group caches by prefix only in mamba_cache_mode align (vLLM 0.33.0 "
                                "refuses prefix caching otherwise); the profile does not define mode "
                                f"{settings['mamba_cache_mode']}")
+    window = any(g.kind == "swa" for g in out)
+    if mamba is not None and window and settings["eagle"] and settings["cache_blocks"] is not None:
+        raise PeerProfileError("vllm-apc: a Mamba and a sliding-window group with eagle and cache_blocks set: the "
+                               "order in which vLLM places and frees such a request's blocks is not the profile's "
+                               "reading (the cross-check: block ids and free-queue order differ, every count "
+                               "agrees); the profile defines EAGLE beside both only with an unbounded pool")
     if mamba is not None and (mamba.B != B or any(g.B % mamba.B for g in out)):
         raise PeerProfileError(f"vllm-apc: a Mamba group of {mamba.B}-token blocks beside groups of "
                                f"{', '.join(str(g.B) for g in out if g is not mamba)} (block_size {B}): vLLM then hashes "

@@ -24,8 +24,11 @@ REQUEST_FIELDS = ("lora", "lora_path", "salt", "extra_key", "skip_prefix_cache")
 def observe(stream: dict) -> list:
     """Every step's observation of `stream` on a fresh simulator of its runtime's profile."""
     runtime = stream["runtime"]
-    sim = peer_oracle.simulator(PROFILE[runtime], stream.get("settings"))
     error = peer_oracle.PeerProfileError
+    try:
+        sim = peer_oracle.simulator(PROFILE[runtime], stream.get("settings"))
+    except error as e:                      # settings the profile does not define
+        return [{"undefined": str(e)}]
     bounded = runtime == "vllm" and sim.K is not None
     held, out = {}, []
     for step in stream["steps"]:

@@ -136,6 +136,9 @@ def _group_settings(rng) -> dict:
     settings = {"block_size": B, "eagle": rng.random() < 0.1}
     if settings["eagle"] and rng.random() < 0.3:
         settings["disable_lookahead_block_hashes"] = True
+    if "swa" in kind and "mamba" in kind:      # the profile does not define EAGLE there with a bounded pool
+        settings["eagle"] = False
+        settings.pop("disable_lookahead_block_hashes", None)
     if "full" not in kind:
         settings["full_attention"] = False
     if "swa" in kind:

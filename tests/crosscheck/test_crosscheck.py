@@ -179,3 +179,11 @@ def test_a_focused_search_runs_only_the_streams_the_cause_changes():
         result = crosscheck(driver, "sglang", range(300), focus="paged_decode", max_streams=300)
     assert result.passed_over + result.streams == 300 and 0 < result.streams < 100
     assert "(c) paged decode accounting" in result.findings and result.agree == 0
+
+
+def test_settings_the_profile_does_not_define_stop_the_stream_at_once():
+    stream = {"runtime": "vllm", "settings": {"block_size": 2, "sliding_window": 16, "swa_block_size": 4,
+                                              "mamba_block_size": 2, "eagle": True, "cache_blocks": 7},
+              "steps": [{"prompt": [43, 10, 43, 43, 29, 19], "sampled": [24]}]}
+    (seen,) = oracle_side.observe(stream)
+    assert "unbounded pool" in seen["undefined"]

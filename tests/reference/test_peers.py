@@ -701,3 +701,10 @@ def test_vllm_groups_replay_cap_is_the_grouped_pools():
     assert (p.full_match(plain, 81), p.full_match(hybrid, 81)) == (80, 64)
     assert p.case_rules("reuse/replay", plain) == []
     assert p.case_rules("reuse/replay", hybrid) == ["PEER-VLLM-11", "PEER-VLLM-12", "PEER-VLLM-13", "PEER-VLLM-15"]
+
+
+def test_vllm_groups_eagle_beside_mamba_needs_an_unbounded_pool():
+    settings = {"block_size": 2, "sliding_window": 16, "swa_block_size": 4, "mamba_block_size": 2, "eagle": True}
+    assert peers.simulator("vllm-apc", settings).predict(PeerRequest(ids(6))) == 0
+    with pytest.raises(peers.PeerProfileError, match="unbounded pool"):
+        peers.simulator("vllm-apc", {**settings, "cache_blocks": 7})
