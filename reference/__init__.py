@@ -16,7 +16,8 @@ speed. Its modules, by the spec section each transcribes:
     speculative.py   section 12, attention-only EAGLE (CR-SPEC)
     sequence.py      one sequence's state in its batch and the facts it reports (CR-MET-13)
     simulator.py     one runtime instance over request files: the predictions it writes
-    trace.py         the decision trace: a rule-tagged step wherever a predicted value is decided
+    trace.py         the decision trace's containers (steps, chain, causes); each module above
+                     records its own steps where it decides
     semantics.py     semantics profiles (spec/profiles.md)
     engine.py        engine descriptions, build arguments, runtime flags (spec/engine.md)
     requests.py      request files: parsing, checks, batches (spec/tokenizer.md, CR-POL, CR-BATCH)
@@ -33,6 +34,9 @@ speed. Its modules, by the spec section each transcribes:
                      block keys and free queue both vLLM pools share
     peer_profile.py  what a peer profile is, as data (PeerProfile: settings, rules, server API)
     peer_trace.py    the peer caches' decision trace (reference.trace.Step, recorded where they decide)
+    traffic.py       a recorded trace's requests: hash-id tokens and page keys (spec/trace-replay.md)
+    replay.py        traffic replayed through any profile at a capacity, and its summary
+    replay_adapters.py  what lets the simulators replay on page keys and at real pool sizes
 
 Public API:
     SPEC_VERSION, InputError, NeedsTranscript, OutOfScope, Unreported, DeploymentRejected,

@@ -433,7 +433,7 @@ PROFILE = PeerProfile(
     count_rule="PEER-VLLM-3", after_rule="PEER-VLLM-4", key_rule="PEER-VLLM-2",
     make=_make, full_match=lambda s, n: replayed(s, n), case_rules=group_rules,
     tokenizer_loader="transformers-auto", reset="/reset_prefix_cache", crosscheck="tokenize-messages",
-    lora_field="model", features=frozenset({"salt", "lora"}),
+    lora_field="model", features=frozenset({"salt", "lora", "images"}),
     unit="block_size", unit_name="block",
     cases=("reuse/read-bypass", "eviction/lru-blocks", "isolation/empty-salt", "groups/replay-at-kA-1",
            "groups/replay-at-kA", "groups/replay-at-kA+1", "groups/replay-at-kBs-1", "groups/replay-at-kBs",

@@ -45,6 +45,9 @@ def vllm_block_keys(ids, block_size: int, request: PeerRequest | None = None, lo
     `keys`: keys already computed for a prefix of `ids`, extended in place (a request's keys are
     computed once: its prompt's, then its computed sequence's)."""
     keys = [] if keys is None else keys
+    if hasattr(request, "block_keys"):       # hook: keys a trace replay computed (reference/replay.py, SIM-KEY-2)
+        keys[len(keys):] = request.block_keys(max(0, (len(ids) - lookahead) // block_size))[len(keys):]
+        return keys
     keyed_extras = request is not None and (request.lora is not None or request.salt or request.images)
     packed = _id_bytes(ids)
     parent = keys[-1] if keys else b"none"

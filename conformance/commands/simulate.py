@@ -2,6 +2,8 @@
 
     kvconform simulate --engineDir D | --engineConfig FILE --inputFile IN --profileOutputFile PROF
         [--outputFile PRED] [--transcript BACKEND_OUTPUT] [cache and runtime flags]
+    kvconform simulate --trace FILE [--profile P ...] [--capacity LIST] ...   (trace replay:
+        conformance/traffic/command.py, docs/simulate.md)
 
 The engine is an engine directory written by `python -m gpu_backend build` or a bare config.json
 following spec/schemas/engine.schema.json. Generated tokens come from `--transcript` (a
@@ -26,14 +28,15 @@ from .. import KvconformError
 from ..judge import oracle
 from ..judge.oracle import MAX_WARMUP
 from ..judge.oracle import resolve_engine_paths as resolve_paths
+from ..traffic import command as traffic
 
 
 def add_arguments(parser) -> None:
-    engine = parser.add_mutually_exclusive_group(required=True)
+    engine = parser.add_mutually_exclusive_group()          # one is required without --trace (_required)
     engine.add_argument("--engineDir", help="engine directory holding config.json")
     engine.add_argument("--engineConfig", help="an engine description (config.json) file")
-    parser.add_argument("--inputFile", required=True, help="request file")
-    parser.add_argument("--profileOutputFile", required=True, help="where the predicted profile goes")
+    parser.add_argument("--inputFile", help="request file (required without --trace)")
+    parser.add_argument("--profileOutputFile", help="where the predicted profile goes (required without --trace)")
     parser.add_argument("--outputFile", help="where the per-request predictions go")
     parser.add_argument("--transcript", help="a backend's output file: generated tokens per request")
     parser.add_argument("--enableContextReuse", action="store_true")
@@ -51,6 +54,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--semanticsProfile", choices=oracle.PROFILE_NAMES, default=oracle.DEFAULT_PROFILE,
                         metavar="NAME", help="the semantics profile predicted (spec/profiles.md): "
                         + ", ".join(oracle.PROFILE_NAMES))
+    traffic.add_arguments(parser)
 
 
 def _count(text: str) -> int:
@@ -76,6 +80,9 @@ def main(args) -> int:
     large request file is some hundred thousand containers, none in a cycle, and while they
     live every collection triggered by reading, checking or writing walks them again (about
     60 ms of a 10,000-request run). Reference counting frees everything as before."""
+    if args.trace:
+        return traffic.main(args)
+    _required(args)
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -83,6 +90,19 @@ def main(args) -> int:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _required(args) -> None:
+    """The options a request-file simulation needs (argparse cannot require them only without
+    --trace); the message is argparse's own."""
+    missing = [flag for flag, value in (("--inputFile", args.inputFile), ("--profileOutputFile", args.profileOutputFile))
+               if value is None]
+    if args.engineDir is None and args.engineConfig is None:
+        raise KvconformError("kvconform simulate: one of the arguments --engineDir --engineConfig is required "
+                             "(or --trace FILE)")
+    if missing:
+        raise KvconformError(f"kvconform simulate: the following arguments are required: {', '.join(missing)} "
+                             "(or --trace FILE)")
 
 
 def _simulate(args) -> int:
@@ -111,7 +131,7 @@ def _simulate(args) -> int:
     except (oracle.NeedsTranscript, oracle.OutOfScope) as e:
         which = re.match(r"request (\d+): ", str(e))      # the request whose counts cannot be predicted
         raise KvconformError(str(e), args.inputFile, f"$.requests[{which.group(1)}]" if which else "$") from None
-    for path, message in schemas.unknown_request_keys(doc):    # the file is accepted: now the warnings
+    for path, message in schemas.unknown_request_keys(doc, limit=schemas.WARNINGS_SHOWN):   # accepted: the warnings
         print(f"kvconform: warning: {KvconformError(message, args.inputFile, path)}", file=sys.stderr)
     predictions["input_file"] = os.path.abspath(args.inputFile)
     if predictions["rejected"] is not None:
@@ -159,8 +179,7 @@ def _engine(file: str):
     schemas.check(config, "engine", file)
     try:
         engine = oracle.engine_from_config(resolve_paths(config, os.path.dirname(os.path.abspath(file))))
-        if engine.hf:
-            engine.hf_tokenizer()
+        oracle.check_token_ids(engine)          # loads an hf tokenizer (spec/engine.md section 2)
         return engine
     except oracle.InputError as e:
         raise KvconformError(e.message, file, e.path) from None
