@@ -74,9 +74,12 @@ def _setting_value(profile: str, key: str, text: str, item: str):
             return float(text)
         except ValueError:
             raise KvconformError(f"--peer-setting {item!r}: expected {key}=X with a number X in [0, 1]") from None
-    if not text.isdigit() or len(text) > 12:
+    if not text.isdigit():
         raise KvconformError(f"--peer-setting {item!r}: expected KEY=N with an integer N"
                              + ("" if kind else f" ({profile} settings: {', '.join(settings)})"))
+    if len(text) > 40:   # an integer still, only far out of any range: the range check says so
+        raise KvconformError(f"--peer-setting {key}={text[:20]}...: a {len(text)}-digit integer, far above "
+                             f"any {profile} {key}")
     return int(text)
 
 
