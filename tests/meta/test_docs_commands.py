@@ -43,6 +43,11 @@ BLOCKS = {
         LONG, "installs a runtime into its own venv: 5-15 min per runtime and version (docs/crosscheck.md)"),
     ("docs/edge-llm-deployments.md", "describe --engine-dir /path/to/engine"): (TEMPLATE, "the user's engine folder"),
     ("docs/edge-llm-deployments.md", "--executable /path/to/llm_inference"): (TEMPLATE, "the user's llm_inference"),
+    ("docs/mutation.md", "pip install -e '.[mutate]'"): (
+        LONG, "the campaign over the default modules: about 2,400 mutants at 15-50 s each on a 2-core machine "
+              "at load 12-20 (docs/mutation.md section 7), a day of both cores"),
+    ("docs/mutation.md", "# templates and JPEG"): (
+        LONG, "1,387 s, 477 s and 622 s wall on a 2-core machine at load 12-20 (docs/mutation.md section 7)"),
     ("docs/parity.md", ".venv/bin/kvconform parity                 #"): (RUN, "seconds; --update-readme in the copy"),
     ("docs/peers.md", "--profile vllm-apc \\\n    --tokenizer DIR --model NAME"): (TEMPLATE, "the user's server"),
     ("docs/peers.md", "gpu_backend serve --profile vllm-apc --port 8000"): (
