@@ -28,8 +28,8 @@ speed. Its modules, by the spec section each transcribes:
     transcript.py    generated tokens from a backend's output (spec/RUNNING.md section 4)
     errors.py        InputError and the other exceptions of the oracle
     version.py       SPEC_VERSION, the version of the spec transcribed here
-    peers.py, peer_common.py, peer_llama.py, peer_vllm.py, peer_sglang.py, peer_trtllm.py
-                     the peer profiles of OpenAI-compatible servers (spec/peer-profiles.md)
+    peers.py, peer_common.py, peer_llama.py, peer_vllm.py, peer_sglang.py, peer_trtllm.py,
+    peer_trtllm_keys.py  the peer profiles of OpenAI-compatible servers (spec/peer-profiles.md)
     peer_vllm_groups.py, peer_vllm_keys.py   vllm-apc's KV-cache groups (hybrid models), and the
                      block keys and free queue both vLLM pools share
     peer_profile.py  what a peer profile is, as data (PeerProfile: settings, rules, server API)
