@@ -126,6 +126,69 @@ class SaltIgnoredRadix(RadixCache):
         return ((req.extra_key or "") + (req.lora or ""), None)   # DEFECT: the salt is dropped
 
 
+@server_variant("vllm-empty-salt-accepted")
+class EmptySaltAccepted(BlockCache):
+    """Accepts `cache_salt: ""` and keys it apart from no salt.
+    Bug class: an input the runtime refuses accepted (a salt that is no salt treated as a tenant).
+    Violates: PEER-VLLM-17.
+    Mirrors: the kit's own reading before the cross-check against vLLM's cache manager (and
+    servers that pass the field through unchecked); vLLM refuses it, protocol.py
+    validate_cache_salt, and its cache would key it as unsalted (kv_cache_utils.py:647)."""
+
+    def admits(self, req) -> None:
+        return None                                        # DEFECT: "" reaches the cache
+
+    def extras(self, req, index: int) -> tuple:
+        out = () if req.lora is None else (("lora", req.lora, req.lora_path),)
+        if index == 0 and req.salt is not None:
+            out += (("cache_salt", req.salt),)             # DEFECT: "" keys block 0 as a salt
+        return out
+
+
+@server_variant("vllm-hybrid-hit-unaligned", (("block_size", 8), ("sliding_window", 20), ("swa_block_size", 16),
+                                              ("retention_interval", "dense")))
+class HybridHitUnaligned(BlockCache):
+    """Lands a hybrid model's hits on the smallest block size, not on the lcm of the groups'.
+    Bug class: a hit not aligned to every group (the KV of a half-filled block of another group reused).
+    Violates: PEER-VLLM-11.
+    Mirrors: hybrid allocators that align the hit to the first group's block size; vLLM aligns
+    it to the least common multiple (kv_cache_coordinator.py HybridKVCacheCoordinator,
+    `_cache_hit_alignment_tokens`, and test_different_block_size)."""
+
+    def alignment(self) -> int:
+        return self.B                                      # DEFECT: the full-attention block size, not the lcm
+
+
+@server_variant("vllm-swa-tail-past-window", (("block_size", 16), ("sliding_window", 48)))
+class SlidingWindowKeptWhole(BlockCache):
+    """Keeps every sliding-window block a request computed, as full attention does.
+    Bug class: a window's tail kept past what the window and the retention interval keep.
+    Violates: PEER-VLLM-13, PEER-VLLM-15.
+    Mirrors: hybrid caches that key a sliding-window group's blocks like full attention's; vLLM
+    frees the blocks before the window as a request runs and keeps only the tails its retention
+    mask names (single_type_kv_cache_manager.py SlidingWindowManager.reachable_block_mask)."""
+
+    def kept(self, g: int, index: int, n: int, junction: int) -> bool:
+        return True                                        # DEFECT: every block kept, whatever the window
+
+
+@server_variant("vllm-mamba-state-every-block", (("block_size", 16), ("mamba_block_size", 16)))
+class MambaStateEveryBlock(BlockCache):
+    """Serves a Mamba group's prefix at every block boundary the request passed, not only where it
+    wrote a state.
+    Bug class: a recurrent state assumed at positions it was never saved at.
+    Violates: PEER-VLLM-14.
+    Mirrors: treating a Mamba group like attention in a hybrid cache; vLLM's "align" mode keeps one
+    running state block and writes a reusable state only where a prefill stops or decoding crosses
+    a block boundary (single_type_kv_cache_manager.py MambaManager, sched/scheduler.py
+    `_mamba_block_aligned_split`)."""
+
+    def serves(self, g: int, length: int, keys) -> bool:
+        if self.groups[g][0] == "mamba":
+            return all(self._prefix(keys, e) in self.held[0] for e in range(self.B, length + 1, self.B))
+        return super().serves(g, length, keys)             # DEFECT: a Mamba state read off the attention blocks
+
+
 @server_variant("vllm-free-append", (("cache_blocks", 24),))
 class FreedBlocksAppended(BlockCache):
     """Returns every freed block to the tail of the free queue, partial blocks included.

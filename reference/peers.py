@@ -24,6 +24,7 @@ from .peer_sglang import RadixCache, sglang_cached, sglang_namespace, sglang_rel
 from .peer_trace import PeerTrace
 from .peer_trtllm import BlockKey, TrtllmBlockPool, trtllm_cached
 from .peer_vllm import VllmBlockPool, leading_hits, vllm_block_keys, vllm_cached, vllm_extra_keys
+from .peer_vllm_groups import GroupedPool, groups_of, grouped, swa_need
 
 PEER_PROFILES_VERSION = "1.3.0"
 PEER_PROFILES: dict[str, PeerProfile] = {p.name: p for p in (peer_llama.PROFILE, peer_vllm.PROFILE,
@@ -39,7 +40,7 @@ __all__ = ["ImageItem", "PeerProfileError", "PeerRequest", "common_prefix", "com
            "TrtllmBlockPool", "trtllm_cached",
            "vllm_block_keys", "vllm_cached", "vllm_extra_keys", "PeerProfile", "Published", "Setting", "PeerTrace",
            "PEER_PROFILES", "PROFILES", "SETTINGS", "KINDS", "MAX_UNIT", "PEER_PROFILES_VERSION", "profile_of",
-           "check_settings", "simulator"]
+           "check_settings", "simulator", "GroupedPool", "groups_of", "grouped", "swa_need"]
 
 
 def profile_of(name: str) -> PeerProfile:

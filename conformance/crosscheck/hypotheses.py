@@ -19,8 +19,8 @@ own settings (docs/crosscheck.md cites the source lines):
   stamped after (radix_cache.py `_insert_helper`).
 
 Two more change the stream, not the cache (`normalised`): `empty_salt` keys a `""` salt like
-none, as both runtimes do (vLLM keys a salt only `if request.cache_salt`; the SGLang oracle
-already does); `empty_extra_key` keys a `""` extra key apart from none, as SGLang's cache does
+none, as both runtimes do (vLLM keys a salt only `if request.cache_salt`; both oracles now do, so
+no runtime lists it any more); `empty_extra_key` keys a `""` extra key apart from none, as SGLang's cache does
 below its API (io_struct.py `_normalize_extra_key` makes `""` None first, and the SGLang driver
 calls it, so a stream through the API never shows this).
 
@@ -34,7 +34,7 @@ from itertools import combinations
 from ..judge import peer_oracle
 
 CACHE_CAUSES = ("no_prompt_split", "whole_demand", "decode_tokens", "split_tie")
-CAUSES = {"vllm": ("empty_salt",),
+CAUSES = {"vllm": (),
           "sglang": ("empty_extra_key",) + CACHE_CAUSES}
 LABELS = {
     "empty_salt": "empty salt",

@@ -79,6 +79,7 @@ def crosscheck(driver, runtime: str, seeds, max_requests: int = 20, shrink_budge
     generated = 0
     for s in source:
         generated += 1
+        _name_the_release(s, driver.version)
         if max_streams is not None and generated > max_streams:
             break
         if focus is not None and first_difference(hypotheses.observe(s, (focus,)), oracle_side.observe(s)) is None:
@@ -106,6 +107,13 @@ def crosscheck(driver, runtime: str, seeds, max_requests: int = 20, shrink_budge
             break
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _name_the_release(stream: dict, version) -> None:
+    """A vLLM stream is judged under the rules of the release the driver runs (`vllm_version`,
+    PEER-VLLM-10): its settings name it, so a minimal stream carries it into its parity entry."""
+    if stream.get("runtime") == "vllm" and isinstance(version, str) and version[:1].isdigit():
+        stream.setdefault("settings", {}).setdefault("vllm_version", version)
 
 
 SHRUNK_PER_CLASS = 3

@@ -124,7 +124,19 @@ def _eagle(value) -> bool | None:
     return str(value).strip().upper() in EAGLE
 
 
-CONVERT = {"int": _int, "bool": _bool, "not": _not, "less_one": _less_one, "version": _version, "eagle": _eagle}
+def _text(value) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def _interval(value) -> int | str | None:
+    """vLLM's `prefix_cache_retention_interval`: an integer, or `None` for dense retention."""
+    if isinstance(value, str) and value.strip() == "None":
+        return "dense"
+    return _int(value)
+
+
+CONVERT = {"int": _int, "bool": _bool, "not": _not, "less_one": _less_one, "text": _text, "interval": _interval,
+           "version": _version, "eagle": _eagle}
 """How a published raw value becomes a setting's (reference/peer_profile.py `Published.convert`)."""
 
 

@@ -74,7 +74,6 @@ def test_the_oracle_agrees_with_itself_and_its_unswitched_copy():
     ("sglang", "decode_tokens", "(c) P + 1 slots per decode step, tokens held (the oracle before 1.3.0)"),
     ("sglang", "no_prompt_split", "(a) no split at the prompt boundary (SGLang < 0.5.20)"),
     ("sglang", "empty_extra_key", "empty extra key kept apart (below the API)"),
-    ("vllm", "empty_salt", "empty salt"),
 ])
 def test_a_planted_cause_is_found_classified_and_shrunk(runtime, cause, label):
     def runtime_observe(stream):
@@ -89,6 +88,17 @@ def test_a_planted_cause_is_found_classified_and_shrunk(runtime, cause, label):
     assert sum("prompt" in s for s in minimal["steps"]) <= 8
     assert first_difference(runtime_observe(minimal), oracle_side.observe(minimal)) is not None
     assert finding.runtime == runtime_observe(minimal) and finding.oracle == oracle_side.observe(minimal)
+
+
+def test_vllm_keys_the_empty_salt_as_vllm_does():
+    """The cross-check's one vLLM class, the empty salt (vLLM keys `cache_salt: ""` as no salt,
+    PEER-VLLM-17), is the oracle's own reading now: a runtime whose streams lose their empty salts
+    agrees with it on every stream, empty salts and all."""
+    with FakeDriver(lambda s: hypotheses.observe(s, ("empty_salt",)), "vllm", "0.32.0") as driver:
+        result = crosscheck(driver, "vllm", range(300))
+    salted = sum(1 for seed in range(300) for step in streams.stream("vllm", seed)["steps"] if step.get("salt") == "")
+    assert result.findings == {} and result.agree == result.streams == 300 and salted > 20
+    assert hypotheses.CAUSES["vllm"] == ()
 
 
 def test_the_shrinker_keeps_the_property_and_removes_the_rest():
@@ -177,3 +187,11 @@ def test_a_focused_search_runs_only_the_streams_the_cause_changes():
 
 
 LABEL = hypotheses.LABELS
+
+
+def test_settings_the_profile_does_not_define_stop_the_stream_at_once():
+    stream = {"runtime": "vllm", "settings": {"block_size": 2, "sliding_window": 16, "swa_block_size": 4,
+                                              "mamba_block_size": 2, "eagle": True, "cache_blocks": 7},
+              "steps": [{"prompt": [43, 10, 43, 43, 29, 19], "sampled": [24]}]}
+    (seen,) = oracle_side.observe(stream)
+    assert "unbounded pool" in seen["undefined"]
