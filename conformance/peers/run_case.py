@@ -206,7 +206,7 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
                                "the answer to feed back is missing", k, Verdict.ERROR))
             return
         context = ctx.facts.context
-        if context is not None and len(ids) + step.max_tokens > context:
+        if context is not None and len(ids) + step.max_tokens > context and not step.beyond_context:
             result.settle(Verdict.NOT_SUPPORTED, f"request {k} needs {len(ids)} prompt tokens + max_tokens "
                           f"{step.max_tokens}, more than the server's context of {context} tokens: not sent")
             return
@@ -214,6 +214,11 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
                                  lora_path=(ctx.facts.adapters or {}).get(step.lora) if step.lora else None,
                                  skip_prefix_cache=step.skip_read)
         trace.begin(k)
+        if unknown is None and _refused(sim, req):
+            if not _judge_refusal(step, messages, ids, k, ctx, trace, result, transcript, rows, case, attempt):
+                return
+            sim.commit(req, [])                       # a refused request leaves the cache as it was
+            continue
         predicted = sim.predict(req) if unknown is None else None
         explained = trace.explained(k) if unknown is None else (None, [])
         why = explained[0].why if explained[0] is not None else unknown
@@ -270,6 +275,39 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
         result.settle(Verdict.NOT_SUPPORTED, "no count of the case depends on whether the server caches the tokens it "
                       f"generated (sampled ids the next prompt shares: {shares}): a server that caches the prompt "
                       "only would pass, so caching of generated tokens was not judged")
+
+
+def _refused(sim, req) -> bool:
+    """Whether the profile says the server refuses the request (an HTTP 400, no count): llama.cpp
+    refuses a prompt its slot cannot hold (PEER-LCPP-8)."""
+    refusal = getattr(sim, "refusal", None)
+    return refusal is not None and refusal(req) is not None
+
+
+def _judge_refusal(step, messages, ids, k, ctx, trace, result, transcript, rows, case, attempt) -> bool:
+    """Send a request the oracle predicts refused: an HTTP 400 is what it predicts (True: the
+    case goes on); an answer with a count is FAIL, named by the oracle's step; another failure
+    is ERROR or TIMEOUT as for any request (False: the case stops)."""
+    head, chain = trace.explained(k, "refused")
+    fields = request_fields(ctx.profile, step, case_salt(case, ctx, attempt))
+    entry = {"request": k, "messages": messages, "max_tokens": step.max_tokens, "fields": fields,
+             "prompt_ids": ids, "predicted_cached_tokens": None, "predicted_refusal": True, "why": head.why,
+             "oracle_steps": [step_json(s) for s in chain]}
+    transcript.append(entry)
+    try:
+        completion = ctx.client.chat(messages, step.max_tokens, fields)
+    except ServerFailure as e:
+        entry["failure"] = e.message
+        if e.kind == "http" and e.status == 400:
+            rows.append({"request": k, "prompt_tokens": len(ids), "predicted": None, "reported": None,
+                         "refused": {"predicted": True, "reported": e.message}, "fields": fields})
+            return True
+        result.add(server_failure(e, "POST /v1/chat/completions", k))
+        return False
+    entry["response"] = completion.raw
+    result.add(Failure(head.rule, "HTTP status", "400 (the request refused)", "200 with a completion", head.why, k,
+                       chain=[step_json(s) for s in chain]))
+    return False
 
 
 class _NoRoundTrip(Exception):
