@@ -25,7 +25,7 @@ from .peer_trace import PeerTrace
 from .peer_trtllm import BlockKey, TrtllmBlockPool, trtllm_cached
 from .peer_vllm import VllmBlockPool, leading_hits, vllm_block_keys, vllm_cached, vllm_extra_keys
 
-PEER_PROFILES_VERSION = "1.1.0"
+PEER_PROFILES_VERSION = "1.2.0"
 PEER_PROFILES: dict[str, PeerProfile] = {p.name: p for p in (peer_llama.PROFILE, peer_vllm.PROFILE,
                                                              peer_sglang.PROFILE, peer_trtllm.PROFILE)}
 """Every peer profile, by name, in the order the docs list them."""

@@ -153,7 +153,7 @@ def cases(profile: str, settings: dict, ids, facts=None) -> list:
         out.append(_combined_keys(p.key_rule, "extra_key" in p.features, count, ids, U, adapters))
     if "extra_key" in p.features:
         out.append(_extra_keys(p.key_rule, count, ids, U))
-    out += [OWN_CASES[case_id](count, ids, settings, U) for case_id in p.cases]
+    out += [c for c in (OWN_CASES[case_id](count, ids, settings, U) for case_id in p.cases) if c is not None]
     for case in out:
         for rule in (p.case_rules(case.id, settings) if p.case_rules else ()):
             if rule not in case.rules:              # a rule of the profile the case depends on too
@@ -521,12 +521,8 @@ def _slot_similarity(count, ids, settings, U):
     C's nearly all: of two slots above the threshold the most similar is taken (PEER-LCPP-5)."""
     case_id, rules = "boundaries/slot-similarity", _rules(count, "PEER-LCPP-5")
     share, slots = settings["slot_prompt_similarity"], settings["slots"]
-    if slots < 2:
-        return Unsupported(case_id, "boundaries", rules, "one slot: the server has no slot to choose (start it with "
-                           "-np 2 and give --peer-setting slots=2, or let the kit read it from /props)")
-    if share <= 0:
-        return Unsupported(case_id, "boundaries", rules, "slot_prompt_similarity is 0: the server chooses slots by "
-                           "least recent use alone, which eviction/slots-lru judges")
+    if slots < 2 or share <= 0:
+        return None                       # one slot, or no similarity: eviction/slots judges the choice
     words = ("Reply in one word. " + scrambled(MAX_EVICTION_TOKENS, 137)).split()
 
     def b_of(k):                          # B: the words C keeps and 12 more
@@ -570,11 +566,13 @@ def _f32(x: float) -> float:
 
 
 def _context_unknown(case_id, rules, settings):
-    """Why a context case cannot be laid out, or None."""
+    """Why a context case cannot be laid out: False where the slot's context is not known (the
+    case does not apply: llama-server publishes it in GET /props default_generation_settings.n_ctx,
+    a server that does not is judged without it), an Unsupported where it is too long to write,
+    else None."""
     n_ctx = settings["n_ctx"]
     if n_ctx is None:
-        return Unsupported(case_id, "context", rules, "the slot's context is not known: the server publishes it in "
-                           "GET /props default_generation_settings.n_ctx, or give --peer-setting n_ctx=N")
+        return False
     if n_ctx > MAX_CONTEXT_TOKENS:
         return Unsupported(case_id, "context", rules, f"a slot context of {n_ctx} ids needs prompts that long; this "
                            f"case writes at most {MAX_CONTEXT_TOKENS} (start the server with a smaller -c)")
@@ -602,7 +600,7 @@ def _too_long(count, ids, settings, U):
     case_id, rules = "context/too-long", _rules(count, "PEER-LCPP-8")
     unknown = _context_unknown(case_id, rules, settings)
     if unknown is not None:
-        return unknown
+        return unknown or None
     n_ctx = settings["n_ctx"]
     system = SYSTEM + " " + scrambled(max(8, n_ctx // 2 - 40), 151)
     a = _of_length(lambda m: chat(system + " " + scrambled(m, 149), QUESTIONS[0]), ids, max(2 * U + 1, n_ctx // 2))
@@ -630,7 +628,7 @@ def _context_end(count, ids, settings, U):
     case_id, rules = "context/end", _rules(count, rule)
     unknown = _context_unknown(case_id, rules, settings)
     if unknown is not None:
-        return unknown
+        return unknown or None
     n_ctx = settings["n_ctx"]
     a = _of_length(lambda m: chat(SYSTEM + " " + scrambled(m, 167), QUESTIONS[2]), ids, n_ctx - CONTEXT_MARGIN)
     bias = _steering(ids, a)
@@ -648,12 +646,10 @@ def _shift_discard(count, ids, settings, U):
     the slot: the discard's edge, D - 1, D, D + 1 (PEER-LCPP-9)."""
     case_id, rules = "context/shift-discard", _rules(count, "PEER-LCPP-9")
     if not settings["context_shift"]:
-        return Unsupported(case_id, "context", rules, "context_shift is off: the server stops at its context "
-                           "(context/end judges that); start it with --context-shift and give "
-                           "--peer-setting context_shift=true")
+        return None                       # the server stops at its context: context/end judges that
     unknown = _context_unknown(case_id, rules, settings)
     if unknown is not None:
-        return unknown
+        return unknown or None
     n_ctx = settings["n_ctx"]
     keep = min(settings["n_keep"], n_ctx - 4)
     discard = (n_ctx - 1 - keep) // 2
@@ -705,4 +701,6 @@ OWN_CASES = {"eviction/slots": _slots, "reuse/read-bypass": _read_bypass, "evict
              "boundaries/slot-similarity": _slot_similarity, "context/too-long": _too_long,
              "context/end": _context_end, "context/shift-discard": _shift_discard}
 """The cases only some profiles have, by the id a PeerProfile's `cases` names them with; each is
-built as builder(count rule, ids, settings, unit)."""
+built as builder(count rule, ids, settings, unit), which returns None where the case does not
+apply to the deployment the settings describe (a slot choice on one slot, a context shift that is
+off, a context the server does not publish)."""

@@ -28,6 +28,8 @@ def settings_args(settings: dict) -> list:
 
 @pytest.mark.parametrize("profile, settings", [
     ("llama.cpp-server", {}),
+    ("llama.cpp-server", {"cache_reuse": 8}),
+    ("llama.cpp-server", {"slots": 2, "context_shift": True, "n_keep": 32, "n_ctx": 512}),
     ("vllm-apc", {"block_size": 16, "cache_blocks": 24}),
     ("sglang-radix", {"page_size": 4, "pool_tokens": 600}),
     ("trtllm-kv-reuse", {"tokens_per_block": 16}),
@@ -41,14 +43,18 @@ def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines
     # every case PASS but the one the profile's server cannot be judged on (no cache reset)
     assert {k for k, v in verdicts.items() if v != "PASS"} == ({"eviction/trt-blocks"} if profile == "trtllm-kv-reuse"
                                                                else set())
+    published = {k: v for k, v in report["peer"]["settings"].items()
+                 if report["peer"]["settings_origin"][k] not in ("given", "default")}
     assert report["peer"]["profile"] == profile and report["peer"]["settings"] == {
-        **SETTINGS[profile], **settings}
+        **SETTINGS[profile], **published, **settings}
     steps = [s for c in report["cases"] for s in (c.get("details") or {}).get("steps", [])]
     assert all(s["predicted"] == s["reported"] for s in steps)
     # the runs exercised reuse, not only empty caches
-    assert sum(1 for s in steps if s["reported"] > 0) >= 10
+    assert sum(1 for s in steps if (s["reported"] or 0) > 0) >= 10
     expected = {"reuse/replay", "turns/feedback", "boundaries/near-miss-at-kB", "boundaries/replay-at-kB+1"}
-    expected |= {"llama.cpp-server": {"eviction/one-slot"}, "vllm-apc": {"isolation/cache-salt", "isolation/lora",
+    expected |= {"llama.cpp-server": {"reuse/chunk-at-n", "context/too-long", "context/end"}
+                 | ({"boundaries/slot-similarity", "context/shift-discard"} if settings.get("slots") else
+                    {"eviction/one-slot"}), "vllm-apc": {"isolation/cache-salt", "isolation/lora",
                  "eviction/lru-blocks"}, "sglang-radix": {"isolation/cache-salt", "isolation/extra-key",
                                                                    "isolation/salt-and-lora", "eviction/radix-lru"},
                  "trtllm-kv-reuse": {"isolation/cache-salt", "isolation/lora"}}[profile]
