@@ -139,6 +139,18 @@ def fed_through(prompt, sampled, n_ctx: int | None, context_shift: bool, n_keep:
     return held, shifts
 
 
+def served(n: int, stream, max_tokens: int | None, n_ctx: int | None, context_shift: bool, n_keep: int) -> tuple[list, bool]:
+    """PEER-LCPP-8 / PEER-LCPP-9: what a request of `n` prompt ids samples when the model would
+    go on with `stream` (None or a negative `max_tokens`: no limit), and whether the response
+    says `truncated`: generation stopped at the context, or the slot shifted on the way."""
+    cap = generation_cap(n, n_ctx, context_shift)
+    limits = [x for x in (cap, None if max_tokens is None or max_tokens < 0 else max_tokens) if x is not None]
+    taken = list(stream)[:min(limits)] if limits else list(stream)
+    if context_shift:
+        return taken, bool(fed_through([0] * n, taken, n_ctx, True, n_keep)[1])
+    return taken, n_ctx is not None and n + len(taken) >= n_ctx
+
+
 class LlamaSlots:
     """PEER-LCPP-1..9: `slots` slots, chosen by similarity, else least recently used; chunk
     reuse (`cache_reuse`), the slot's context `n_ctx` and context shift (`context_shift`,
@@ -188,6 +200,10 @@ class LlamaSlots:
     def generation_cap(self, request: PeerRequest) -> int | None:
         """PEER-LCPP-8: the most ids the request can sample (None: no bound)."""
         return generation_cap(len(request.ids), self.n_ctx, self.context_shift)
+
+    def served(self, request: PeerRequest, stream, max_tokens: int | None) -> tuple[list, bool]:
+        """PEER-LCPP-8/9: (the ids the server samples of the model's `stream`, `truncated`)."""
+        return served(len(request.ids), stream, max_tokens, self.n_ctx, self.context_shift, self.n_keep)
 
     def predict(self, request: PeerRequest) -> int:
         tr = self.trace

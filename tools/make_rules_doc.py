@@ -274,9 +274,11 @@ def peer_cases(root: Path) -> tuple[str | None, list[tuple[str, str, list]]]:
     """The peer suite's case builder (its file) and (case id, peer profile, rules) of its cases.
 
     The builder is the module that defines `PeerCase` and `cases(profile, settings, ids)`; it is
-    asked for each peer profile at its default settings and with each number doubled (a case that
-    exists only at other settings, such as several slots), with a stand-in tokenizer (one id per
-    byte: the rules a case cites do not depend on it)."""
+    asked for each peer profile at its default settings, with each number doubled (a case that
+    exists only at other settings, such as several slots) and with every switch that is off turned
+    on and every unset size given one (a case that needs them, such as a context shift in a known
+    context), with a stand-in tokenizer (one id per byte: the rules a case cites do not depend on
+    it)."""
     module = None
     for pkg in packages(root):
         for path in walk(root, ".py", pkg):
@@ -296,6 +298,8 @@ def peer_cases(root: Path) -> tuple[str | None, list[tuple[str, str, list]]]:
     for profile, defaults in SETTINGS.items():
         tries = [dict(defaults)] + [dict(defaults, **{k: 2 * v}) for k, v in defaults.items()
                                     if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+        tries.append(dict(defaults, **{k: True for k, v in defaults.items() if v is False},
+                          **{k: 512 for k, v in defaults.items() if v is None}))
         for settings in tries:
             for case in builder.cases(profile, check_settings(profile, settings), ids):
                 out.setdefault((case.id, profile), set()).update(case.rules)

@@ -69,7 +69,7 @@ def evaluate(docs: list[dict]) -> list[Outcome]:
 def evaluate_file(doc: dict) -> list[Outcome]:
     out = []
     for entry in doc["entries"]:
-        commit = entry.get("commit", doc["commit"])
+        commit = entry.get("commit") or entry.get("release") or doc["commit"]
         run, reason = None, entry.get("not_expressible", "")
         if not reason:
             try:
@@ -102,6 +102,8 @@ def evaluate_file(doc: dict) -> list[Outcome]:
 
 
 def compare(observed, op: str, expected) -> bool:
+    if op == "contains":
+        return isinstance(observed, str) and isinstance(expected, str) and expected in observed
     if op == "==":
         if isinstance(observed, bool) or isinstance(expected, bool):
             return observed is expected

@@ -624,8 +624,8 @@ def _context_end(count, ids, settings, U):
     """A prompt of n_ctx - 4 ids generating past the context: without context shift generation
     stops and the slot holds n_ctx - 1 ids, all of the prompt (the same prompt then reuses N - 1);
     with it the slot shifts and keeps only its first n_keep ids of the prompt (PEER-LCPP-8/9)."""
-    rule = "PEER-LCPP-9" if settings["context_shift"] else "PEER-LCPP-8"
-    case_id, rules = "context/end", _rules(count, rule)
+    case_id = "context/end"
+    rules = _rules(count, "PEER-LCPP-8", *(["PEER-LCPP-9"] if settings["context_shift"] else []))
     unknown = _context_unknown(case_id, rules, settings)
     if unknown is not None:
         return unknown or None
