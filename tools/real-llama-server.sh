@@ -13,7 +13,8 @@
 #              tiny random-weight GGUF around it (tools/tiny_gguf.py: no weight download).
 #   4. serve   llama-server on 127.0.0.1 with -np 1 --cache-ram 0 (one slot, no host prompt
 #              cache: the deployment the profile describes) and --slot-save-path (for the
-#              erase action that empties the slot between cases, PEER-API-4).
+#              erase action that empties the slot between cases, PEER-API-4); the flags of
+#              the settings below where they are given.
 #   5. judge   kvconform run --backend openai --profile llama.cpp-server --tokenizer <Qwen2.5>,
 #              which checks the server's /apply-template + /tokenize against the kit's own
 #              tokenization before it judges any count (PEER-TOK-1).
@@ -25,6 +26,7 @@
 # JOBS (build jobs, default nproc), PYTHON (the kit's python, default <repo>/.venv/bin/python),
 # LLAMA_SERVER (a llama-server of the same version built elsewhere, e.g. `cmake --build build
 # --target llama-server` in the sdist's llama.cpp/: step 1 is skipped), CONTEXT (-c, default 4096),
+# SLOTS (-np, default 1; the kit reads it and the slot's context from /props),
 # and the profile's settings the server does not publish, each passed to both sides:
 # CACHE_REUSE=N (--cache-reuse N, PEER-LCPP-7), CONTEXT_SHIFT=1 (--context-shift, PEER-LCPP-9),
 # KEEP=K (--keep K; the Qwen2.5 vocabulary adds no BOS, so n_keep is K).
@@ -118,7 +120,7 @@ FLAGS=() SETTINGS=()
 if [ -n "${CACHE_REUSE:-}" ]; then FLAGS+=(--cache-reuse "$CACHE_REUSE"); SETTINGS+=(--peer-setting "cache_reuse=$CACHE_REUSE"); fi
 if [ -n "${CONTEXT_SHIFT:-}" ]; then FLAGS+=(--context-shift); SETTINGS+=(--peer-setting context_shift=true); fi
 if [ -n "${KEEP:-}" ]; then FLAGS+=(--keep "$KEEP"); SETTINGS+=(--peer-setting "n_keep=$KEEP"); fi
-"$BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -np 1 -c "${CONTEXT:-4096}" -t 2 --cache-ram 0 --jinja \
+"$BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -np "${SLOTS:-1}" -c "${CONTEXT:-4096}" -t 2 --cache-ram 0 --jinja \
   --slot-save-path "$SLOTS" --metrics "${FLAGS[@]}" > "$LOGS/server.log" 2>&1 &
 SERVER=$!
 trap 'kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true' EXIT

@@ -9,7 +9,9 @@ number of filler words that puts a length or a divergence exactly there, recordi
 achieved. Steps marked `reuse` are those the case exists to judge reuse on: when the oracle
 predicts 0 for all of them, the case judged nothing (run_case.py makes it NOT_SUPPORTED).
 Whether the layout came out as intended never decides a verdict: every count is predicted by
-the oracle on the ids actually sent.
+the oracle on the ids actually sent. llama.cpp's context cases lay prompts out against the slot's
+context instead (`n_ctx`, `n_ctx - 1`, `n_ctx - 4` ids) and send them although prompt and
+max_tokens pass it (`Step.beyond_context`): what the server does there is the profile's rule.
 
     cases(profile, settings, ids, facts)   ids(messages) -> prompt ids (the run's token source)
       -> [PeerCase | Unsupported]
