@@ -1,6 +1,6 @@
 """`python -m benchmarks`: every CPU measurement in one run, then JSON + PNG + table.
 
-    python -m benchmarks [--quick] [--only oracle,reuse,paged,memory,suite] [--name NAME]
+    python -m benchmarks [--quick] [--only oracle,reuse,paged,memory,suite,replay] [--name NAME]
                          [--threads N] [--keep-engines DIR]
 
 Writes benchmarks/results/NAME.json (every figure, the machine, the load), NAME.png (the plot)
@@ -27,7 +27,9 @@ def config(quick: bool) -> dict:
                 "reuse": {"shapes": {"tiny": TINY}, "lengths": (256, 1024), "reps": 1, "pairs": 2},
                 "paged": {"shapes": {"tiny": TINY}, "batches": (1, 8), "n0": 256, "steps": 8, "reps": 2},
                 "memory": {"shape": ("tiny", TINY), "prefix": 1024},
-                "suite": {"families": ("text",), "examples": 10, "default_run": False, "profile": None}}
+                "suite": {"families": ("text",), "examples": 10, "default_run": False, "profile": None},
+                "replay": {"requests": 300, "side_requests": 60, "reps": 1, "plain_requests": 5,
+                           "sweep_capacities": "1e5,1e7,inf"}}
     return {"engine": ENGINE,
             "oracle": {"sizes": (1000, 10000, 100000), "reps": {1000: 5, 10000: 5, 100000: 2}},
             "reuse": {"shapes": {"llama-1b-layer": LLAMA_1B_LAYER, "tiny": TINY}, "lengths": (256, 1024, 4096),
@@ -36,7 +38,8 @@ def config(quick: bool) -> dict:
                       "steps": 16, "reps": 5, "per_shape": {"tiny": {"steps": 64, "reps": 7}}},
             "memory": {"shape": ("llama-1b-layer", LLAMA_1B_LAYER), "prefix": 4096},
             "suite": {"families": ("text", "vision", "hybrid"), "examples": 100, "default_run": True,
-                      "profile": "vision", "profile_examples": 100}}
+                      "profile": "vision", "profile_examples": 100},
+            "replay": {"requests": 12031, "side_requests": 500, "reps": 3, "plain_requests": 40}}
 
 
 def main(argv=None) -> int:

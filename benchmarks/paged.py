@@ -24,6 +24,7 @@ import random
 import torch
 
 from gpu_backend.kv_pool import KVPool
+from gpu_backend.layers import gathered_attention
 from gpu_backend.model import ForwardBatch
 
 from .backend_util import Clock, request, text
@@ -57,6 +58,11 @@ class ContiguousKV:
         out = self._ws[:2 * B * S * G * D].view(2, B, S, G, D)
         out.copy_(self.kv[layer, :, :B, :S])
         return out[0], out[1]
+
+    def attend(self, layer: int, q, read):
+        """What KVPool.attend does on its gather path, over the slice instead of the page table."""
+        k_all, v_all = self.gather(layer, read.slots)
+        return gathered_attention(q, k_all, v_all, read.mask())
 
 
 class _Side:

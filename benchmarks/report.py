@@ -98,6 +98,9 @@ def targets(res) -> list:
     else:
         rows.append(_row("6", "the same on an NVIDIA GPU (benchmarks/gpu.sh)", "< 8 min", "not measured yet", None,
                          "no GPU on this machine"))
+    if "replay" in s:
+        from .replay import target_rows
+        rows += [_row(*r) for r in target_rows(s["replay"])]
     for sec, why in res.get("skipped", {}).items():
         rows.append(_row("-", f"section {sec}", "run", "skipped", False, why))
     return rows
@@ -155,6 +158,9 @@ def markdown(res, png: str | None = None) -> str:
                 out.append(f"| {r['prefix_tokens']} | {t['warm']:.1f} | {t['cold']:.1f} | {t['suffix']:.1f} | "
                            f"{r['cold_over_warm']:.1f}x | {r['warm_over_suffix']:.2f}x | {b['lookup']:.2%} | "
                            f"{b['gather']:.1%} | {b['compute']:.1%} | {b['other']:.1%} |")
+    if "replay" in s:
+        from .replay import markdown as replay_markdown
+        out += replay_markdown(s["replay"])
     if "suite" in s and "profile" in s["suite"]:
         pr = s["suite"]["profile"]
         out += ["", f"Where a generated family's time goes (generated/{pr['family']}, {pr['examples']} scenarios, "

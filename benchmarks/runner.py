@@ -14,11 +14,11 @@ import traceback
 
 import torch
 
-from . import memory, oracle, paged, report, reuse, suite
+from . import memory, oracle, paged, replay, report, reuse, suite
 from .backend_util import ensure_engine
 from .common import loadavg, log, machine
 
-SECTIONS = ("oracle", "reuse", "paged", "memory", "suite")
+SECTIONS = ("oracle", "reuse", "paged", "memory", "suite", "replay")
 
 
 def engine_for(root: str, name: str, shape: dict, e: dict) -> str:
@@ -86,6 +86,8 @@ def run(cfg: dict, *, device: str, only, name: str, out_dir: str, threads: int, 
                 c = cfg[section]
                 if section == "oracle":
                     out = oracle.run(tmp, sizes=c["sizes"], reps=c["reps"])
+                elif section == "replay":
+                    out = replay.run(tmp, **c)
                 elif section in ("reuse", "paged"):
                     out = {"shapes": {}}
                     for shape_name, shape in c["shapes"].items():

@@ -27,6 +27,7 @@ COMMANDS = {
     "selftest": ("conformance.commands.selftest", "check that the suite catches every seeded faulty backend"),
     "campaign": ("conformance.commands.campaign", "draw generated request sets seed after seed for hours, locally or on Ray"),
     "parity": ("conformance.commands.parity", "run the runtimes' own unit-test assertions through the oracle (parity/)"),
+    "crosscheck": ("conformance.commands.crosscheck", "drive a runtime's own cache classes and the oracle side by side"),
 }
 
 

@@ -1,9 +1,11 @@
 """The catalogue of faulty backends: the bundled backend with exactly one defect each.
 
-Every variant subclasses one component of `gpu_backend` (the cache identity, the context cache,
-the model or the runtime) and is injected through the runtime's component seams
-(`Runtime.identity_class`, `.cache_class`, `.model_class`) or as a `Runtime` subclass; the
-production code has no fault switch. `kvconform selftest` runs the conformance suite against
+Every variant subclasses one component of `gpu_backend` (the cache identity, a part of the
+context cache, the model, the model runner, the scheduler, or the runtime) and is injected
+through the runtime's component seams (`Runtime.identity_class`, `.cache_class`, `.model_class`,
+`.runner_class`, `.scheduler_class`; the cache's parts through `ContextCache.store_class` and
+its planner classes: registry.py `SEAMS`) or as a `Runtime` subclass; the production code has
+no fault switch. `kvconform selftest` runs the conformance suite against
 each one and requires every variant to be caught (a FAIL or an ERROR).
 
     from faulty_backends import CATALOGUE

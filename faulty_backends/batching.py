@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from gpu_backend.errors import BatchFailure
-from gpu_backend.runtime import Runtime
+from gpu_backend.responses import error_response
+from gpu_backend.scheduler import Scheduler
 
 from .registry import variant
 
 
 @variant("reuse-within-batch", "batching")
-class ReuseWithinBatch(Runtime):
+class ReuseWithinBatch(Scheduler):
     """The sequences of a batch are admitted one after another, each after the previous one's
     prefill-end publication, so a request reuses what its own batch-mate just published.
 
@@ -18,16 +19,16 @@ class ReuseWithinBatch(Runtime):
     contract, which plans and admits a whole batch before any prefill).
     """
 
-    def _run_batch(self, batch, rf, *, warmup):
+    def run_batch(self, batch, rf, *, warmup):
         if len(batch) == 1:
-            return super()._run_batch(batch, rf, warmup=warmup)
+            return super().run_batch(batch, rf, warmup=warmup)
         try:
             self._precheck(batch)
         except BatchFailure as e:
-            return [self._error_response(r, str(e)) for r in batch], False, {}
+            return [error_response(r, str(e)) for r in batch], False, {}
         out, ok, hidden = [], True, {}
         for r in batch:                                      # DEFECT: one slot at a time
-            o, k, h = super()._run_batch([r], rf, warmup=warmup)
+            o, k, h = super().run_batch([r], rf, warmup=warmup)
             out += o
             ok = ok and k
             hidden.update(h)

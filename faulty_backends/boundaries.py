@@ -10,8 +10,8 @@ import hashlib
 import struct
 
 from gpu_backend.identity import ROOT, SequenceIdentity
-from gpu_backend.prefix_cache import ContextCache
-from gpu_backend.runtime import Runtime
+from gpu_backend.page_planner import PagePlanner
+from gpu_backend.scheduler import Scheduler
 
 from .registry import variant
 
@@ -38,7 +38,7 @@ class SubPageCheckpointWithoutLora(SequenceIdentity):
 
 
 @variant("media-trim-once", "planning")
-class MediaTrimOnce(ContextCache):
+class MediaTrimOnce(PagePlanner):
     """The page-boundary media trim gives back one page, not as many as it takes: an item that
     spans several page boundaries is still split after the trim, and its first placeholders are
     reused while the rest are computed without them.
@@ -49,7 +49,7 @@ class MediaTrimOnce(ContextCache):
     the kit's power study, caught before only at a larger generated budget).
     """
 
-    def _trim_media(self, ident, r: int, matched: int, kind: str, splits_media):
+    def trim_media(self, ident, r: int, matched: int, kind: str, splits_media):
         if r > 0 and ident.spans:
             if splits_media(r - 1, r):                                 # DEFECT: `if`, not `while`
                 r -= self.P
@@ -58,7 +58,7 @@ class MediaTrimOnce(ContextCache):
 
 
 @variant("stop-string-end-not-published", "publication")
-class StopStringEndNotPublished(Runtime):
+class StopStringEndNotPublished(Scheduler):
     """A sequence that ends on a stop string is not published at decode end (only end-of-
     sequence and max-length are), so a later turn that sends the answer back finds only the
     prefill-end record.

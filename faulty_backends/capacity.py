@@ -1,11 +1,14 @@
 """Capacity defects: records, recency and eviction (CR-CAP).
 
-`gpu_backend.prefix_cache.ContextCache` subclasses whose bookkeeping differs from the bundled
-one in the lines marked `# DEFECT`.
+Subclasses of the context cache (`gpu_backend.prefix_cache.ContextCache`) or of its store of
+pools, index and records (`gpu_backend.cache_store.CacheStore`) whose bookkeeping differs from
+the bundled one in the lines marked `# DEFECT`.
 """
 from __future__ import annotations
 
-from gpu_backend.prefix_cache import PAGES, ContextCache, Record
+from gpu_backend.cache_pools import PAGES, Record
+from gpu_backend.cache_store import CacheStore
+from gpu_backend.prefix_cache import ContextCache
 
 from .registry import variant
 
@@ -31,7 +34,7 @@ class HitTouchesRecord(ContextCache):
 
 
 @variant("evicts-mru", "capacity")
-class EvictsMRU(ContextCache):
+class EvictsMRU(CacheStore):
     """The eviction planner walks records from most to least recently used.
 
     Bug class: eviction order inverted. Violates: CR-CAP-4.
@@ -61,7 +64,7 @@ class EvictsMRU(ContextCache):
 
 
 @variant("record-limit-off-by-one", "capacity")
-class RecordLimitOffByOne(ContextCache):
+class RecordLimitOffByOne(CacheStore):
     """The record limit admits one record too many: the least recently used record is evicted
     only when the store already holds more than M records.
 
@@ -70,7 +73,7 @@ class RecordLimitOffByOne(ContextCache):
     `--contextCacheMaxRecords` evicts before inserting the (M+1)-th record.
     """
 
-    def _insert(self, rec: Record, staged=()) -> None:
+    def insert(self, rec: Record, staged=()) -> None:
         victim = None
         if self.max_records > 0 and len(self.records) > self.max_records:          # DEFECT: > not >=
             victim = next(iter(self.records.values()))
@@ -89,7 +92,7 @@ class RecordLimitOffByOne(ContextCache):
 
 
 @variant("stale-index-after-evict", "capacity")
-class StaleIndexAfterEvict(ContextCache):
+class StaleIndexAfterEvict(CacheStore):
     """An evicted page stays in the page index: a later lookup finds its key and serves
     whatever the (freed, possibly reallocated) page holds now.
 
@@ -103,7 +106,7 @@ class StaleIndexAfterEvict(ContextCache):
 
 
 @variant("pinned-pages-evicted", "capacity")
-class PinnedPagesEvicted(ContextCache):
+class PinnedPagesEvicted(CacheStore):
     """Evicting a record frees its pages when their cache count reaches 0, even when a live
     sequence still holds them: the page goes back to the free list while in use and is handed
     out again.

@@ -8,22 +8,35 @@ from __future__ import annotations
 
 from gpu_backend.layers import rope_tables
 from gpu_backend.model import Model
+from gpu_backend.model_runner import ModelRunner
 from gpu_backend.runtime import Runtime
+from gpu_backend.scheduler import Scheduler
 
 from .registry import variant
 
 
 class _SuffixRopeModel(Model):
     """RoPE at positions relative to each row's first computed position while `suffix_starts`
-    is set (the runtime sets it around prefill); masks and everything else stay absolute."""
+    is set (the runner sets it around prefill); masks and everything else stay absolute."""
     suffix_starts = None
 
-    def _attention(self, h, fb, kv_pool, layer, p, cos, sin, mask):
+    def _attention(self, h, fb, kv_pool, layer, p, cos, sin, read):
         if self.suffix_starts is not None:
             starts = fb.positions.new_tensor(self.suffix_starts)[:, None]
             rel = (fb.positions - starts).clamp(min=0)                                 # DEFECT
             cos, sin = rope_tables(rel, self.D, self.theta)
-        return super()._attention(h, fb, kv_pool, layer, p, cos, sin, mask)
+        return super()._attention(h, fb, kv_pool, layer, p, cos, sin, read)
+
+
+class _SuffixStartsRunner(ModelRunner):
+    """Tells the model where each row's computed suffix starts, around every forward over inputs."""
+
+    def forward_inputs(self, reqs, page_tables, starts, ends, rec_state, lora):
+        self.model.suffix_starts = list(starts)
+        try:
+            return super().forward_inputs(reqs, page_tables, starts, ends, rec_state, lora)
+        finally:
+            self.model.suffix_starts = None
 
 
 @variant("suffix-rope-from-zero", "compute")
@@ -36,17 +49,11 @@ class SuffixRopeFromZero(Runtime):
     corrupts the output) and llama.cpp PR #12161 (wrong position bookkeeping after a KV shift).
     """
     model_class = _SuffixRopeModel
-
-    def _forward_inputs(self, reqs, page_tables, starts, ends, rec_state, lora):
-        self.model.suffix_starts = list(starts)
-        try:
-            return super()._forward_inputs(reqs, page_tables, starts, ends, rec_state, lora)
-        finally:
-            self.model.suffix_starts = None
+    runner_class = _SuffixStartsRunner
 
 
 @variant("page-table-off-by-one", "compute")
-class PageTableOffByOne(Runtime):
+class PageTableOffByOne(Scheduler):
     """The block table of a sequence that reuses k >= 2 pages is filled one entry late: entry
     i holds kept page i - 1 (entry 0 keeps page 0), so the reused prefix reads page 0 twice and
     never its last kept page. The lease itself is right (references are released correctly).
@@ -84,6 +91,13 @@ class _StateBeforeStepModel(Model):
         return super().forward(fb, kv_pool)
 
 
+class _StateBeforeStepRunner(ModelRunner):
+    def capture(self, s, L, slots, state, row):
+        if L > s.n:                                          # DEFECT: a decode-end capture uses
+            state = self.model.state_before                  # the state before the last step
+        return super().capture(s, L, slots, state, row)
+
+
 @variant("recurrent-state-from-non-endpoint", "compute")
 class RecurrentStateFromNonEndpoint(Runtime):
     """A decode-end checkpoint stores the recurrent state from before the last decode step (one
@@ -95,15 +109,11 @@ class RecurrentStateFromNonEndpoint(Runtime):
     back: a snapshot must be exactly at its endpoint).
     """
     model_class = _StateBeforeStepModel
-
-    def _capture(self, s, L, slots, state, row):
-        if L > s.n:                                          # DEFECT: a decode-end capture uses
-            state = self.model.state_before                  # the state before the last step
-        return super()._capture(s, L, slots, state, row)
+    runner_class = _StateBeforeStepRunner
 
 
 @variant("partial-kv-not-restored", "compute")
-class PartialKVNotRestored(Runtime):
+class PartialKVNotRestored(ModelRunner):
     """A hybrid restore at L % P != 0 loads the recurrent state but not the partial-KV snapshot:
     positions [L - L % P, L) of the private page keep whatever the page held before.
 
@@ -113,7 +123,7 @@ class PartialKVNotRestored(Runtime):
     (edge-llm-0.10-semantics.md section 3.2).
     """
 
-    def _restore(self, s, row, rec_state):
+    def restore(self, s, row, rec_state):
         rec = s.plan.record
         for layer, (h, conv) in enumerate(self.snapshots.recurrent[rec.rec_slot]):
             rec_state[layer][0][row] = h

@@ -1,7 +1,8 @@
 """Identity defects: what goes into a page key (CR-ID).
 
 Each class is a `gpu_backend.identity.SequenceIdentity` with one thing left out of, or weakened
-in, the key material; the runtime uses it through `Runtime.identity_class`.
+in, the key material; the runtime uses it through `Runtime.identity_class`. The merged-run
+variant is a scheduler that hands the identity other media items.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import struct
 import numpy as np
 
 from gpu_backend.identity import ROOT, MediaSpan, SequenceIdentity, adapter_material
-from gpu_backend.runtime import Runtime
+from gpu_backend.scheduler import Scheduler
 
 from .registry import variant
 
@@ -149,7 +150,7 @@ class CheckpointPartialPageIgnored(SequenceIdentity):
 
 
 @variant("merged-run-own-first-digest", "identity", profile="edge-llm-0.10")
-class MergedRunOwnFirstDigest(Runtime):
+class MergedRunOwnFirstDigest(Scheduler):
     """As edge-llm-0.10, each merged run of adjacent images carries the digest of its own first
     image, where 0.10 gives the k-th run the k-th item's digest (after a run of two images the
     next run takes the second image's).

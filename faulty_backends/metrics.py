@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from gpu_backend.prefix_cache import ContextCache
 from gpu_backend.runtime import Runtime
+from gpu_backend.scheduler import Scheduler
 
 from .registry import variant
 
@@ -24,7 +25,7 @@ class HitCountedAtLookup(ContextCache):
 
     def admit(self, ident, n, *, bypass, media_aware, splits_media):
         looked_up = self.enabled and not bypass and self.kind == "vanilla"
-        found = len(self._lookup(ident, n // self.P)) if looked_up else 0
+        found = len(self.store.lookup(ident, n // self.P)) if looked_up else 0
         hits = self.metrics.hits
         got = super().admit(ident, n, bypass=bypass, media_aware=media_aware, splits_media=splits_media)
         if got is not None and found and self.metrics.hits == hits:
@@ -41,6 +42,12 @@ class _PerBatchMediaCache(ContextCache):
         return super().admit(ident, n, bypass=bypass, media_aware=count, splits_media=splits_media)
 
 
+class _PerBatchMediaScheduler(Scheduler):
+    def run_batch(self, batch, rf, *, warmup):
+        self.cache.batch_counted = False
+        return super().run_batch(batch, rf, warmup=warmup)
+
+
 @variant("media-aware-per-batch", "metrics")
 class MediaAwarePerBatch(Runtime):
     """media_aware_sequences counts batches that hold a media-aware sequence, not sequences.
@@ -51,10 +58,7 @@ class MediaAwarePerBatch(Runtime):
     admission, once per sequence.
     """
     cache_class = _PerBatchMediaCache
-
-    def _run_batch(self, batch, rf, *, warmup):
-        self.cache.batch_counted = False
-        return super()._run_batch(batch, rf, warmup=warmup)
+    scheduler_class = _PerBatchMediaScheduler
 
 
 @variant("prefill-section-only-with-reuse", "metrics", profile="edge-llm-0.10")

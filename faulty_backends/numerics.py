@@ -13,22 +13,23 @@ import torch.nn.functional as F
 
 from gpu_backend.model import Model
 from gpu_backend.runtime import Runtime
+from gpu_backend.scheduler import Scheduler
 
 from .registry import variant
 
 
-class _RewritesReusedKV(Runtime):
+class _RewritesReusedKV(Scheduler):
     """Rewrites, in place, the K and V of the pages a sequence keeps from the cache when it is
     admitted: what a runtime does that reloads reused KV through a lossy path (an offload tier,
     a re-quantizing copy, a dequantization scale)."""
 
     def _admit(self, r, bypass, warmup):
         s = super()._admit(r, bypass, warmup)
-        k = len(s.plan.kept)
-        if k and self.kv is not None:
-            slots = self.kv.slots(s.pages[:k], self.kv.kv.device)
-            data = self.kv.read_positions(slots).to(torch.float32)
-            self.kv.write_positions(slots, self._reloaded(data).to(self.kv.dtype))
+        k, kv = len(s.plan.kept), self.runner.kv
+        if k and kv is not None:
+            slots = kv.slots(s.pages[:k], kv.kv.device)
+            data = kv.read_positions(slots).to(torch.float32)
+            kv.write_positions(slots, self._reloaded(data).to(kv.dtype))
         return s
 
     def _reloaded(self, data):
@@ -83,7 +84,7 @@ class ConstantLogits(Runtime):
 
 
 class _NoCacheAttentionModel(Model):
-    def _attend(self, q, k, v, kv_pool, layer, fb, mask):
+    def _attend(self, q, k, v, kv_pool, layer, read):
         # DEFECT: attends over the positions of this forward only, never the cached ones
         k, v = k.to(kv_pool.dtype).to(torch.float32), v.to(kv_pool.dtype).to(torch.float32)
         return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),

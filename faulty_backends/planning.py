@@ -1,9 +1,10 @@
 """Planning defects: which prefix a sequence reuses (CR-PLAN, CR-MEDIA-3/4).
 
-Each class is a `gpu_backend.prefix_cache.ContextCache` whose vanilla planner differs from the
-bundled one in the line marked `# DEFECT`, in the one step it overrides (`_rewind`, the
-CR-PLAN-2 rewind, or `_plan_vanilla` around the media trim); the partial-page variant is a
-runtime that also copies the partially matched positions.
+Each class is a `gpu_backend.page_planner.PagePlanner` (the vanilla planner of the context
+cache) that differs from the bundled one in the line marked `# DEFECT`, in the one step it
+overrides (`_rewind`, the CR-PLAN-2 rewind, or `plan` around the media trim); the partial-page
+variant is a runtime whose planner matches partial pages, whose cache pins the donor page and
+whose scheduler copies the partially matched positions.
 """
 from __future__ import annotations
 
@@ -12,9 +13,13 @@ import bisect
 import numpy as np
 import torch
 
+from gpu_backend.cache_plan import Plan
+from gpu_backend.cache_pools import PAGES
 from gpu_backend.identity import ROOT
-from gpu_backend.prefix_cache import PAGES, ContextCache, Plan
+from gpu_backend.page_planner import PagePlanner
+from gpu_backend.prefix_cache import ContextCache
 from gpu_backend.runtime import Runtime
+from gpu_backend.scheduler import Scheduler
 
 from .registry import variant
 
@@ -29,7 +34,7 @@ def _media_positions(ident):
 
 
 @variant("full-hit-zero-token-prefill", "planning")
-class FullHitZeroTokenPrefill(ContextCache):
+class FullHitZeroTokenPrefill(PagePlanner):
     """No full-input rewind: an aligned input whose pages all match keeps every page, so prefill
     has zero tokens to compute (and no logits for the first generated token).
 
@@ -44,7 +49,7 @@ class FullHitZeroTokenPrefill(ContextCache):
 
 
 @variant("full-hit-replays-last-token", "planning")
-class FullHitReplaysLastToken(ContextCache):
+class FullHitReplaysLastToken(PagePlanner):
     """On a full aligned hit every page is kept and only the last token is recomputed, on top of
     the shared cached page (reused = n - 1 instead of n - P).
 
@@ -62,7 +67,7 @@ class FullHitReplaysLastToken(ContextCache):
 
 
 @variant("rewind-non-aligned", "planning")
-class RewindNonAligned(ContextCache):
+class RewindNonAligned(PagePlanner):
     """The full-input rewind is applied whenever every complete page matched, also when n is not
     a multiple of P (the partial last page already leaves a suffix to compute).
 
@@ -80,7 +85,7 @@ class RewindNonAligned(ContextCache):
 
 
 @variant("media-trim-missing", "planning")
-class MediaTrimMissing(ContextCache):
+class MediaTrimMissing(PagePlanner):
     """The page-boundary media trim is missing: a reused prefix may end inside an image, whose
     remaining placeholders are then computed without the rest of the item.
 
@@ -90,12 +95,12 @@ class MediaTrimMissing(ContextCache):
     `trimMediaBoundaryPages` (edge-llm-0.10-semantics.md section 3.2).
     """
 
-    def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
-        return super()._plan_vanilla(ident, n, total, lambda a, b: False)   # DEFECT: never splits
+    def plan(self, ident, n, total, splits_media) -> Plan:
+        return super().plan(ident, n, total, lambda a, b: False)            # DEFECT: never splits
 
 
 @variant("trim-at-text-boundaries", "planning")
-class TrimAtTextBoundaries(ContextCache):
+class TrimAtTextBoundaries(PagePlanner):
     """The media trim also fires at text|text boundaries of a media-aware sequence: its per-
     position hash vector holds the token id (not 0) at text positions, so "both sides hashed"
     is true for text too, and the plan gives back pages until the boundary touches an image.
@@ -106,16 +111,16 @@ class TrimAtTextBoundaries(ContextCache):
     positions turns it into a trim of every boundary.
     """
 
-    def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
+    def plan(self, ident, n, total, splits_media) -> Plan:
         item = _media_positions(ident)
 
         def splits(a, b):                                     # DEFECT: text|text counts as a split
             return splits_media(a, b) or (item(a) is None and item(b) is None)
-        return super()._plan_vanilla(ident, n, total, splits)
+        return super().plan(ident, n, total, splits)
 
 
 @variant("trim-any-media-pair", "planning")
-class TrimAnyMediaPair(ContextCache):
+class TrimAnyMediaPair(PagePlanner):
     """The media trim fires when both sides of the boundary are placeholders, even of two
     different items, so a boundary between two adjacent images is given back.
 
@@ -123,25 +128,25 @@ class TrimAnyMediaPair(ContextCache):
     Mirrors: Edge-LLM 0.10 `trimMediaBoundaryPages` ("both positions media", spec Appendix B).
     """
 
-    def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
+    def plan(self, ident, n, total, splits_media) -> Plan:
         item = _media_positions(ident)
-        return super()._plan_vanilla(ident, n, total,          # DEFECT: any two media positions
-                                     lambda a, b: item(a) is not None and item(b) is not None)
+        return super().plan(ident, n, total,                  # DEFECT: any two media positions
+                            lambda a, b: item(a) is not None and item(b) is not None)
 
 
 # --- partial page reuse -------------------------------------------------------------------------
 
-class _PartialReuseCache(ContextCache):
+class _PartialReusePlanner(PagePlanner):
     """Remembers the tokens of every indexed text page by parent key, and after the page-aligned
     match looks for an indexed page under the same parent that shares a token prefix with the
     next (partial or full) page of the input."""
 
-    def __init__(self, **kw):
-        super().__init__(**kw)
+    def __init__(self, store):
+        super().__init__(store)
         self.children: dict = {}         # (parent key, adapter) -> {page key: tokens (int32 array)}
 
-    def publish_pages(self, ident, page_table, k):
-        status = super().publish_pages(ident, page_table, k)
+    def publish(self, ident, page_table, k):
+        status = super().publish(ident, page_table, k)
         keys = ident.page_keys(k)
         for i, key in enumerate(keys):
             if not any(max(i * self.P, s.start) < min((i + 1) * self.P, s.end) for s in ident.spans):
@@ -149,8 +154,8 @@ class _PartialReuseCache(ContextCache):
                 self.children.setdefault((keys[i - 1] if i else ROOT, ident.adapter), {})[key] = tokens
         return status
 
-    def _plan_vanilla(self, ident, n, total, splits_media) -> Plan:
-        plan = super()._plan_vanilla(ident, n, total, splits_media)
+    def plan(self, ident, n, total, splits_media) -> Plan:
+        plan = super().plan(ident, n, total, splits_media)
         plan.donor = None
         if plan.kind == "full_input_rewind" or ident.spans:
             return plan
@@ -162,7 +167,7 @@ class _PartialReuseCache(ContextCache):
         parent = ident.page_keys(m)[-1] if m else ROOT
         best = (0, None)
         for key, tokens in self.children.get((parent, ident.adapter), {}).items():
-            page = self.index.get(key)
+            page = self.store.index.get(key)
             if page is None:
                 continue
             t = int(np.argmin(np.append(tokens[:len(want)] == want, False)))   # common prefix length
@@ -175,6 +180,11 @@ class _PartialReuseCache(ContextCache):
             plan.kind = "standard"
         return plan
 
+
+class _PartialReuseCache(ContextCache):
+    """Pins a plan's donor page until the scheduler has copied it."""
+    page_planner_class = _PartialReusePlanner
+
     def _acquire(self, plan):
         donor = getattr(plan, "donor", None)
         if donor:
@@ -183,6 +193,23 @@ class _PartialReuseCache(ContextCache):
         if got is None and donor:
             self.pools[PAGES].unpin(donor[0])
         return got
+
+
+class _PartialReuseScheduler(Scheduler):
+    """Copies the donor's matched positions into the sequence's private page at admission."""
+
+    def _admit(self, r, bypass, warmup):
+        s = super()._admit(r, bypass, warmup)
+        donor = getattr(s.plan, "donor", None)
+        if donor:
+            kv, device = self.runner.kv, self.runner.device
+            page, t = donor
+            m = len(s.plan.kept)
+            src = torch.as_tensor(page * self.P + np.arange(t), device=device)
+            dst = torch.as_tensor(s.pages[m] * self.P + np.arange(t), device=device)
+            kv.write_positions(dst, kv.read_positions(src).clone())
+            self.cache.pools[PAGES].unpin(page)
+        return s
 
 
 @variant("partial-page-reuse", "planning")
@@ -198,15 +225,4 @@ class PartialPageReuse(Runtime):
     reuses whole pages only.
     """
     cache_class = _PartialReuseCache
-
-    def _admit(self, r, bypass, warmup):
-        s = super()._admit(r, bypass, warmup)
-        donor = getattr(s.plan, "donor", None)
-        if donor:
-            page, t = donor
-            m = len(s.plan.kept)
-            src = torch.as_tensor(page * self.P + np.arange(t), device=self.device)
-            dst = torch.as_tensor(s.pages[m] * self.P + np.arange(t), device=self.device)
-            self.kv.write_positions(dst, self.kv.read_positions(src).clone())
-            self.cache.pools[PAGES].unpin(page)
-        return s
+    scheduler_class = _PartialReuseScheduler

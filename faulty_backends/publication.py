@@ -1,21 +1,23 @@
 """Publication and policy defects: what is offered to the cache, and when (CR-PUB, CR-POL).
 
-Runtime subclasses (or a cache subclass for the lookup) whose publication or policy handling
-differs from the bundled `gpu_backend.runtime.Runtime` in the lines marked `# DEFECT`.
+Scheduler subclasses (or a cache subclass for the lookup) whose publication or policy handling
+differs from the bundled `gpu_backend.scheduler.Scheduler` in the lines marked `# DEFECT`.
 """
 from __future__ import annotations
 
 import dataclasses
 
 from gpu_backend.errors import BatchFailure
+from gpu_backend.model_runner import ModelRunner
 from gpu_backend.prefix_cache import ContextCache
-from gpu_backend.runtime import PUBLISHABLE, Runtime
+from gpu_backend.runtime import Runtime
+from gpu_backend.scheduler import PUBLISHABLE, Scheduler
 
 from .registry import variant
 
 
 @variant("prefill-only-publishes-generated", "publication")
-class PrefillOnlyPublishesGenerated(Runtime):
+class PrefillOnlyPublishesGenerated(Scheduler):
     """`context_cache_commit_policy: prefill_state_only` is validated but never reaches the
     decode loop, which publishes generated tokens as under `including_generated_tokens`.
 
@@ -31,7 +33,7 @@ class PrefillOnlyPublishesGenerated(Runtime):
 
 
 @variant("bypass-publishes", "publication")
-class BypassPublishes(Runtime):
+class BypassPublishes(Scheduler):
     """Sequences that bypassed lookup (explicit `bypass`, warmup, hidden-state output) still
     publish their prefill-end and decode-end records.
 
@@ -67,7 +69,7 @@ class BypassLooksUp(ContextCache):
 
 
 @variant("decode-end-off-by-one", "publication")
-class DecodeEndOffByOne(Runtime):
+class DecodeEndOffByOne(Scheduler):
     """Decode-end publication counts the last sampled token as computed: it publishes
     floor((n + g) / P) pages, so when n + g is a multiple of P the record's last page holds a
     slot that was never written.
@@ -91,6 +93,30 @@ class DecodeEndOffByOne(Runtime):
                 s.publications.append({"point": point, "tokens": k * self.P, "pages": k, "status": status})
 
 
+class _LateCapacityCheck(Scheduler):
+    def _precheck(self, batch):
+        capacity = self.cfg["max_kv_cache_capacity"]
+        self.cfg["max_kv_cache_capacity"] = float("inf")      # DEFECT: no capacity check before admission
+        try:
+            super()._precheck(batch)
+        finally:
+            self.cfg["max_kv_cache_capacity"] = capacity
+
+
+class _PageTableOverflow(ModelRunner):
+    """Fails the batch when a sequence outgrows the page table, after its token is taken."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.cfg = engine.cfg
+
+    def take(self, seqs, logits):
+        super().take(seqs, logits)
+        for s in seqs:
+            if not s.finish and s.n + len(s.generated) > self.cfg["max_kv_cache_capacity"]:
+                raise BatchFailure(f"request {s.req.idx}: page table overflow at {s.n + len(s.generated)} tokens")
+
+
 @variant("errored-sequence-published", "publication")
 class ErroredSequencePublished(Runtime):
     """The capacity check runs late, at the page-table overflow: a sequence whose
@@ -102,17 +128,5 @@ class ErroredSequencePublished(Runtime):
     Mirrors: Edge-LLM 0.10 ("n + max_generate_length > capacity: page-table overflow mid-run",
     spec Appendix B: the request fails after its prefill-end publication).
     """
-
-    def _precheck(self, batch):
-        capacity = self.cfg["max_kv_cache_capacity"]
-        self.cfg["max_kv_cache_capacity"] = float("inf")      # DEFECT: no capacity check before admission
-        try:
-            super()._precheck(batch)
-        finally:
-            self.cfg["max_kv_cache_capacity"] = capacity
-
-    def _take(self, seqs, logits):
-        super()._take(seqs, logits)
-        for s in seqs:
-            if not s.finish and s.n + len(s.generated) > self.cfg["max_kv_cache_capacity"]:
-                raise BatchFailure(f"request {s.req.idx}: page table overflow at {s.n + len(s.generated)} tokens")
+    scheduler_class = _LateCapacityCheck
+    runner_class = _PageTableOverflow

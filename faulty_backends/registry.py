@@ -1,11 +1,14 @@
 """The catalogue's registry: each faulty variant is one class, registered with `@variant`.
 
-A variant subclasses exactly one component of the bundled backend (`gpu_backend`): the cache
-identity (`SequenceIdentity`), the context cache (`ContextCache`), the model (`Model`) or the
-runtime itself (`Runtime`). `@variant` turns it into a runtime factory: a `Runtime` subclass
-whose `identity_class`, `cache_class` or `model_class` is the faulty component (the seams of
-`gpu_backend/runtime.py`), or the `Runtime` subclass itself. Production code has no fault
-switch: a variant exists only as its class here.
+A variant subclasses exactly one component of the bundled backend (`gpu_backend`), one of the
+seams in `SEAMS`: the cache identity, a part of the context cache (its store of pools, index
+and records, one of its three planners, or the cache itself), the model, the model runner,
+the scheduler, or the runtime itself (`Runtime`, for a defect that spans components).
+`@variant` turns it into a runtime factory: a `Runtime` subclass whose seam class attribute
+(`identity_class`, `cache_class`, `model_class`, `runner_class`, `scheduler_class`; a cache
+part through a `ContextCache` subclass's `store_class` or `*_planner_class`) is the faulty
+component, or the `Runtime` subclass itself. Production code has no fault switch: a variant
+exists only as its class here.
 
 Every variant's docstring starts with a one-line summary and carries three lines the kill matrix
 and the table of docs/selftest.md read back:
@@ -19,14 +22,32 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpu_backend.cache_store import CacheStore
+from gpu_backend.checkpoint_planner import CheckpointPlanner
 from gpu_backend.identity import SequenceIdentity
 from gpu_backend.model import Model
+from gpu_backend.model_runner import ModelRunner
+from gpu_backend.page_planner import PagePlanner
+from gpu_backend.paired_planner import PairedPlanner
 from gpu_backend.prefix_cache import ContextCache
 from gpu_backend.runtime import Runtime
+from gpu_backend.scheduler import Scheduler
 
 GROUPS = ("identity", "planning", "publication", "capacity", "batching", "compute", "support", "metrics",
           "tokenizer")
 _FIELDS = {"bug_class": "Bug class", "rules": "Violates", "mirrors": "Mirrors"}
+# component -> (its production class, the seam path from Runtime to it: class attributes)
+SEAMS = {
+    "identity": (SequenceIdentity, ("identity_class",)),
+    "cache-store": (CacheStore, ("cache_class", "store_class")),
+    "page-planner": (PagePlanner, ("cache_class", "page_planner_class")),
+    "checkpoint-planner": (CheckpointPlanner, ("cache_class", "checkpoint_planner_class")),
+    "paired-planner": (PairedPlanner, ("cache_class", "paired_planner_class")),
+    "cache": (ContextCache, ("cache_class",)),
+    "model": (Model, ("model_class",)),
+    "runner": (ModelRunner, ("runner_class",)),
+    "scheduler": (Scheduler, ("scheduler_class",)),
+}
 
 
 @dataclass(frozen=True)
@@ -37,7 +58,7 @@ class Variant:
     bug_class: str
     rules: tuple
     mirrors: str
-    component: str          # identity | cache | model | runtime
+    component: str          # a key of SEAMS, or runtime
     cls: type               # the faulty component class
     factory: type           # a gpu_backend.Runtime subclass: the runtime factory
     profile: str | None = None
@@ -63,6 +84,23 @@ def _docfields(cls) -> dict:
     return out
 
 
+def _factory(cls, path: tuple) -> type:
+    """A Runtime subclass whose seam `path` leads to `cls` (a cache part through a ContextCache
+    subclass of its own)."""
+    attrs = {"__doc__": cls.__doc__, "__module__": cls.__module__}
+    if len(path) == 2:
+        cls = type(f"{cls.__name__}Cache", (ContextCache,), {path[1]: cls, **attrs})
+    return type(f"{cls.__name__}Runtime", (Runtime,), {path[0]: cls, **attrs})
+
+
+def injected(factory: type, component: str) -> type:
+    """The class a runtime factory injects at `component`'s seam."""
+    out = factory
+    for attr in SEAMS[component][1]:
+        out = getattr(out, attr)
+    return out
+
+
 def variant(name: str, group: str, profile: str | None = None):
     """Register a faulty component class under `name` in catalogue group `group`; `profile`: the
     semantics profile whose behaviour it breaks, under which `kvconform selftest` judges it."""
@@ -78,14 +116,10 @@ def variant(name: str, group: str, profile: str | None = None):
         if issubclass(cls, Runtime):
             component, factory = "runtime", cls
         else:
-            for base, component, attr in ((SequenceIdentity, "identity", "identity_class"),
-                                          (ContextCache, "cache", "cache_class"), (Model, "model", "model_class")):
-                if issubclass(cls, base):
-                    break
-            else:
+            component = next((c for c, (base, _) in SEAMS.items() if issubclass(cls, base)), None)
+            if component is None:
                 raise TypeError(f"{cls.__name__} subclasses no gpu_backend component")
-            factory = type(f"{cls.__name__}Runtime", (Runtime,), {attr: cls, "__doc__": cls.__doc__,
-                                                                  "__module__": cls.__module__})
+            factory = _factory(cls, SEAMS[component][1])
         CATALOGUE[name] = Variant(name, group, fields["summary"], fields["bug_class"], rules, fields["mirrors"],
                                   component, cls, factory, profile)
         cls.variant_name = name

@@ -1,19 +1,21 @@
 """EAGLE reuse defects: paired base and draft pages (spec/context-reuse.md section 12, CR-SPEC).
 
-Context-cache subclasses whose pairing or paired publication differs from the bundled
-`gpu_backend.prefix_cache.ContextCache` in the lines marked `# DEFECT`.
+Subclasses of the context cache's paired planner (`gpu_backend.paired_planner.PairedPlanner`)
+whose pairing or paired publication differs from the bundled one in the lines marked `# DEFECT`.
 
 `golden/eagle-*` catch both (FAIL, not a crash).
 """
 from __future__ import annotations
 
-from gpu_backend.prefix_cache import DRAFT, ContextCache, Plan
+from gpu_backend.cache_plan import Plan
+from gpu_backend.cache_pools import DRAFT
+from gpu_backend.paired_planner import PairedPlanner
 
 from .registry import variant
 
 
 @variant("draft-page-without-base", "publication")
-class DraftPageWithoutBase(ContextCache):
+class DraftPageWithoutBase(PairedPlanner):
     """A paired publication also publishes the draft page that follows its last base page: the
     record holds one draft page more than base pages.
 
@@ -29,17 +31,17 @@ class DraftPageWithoutBase(ContextCache):
     guards against.
     """
 
-    def publish_pairs(self, ident, page_table, draft_table, k):
-        status = super().publish_pairs(ident, page_table, draft_table, k)
-        rec = self.records.get(("pages", ident.page_keys(k)[-1], k))
+    def publish(self, ident, page_table, draft_table, k):
+        status = super().publish(ident, page_table, draft_table, k)
+        rec = self.store.records.get(("pages", ident.page_keys(k)[-1], k))
         if status == "committed" and rec is not None and len(draft_table) > k and len(rec.draft) == k:
             rec.draft.append(draft_table[k])                                          # DEFECT
-            self.pools[DRAFT].add_cache(draft_table[k])
+            self.store.pools[DRAFT].add_cache(draft_table[k])
         return status
 
 
 @variant("last-paired-page-not-replayed", "planning")
-class LastPairedPageNotReplayed(ContextCache):
+class LastPairedPageNotReplayed(PairedPlanner):
     """An EAGLE hit keeps every pair it matched instead of recomputing the last one (except
     when the whole input matched, where the vanilla rewind still applies).
 
@@ -51,11 +53,11 @@ class LastPairedPageNotReplayed(ContextCache):
     #11186 (the last page of a full hit is recomputed whole).
     """
 
-    def _plan_paired(self, ident, n, total, splits_media):
-        plan = super()._plan_paired(ident, n, total, splits_media)
+    def plan(self, ident, n, total, splits_media):
+        plan = super().plan(ident, n, total, splits_media)
         if not plan.replayed or plan.kind == "full_input_rewind" or ident.spans:
             return plan
         k = plan.matched // self.P
-        kept = self._lookup(ident, k)                                                  # DEFECT: all k pairs
+        kept = self.store.lookup(ident, k)                                             # DEFECT: all k pairs
         return Plan("standard", k * self.P, k * self.P, kept, total - k, record=plan.record,
                     draft_kept=plan.record.draft[:k], draft_demand=total - k, replayed=False)

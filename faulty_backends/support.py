@@ -3,6 +3,7 @@ CR-POL-3)."""
 from __future__ import annotations
 
 from gpu_backend.runtime import Runtime
+from gpu_backend.scheduler import Scheduler
 
 from .registry import variant
 
@@ -47,7 +48,7 @@ class PoolMinimumOffByOne(Runtime):
 
 
 @variant("hidden-states-not-bypassed", "support")
-class HiddenStatesNotBypassed(Runtime):
+class HiddenStatesNotBypassed(Scheduler):
     """With hidden-state output, requests still look up and publish: the forced bypass of
     CR-POL-3 is not applied, so cached positions have no hidden states of their own.
 
@@ -56,9 +57,9 @@ class HiddenStatesNotBypassed(Runtime):
     values, because cached positions have no logits).
     """
 
-    def _run_batch(self, batch, rf, *, warmup):
+    def run_batch(self, batch, rf, *, warmup):
         self._file_bypass = warmup or rf.lookup_policy == "bypass"                    # DEFECT
-        return super()._run_batch(batch, rf, warmup=warmup)
+        return super().run_batch(batch, rf, warmup=warmup)
 
     def _admit(self, r, bypass, warmup):
         return super()._admit(r, self._file_bypass, warmup)

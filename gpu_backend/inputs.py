@@ -8,7 +8,7 @@
   A FIFO or a device is refused before it is opened (a FIFO blocks the open, /dev/zero never
   ends), and nesting too deep for the parser is an input error, not a crash.
 - `check_engine_config`: the keys of config.json the runtime reads beyond the sizes that
-  `runtime.load_engine_config` checks (rope_theta, weights, the recurrent block, encoders,
+  `engine_config.load_engine_config` checks (rope_theta, weights, the recurrent block, encoders,
   adapters, deployment switches, snapshot slot sizes), so a hand-written description with a
   wrong type is refused with its JSON path instead of failing deep inside the model.
 """

@@ -1,5 +1,6 @@
-"""Model building blocks: RMSNorm, RoPE, LoRA linear, SwiGLU, paged attention, and the
-gated linear recurrence (a Mamba-2-like SSD mixer with a short causal convolution).
+"""Model building blocks: RMSNorm, RoPE, LoRA linear, SwiGLU, attention over gathered pages
+(the gather path of kv_pool.KVPool.attend), and the gated linear recurrence (a Mamba-2-like SSD
+mixer with a short causal convolution).
 
 Shapes: B sequences, T new positions per sequence (right-padded), S key positions, H query
 heads, G kv heads, D head dim, C = conv_dim = H_r * hd channels of the recurrence, N state size.
@@ -103,7 +104,7 @@ def causal_mask(q_pos, S: int):
     return torch.arange(S, device=q_pos.device)[None, None, None, :] <= q_pos[:, None, :, None]
 
 
-def paged_attention(q, k_all, v_all, mask):
+def gathered_attention(q, k_all, v_all, mask):
     """Causal attention of new queries over keys read through a page table.
 
     q: [B, T, H, D]; k_all, v_all: [B, S, G, D] (positions 0..S-1 of each sequence, padding

@@ -5,9 +5,10 @@
                      x = x + swiglu(rms_norm(x))
     logits = rms_norm(x) @ lm_head^T                 (lm_head = embed when tied)
 
-Attention layers read and write KV only through the paged pool (kv_pool.py); recurrent layers
-carry a per-sequence state and convolution state that checkpoints snapshot (CR-HYB). LoRA
-adapters add low-rank deltas to the mixer projections (q, k, v, o; recurrent in/out).
+Attention layers read and write KV only through the paged pool (kv_pool.py: `KVPool.attend`
+reads it along the gather or the paged path); recurrent layers carry a per-sequence state and
+convolution state that checkpoints snapshot (CR-HYB). LoRA adapters add low-rank deltas to the
+mixer projections (q, k, v, o; recurrent in/out).
 """
 from dataclasses import dataclass
 
@@ -15,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from .layers import (apply_rope, causal_conv, causal_mask, lora_linear, paged_attention, pin_tf32_off, plain_causal,
-                     rms_norm, rope_tables, ssd_scan, swiglu)
+from .kv_pool import KVRead
+from .layers import apply_rope, causal_conv, lora_linear, pin_tf32_off, rms_norm, rope_tables, ssd_scan, swiglu
 
 PATCH, FRAME = 16, 320
 ATTN_PROJ = ("wq", "wk", "wv", "wo")
@@ -56,6 +57,8 @@ class ForwardBatch:
     lora: dict | None = None
     all_valid: bool = False      # every [B, T] position is valid (no padding): set by the caller
                                  # when it knows, so no boolean indexing (a device sync on CUDA)
+    page_table: torch.Tensor | None = None   # [B, n] page ids (padding: scratch page), for the paged
+    kv_lengths: torch.Tensor | None = None   # path; [B] key positions each row reads (kv_pool.KVRead)
 
 
 def weight_shapes(cfg: dict) -> dict:
@@ -161,17 +164,15 @@ class Model:
         x = w["embed"][fb.ids]                                              # [B, T, hidden]
         if fb.media_index is not None:
             x = x.reshape(-1, x.shape[-1]).index_copy(0, fb.media_index, fb.media_embeds).view_as(x)
-        cos = sin = mask = None
+        cos = sin = read = None
         if any(k == "attention" for k in self.kinds):
             cos, sin = rope_tables(fb.positions, self.D, self.theta)
-            S = fb.read_slots.shape[1]
-            if not plain_causal(fb.positions, S, fb.all_valid):          # else None: SDPA is_causal
-                mask = causal_mask(torch.where(fb.valid, fb.positions, 0), S)
+            read = KVRead(fb.read_slots, fb.positions, fb.valid, fb.all_valid, fb.page_table, fb.kv_lengths)
         for i, kind in enumerate(self.kinds):
             p = f"layers.{i}"
             h = rms_norm(x, w[f"{p}.norm1"])
             if kind == "attention":
-                h = self._attention(h, fb, kv_pool, self.ordinal[i], f"{p}.attn", cos, sin, mask)
+                h = self._attention(h, fb, kv_pool, self.ordinal[i], f"{p}.attn", cos, sin, read)
             else:
                 h = self._recurrence(h, fb, fb.rec_state[self.ordinal[i]], f"{p}.rec")
             x = x + h
@@ -184,7 +185,7 @@ class Model:
     def _lora(self, fb, name):
         return None if fb.lora is None else fb.lora.get(name)
 
-    def _attention(self, h, fb, kv_pool, layer, p, cos, sin, mask):
+    def _attention(self, h, fb, kv_pool, layer, p, cos, sin, read):
         B, T, _ = h.shape
         w, H, G, D = self.w, self.H, self.G, self.D
         q = lora_linear(h, w[f"{p}.wq"], self._lora(fb, f"{p}.wq")).view(B, T, H, D)
@@ -195,14 +196,13 @@ class Model:
             kv_pool.write(layer, fb.write_slots, k.reshape(B * T, G, D), v.reshape(B * T, G, D))
         else:
             kv_pool.write(layer, fb.write_slots, k[fb.valid], v[fb.valid])
-        o = self._attend(q, k, v, kv_pool, layer, fb, mask).reshape(B, T, H * D)
+        o = self._attend(q, k, v, kv_pool, layer, read).reshape(B, T, H * D)
         return lora_linear(o, w[f"{p}.wo"], self._lora(fb, f"{p}.wo"))
 
-    def _attend(self, q, k, v, kv_pool, layer, fb, mask):
+    def _attend(self, q, k, v, kv_pool, layer, read):
         """q [B, T, H, D] over every position its page table holds (the reused prefix and this
         forward's own keys, just written): [B, T, H, D]. k and v are this forward's alone."""
-        k_all, v_all = kv_pool.gather(layer, fb.read_slots)                 # [B, S, G, D] through the page table
-        return paged_attention(q, k_all, v_all, mask)
+        return kv_pool.attend(layer, q, read)
 
     def _recurrence(self, h, fb, state, p):
         B, T, _ = h.shape

@@ -31,6 +31,9 @@ speed. Its modules, by the spec section each transcribes:
                      the peer profiles of OpenAI-compatible servers (spec/peer-profiles.md)
     peer_profile.py  what a peer profile is, as data (PeerProfile: settings, rules, server API)
     peer_trace.py    the peer caches' decision trace (reference.trace.Step, recorded where they decide)
+    traffic.py       a recorded trace's requests: hash-id tokens and page keys (spec/trace-replay.md)
+    replay.py        traffic replayed through any profile at a capacity, and its summary
+    replay_adapters.py  what lets the simulators replay on page keys and at real pool sizes
 
 Public API:
     SPEC_VERSION, InputError, NeedsTranscript, OutOfScope, Unreported, DeploymentRejected,

@@ -156,7 +156,10 @@ class BatchRunner:
 
     def _sequence(self, slot, request, generated, parsed, max_generate_length, warmup) -> Sequence:
         spans = identity_spans(request.spans, self.profile)
-        history = TokenHistory(request.tokens, spans, adapter_root(request.lora_name), self.P)
+        if hasattr(request, "history"):      # hook: page keys a trace replay computed (reference/replay.py, SIM-KEY-2)
+            history = request.history(self.P)
+        else:
+            history = TokenHistory(request.tokens, spans, adapter_root(request.lora_name), self.P)
         if spans != request.spans:            # the profile's key conflates media: keep the truth beside it
             history.truth = TokenHistory(request.tokens, request.spans, history.root, self.P)
         if warmup:

@@ -41,6 +41,8 @@ def vllm_extra_keys(request: PeerRequest, block: int, block_size: int) -> tuple:
 def vllm_block_keys(ids, block_size: int, request: PeerRequest | None = None) -> list:
     """PEER-VLLM-1: one key per full block, each the hash of the previous key, the block's ids
     and its extra keys (PEER-VLLM-2). A partial last block has no key."""
+    if hasattr(request, "block_keys"):       # hook: keys a trace replay computed (reference/replay.py, SIM-KEY-2)
+        return request.block_keys(len(ids) // block_size)
     request = request or PeerRequest(list(ids))
     keys, parent = [], "none"
     for block in range(len(ids) // block_size):

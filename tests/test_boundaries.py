@@ -353,3 +353,34 @@ def test_the_room_rule_sees_a_wrong_import():
     """The check above is not vacuous: report/ importing run/ is caught, by a lazy import too."""
     assert "conformance/report/document.py" not in imports_outside_rule("report", room_rules()["report"])
     assert imports_outside_rule("report", set()), "report/ imports judge/ and cases/ and the check saw nothing"
+
+
+RUNTIMES = {"vllm", "sglang", "tensorrt_llm"}
+RUN_BY_A_RUNTIME = ("tools/crosscheck/drive_", "tools/vllm_cpu_launcher.py")
+"""Scripts that a runtime's own venv runs (the cross-check's drivers, tools/real-vllm.sh's launcher)."""
+
+
+def test_the_crosscheck_drivers_import_only_their_runtime():
+    """tools/crosscheck/drive_<runtime>.py run in the runtime's own venv (docs/crosscheck.md):
+    the runtime, torch and the standard library, never the kit."""
+    modules = imported_top_levels("tools/crosscheck")
+    for runtime in ("vllm", "sglang"):
+        names = modules[f"tools/crosscheck/drive_{runtime}.py"]
+        assert runtime in names and names <= STDLIB | {runtime, "torch"}, (runtime, sorted(names - STDLIB))
+
+
+def test_the_kit_never_imports_a_runtime():
+    """A runtime is installed into .kvconform-cache/ and run as its own process, never imported:
+    only the scripts its own interpreter runs do."""
+    for package in ("conformance", "reference", "gpu_backend", "numerical_reference", "faulty_backends",
+                    "benchmarks", "tools"):
+        offenders = {f: sorted(n & RUNTIMES) for f, n in imported_top_levels(package).items()
+                     if n & RUNTIMES and not f.startswith(RUN_BY_A_RUNTIME)}
+        assert not offenders, f"{package}/ imports a runtime: {offenders}"
+
+
+def test_the_crosscheck_reaches_the_oracle_only_through_judge():
+    """The rooms table's rule for crosscheck/ (docs/ARCHITECTURE.md) forbids `reference`; this
+    checks it reaches the peer oracle at all, through judge/peer_oracle.py."""
+    found = imported_modules("conformance/crosscheck")
+    assert any("conformance.judge.peer_oracle" in names for names in found.values())

@@ -2,6 +2,8 @@
 
     kvconform simulate --engineDir D | --engineConfig FILE --inputFile IN --profileOutputFile PROF
         [--outputFile PRED] [--transcript BACKEND_OUTPUT] [cache and runtime flags]
+    kvconform simulate --trace FILE [--profile P ...] [--capacity LIST] ...   (trace replay:
+        conformance/traffic/command.py, docs/simulate.md)
 
 The engine is an engine directory written by `python -m gpu_backend build` or a bare config.json
 following spec/schemas/engine.schema.json. Generated tokens come from `--transcript` (a
@@ -26,14 +28,15 @@ from .. import KvconformError
 from ..judge import oracle
 from ..judge.oracle import MAX_WARMUP
 from ..judge.oracle import resolve_engine_paths as resolve_paths
+from ..traffic import command as traffic
 
 
 def add_arguments(parser) -> None:
-    engine = parser.add_mutually_exclusive_group(required=True)
+    engine = parser.add_mutually_exclusive_group()          # one is required without --trace (_required)
     engine.add_argument("--engineDir", help="engine directory holding config.json")
     engine.add_argument("--engineConfig", help="an engine description (config.json) file")
-    parser.add_argument("--inputFile", required=True, help="request file")
-    parser.add_argument("--profileOutputFile", required=True, help="where the predicted profile goes")
+    parser.add_argument("--inputFile", help="request file (required without --trace)")
+    parser.add_argument("--profileOutputFile", help="where the predicted profile goes (required without --trace)")
     parser.add_argument("--outputFile", help="where the per-request predictions go")
     parser.add_argument("--transcript", help="a backend's output file: generated tokens per request")
     parser.add_argument("--enableContextReuse", action="store_true")
@@ -51,6 +54,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--semanticsProfile", choices=oracle.PROFILE_NAMES, default=oracle.DEFAULT_PROFILE,
                         metavar="NAME", help="the semantics profile predicted (spec/profiles.md): "
                         + ", ".join(oracle.PROFILE_NAMES))
+    traffic.add_arguments(parser)
 
 
 def _count(text: str) -> int:
@@ -76,6 +80,9 @@ def main(args) -> int:
     large request file is some hundred thousand containers, none in a cycle, and while they
     live every collection triggered by reading, checking or writing walks them again (about
     60 ms of a 10,000-request run). Reference counting frees everything as before."""
+    if args.trace:
+        return traffic.main(args)
+    _required(args)
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -83,6 +90,19 @@ def main(args) -> int:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _required(args) -> None:
+    """The options a request-file simulation needs (argparse cannot require them only without
+    --trace); the message is argparse's own."""
+    missing = [flag for flag, value in (("--inputFile", args.inputFile), ("--profileOutputFile", args.profileOutputFile))
+               if value is None]
+    if args.engineDir is None and args.engineConfig is None:
+        raise KvconformError("kvconform simulate: one of the arguments --engineDir --engineConfig is required "
+                             "(or --trace FILE)")
+    if missing:
+        raise KvconformError(f"kvconform simulate: the following arguments are required: {', '.join(missing)} "
+                             "(or --trace FILE)")
 
 
 def _simulate(args) -> int:

@@ -143,3 +143,33 @@ def test_reference_side_by_side_times_two_trees_and_refuses_other_scores(tmp_pat
         "    return N(steps=[N(token=t, logprob=-1.0, top=[(t, -1.0)], kv_shift=0.0) for t in inputs.forced])\n")
     with pytest.raises(SystemExit, match=r"300\+2 is scored differently by the two trees.*request 0 step 0"):
         rsb.run(root, fake.parent, reps=1)
+
+
+def test_the_conversation_model_is_seeded_and_a_valid_trace(tmp_path):
+    """benchmarks/replay.py's model of Mooncake's conversation trace: the same bytes for a seed,
+    read back by the command's own reader, its statistics counted exactly."""
+    from benchmarks.replay import write_conversation_trace
+    from conformance.traffic.formats import read_trace
+    a = write_conversation_trace(str(tmp_path / "a.jsonl"), 300, seed=1)
+    b = write_conversation_trace(str(tmp_path / "b.jsonl"), 300, seed=1)
+    assert a == b and (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    trace = read_trace(str(tmp_path / "a.jsonl"))
+    assert len(trace.entries) == 300 and sum(e.n for e in trace.entries) == a["prompt_tokens"]
+    assert sum(e.output for e in trace.entries) == a["sampled_tokens"]
+
+
+def test_replay_section_measures_and_reports(tmp_path):
+    """Item 8 end to end on a tiny trace: a replay worker per profile (one core) and a whole
+    `kvconform simulate --trace` sweep, then its rows of the targets table and its Markdown."""
+    from benchmarks import replay
+    trace = str(tmp_path / "t.jsonl")
+    replay.write_conversation_trace(trace, 40)
+    side = replay.side_by_side(trace, 20, 1, profiles=("kvconform-1", "vllm-apc:block_size=512"))
+    assert [r["profile"] for r in side] == ["kvconform-1", "vllm-apc:block_size=512"]
+    assert side[0]["prompt_tokens"] == side[1]["prompt_tokens"] > 0 and side[0]["cpu_tokens_per_s"] > 0
+    sweep = replay.sweep(trace, "kvconform-1", "1e5,inf", str(tmp_path))
+    assert sweep["capacities"] == 2 and sweep["requests"] == 40 and sweep["cpu_s"] > 0
+    result = {"trace": {"source": "model"}, "side_by_side": side, "sweeps": [sweep]}
+    rows = replay.target_rows(result)
+    assert [r[0] for r in rows] == ["8"] * 3 and all(r[4] in (True, False) for r in rows)
+    assert any("| kvconform-1 | 1e7 |" in line for line in replay.markdown(result))

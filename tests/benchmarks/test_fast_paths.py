@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from gpu_backend.kv_pool import KVPool
-from gpu_backend.layers import (MLP_CHUNK, apply_rope, causal_mask, lora_linear, paged_attention, plain_causal,
+from gpu_backend.layers import (MLP_CHUNK, apply_rope, causal_mask, lora_linear, gathered_attention, plain_causal,
                                 rope_tables, swiglu)
 
 
@@ -53,7 +53,7 @@ def test_is_causal_path_equals_the_explicit_mask():
     assert not plain_causal(torch.tensor([[0, 1, 2, 2]]), 4, True)
     q, k, v = torch.randn(1, T, 4, 16), torch.randn(1, T, 2, 16), torch.randn(1, T, 2, 16)
     mask = causal_mask(torch.where(valid, pos, 0), T)
-    assert torch.equal(paged_attention(q, k, v, None), paged_attention(q, k, v, mask))
+    assert torch.equal(gathered_attention(q, k, v, None), gathered_attention(q, k, v, mask))
 
 
 def test_gather_workspace_returns_fresh_values_every_call():

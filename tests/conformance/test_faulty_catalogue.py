@@ -17,6 +17,7 @@ from conformance.adapters.faulty import FaultyAdapter
 from conformance.judge.verdicts import Verdict
 from faulty_backends import CATALOGUE, GROUPS
 from faulty_backends.identity import Weak16BitDigest
+from faulty_backends.registry import SEAMS, injected
 from gpu_backend.identity import SequenceIdentity
 from gpu_backend.model import Model
 from gpu_backend.prefix_cache import ContextCache
@@ -71,15 +72,14 @@ def test_a_variant_is_one_component_with_its_own_code(name):
     """A subclass of a gpu_backend component that defines something of its own (not a no-op),
     turned into a Runtime subclass; production classes carry no fault switch."""
     v = CATALOGUE[name]
-    bases = {"identity": SequenceIdentity, "cache": ContextCache, "model": Model, "runtime": Runtime}
+    bases = {component: base for component, (base, _) in SEAMS.items()} | {"runtime": Runtime}
     assert issubclass(v.cls, bases[v.component]) and v.cls is not bases[v.component]
     assert issubclass(v.factory, Runtime)
     own = [k for k, val in vars(v.cls).items() if k not in ("__module__", "__doc__", "__qualname__", "variant_name")
            and (inspect.isfunction(val) or isinstance(val, type))]
     assert own, f"{v.cls.__name__} overrides nothing"
     if v.component != "runtime":
-        attr = {"identity": "identity_class", "cache": "cache_class", "model": "model_class"}[v.component]
-        assert getattr(v.factory, attr) is v.cls
+        assert injected(v.factory, v.component) is v.cls
     assert "# DEFECT" in inspect.getsource(inspect.getmodule(v.cls)), "defect lines are marked"
 
 
@@ -88,22 +88,30 @@ def test_a_variants_overrides_keep_the_production_signatures(name):
     """Every method a variant overrides takes the parameters of the production method it
     replaces, so a change of a seam's signature cannot leave a variant crashing instead of
     carrying its defect (a crash counts as a broken variant, never as a kill)."""
-    v = CATALOGUE[name]
-    for k, val in vars(v.cls).items():
-        base = next((getattr(b, k) for b in v.cls.__mro__[1:] if k in vars(b)), None)
-        if not inspect.isfunction(val) or not inspect.isfunction(base) or k.startswith("__"):
-            continue
-        theirs = [p.name for p in inspect.signature(base).parameters.values()]
-        ours = inspect.signature(val).parameters
-        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ours.values())
-        missing = [p for p in theirs if p not in ours and not takes_any]
-        assert not missing, f"{v.cls.__name__}.{k} lacks {missing} of {base.__qualname__}"
+    for cls in _variant_classes(CATALOGUE[name].cls):
+        for k, val in vars(cls).items():
+            base = next((getattr(b, k) for b in cls.__mro__[1:] if k in vars(b)), None)
+            if not inspect.isfunction(val) or not inspect.isfunction(base) or k.startswith("__"):
+                continue
+            theirs = [p.name for p in inspect.signature(base).parameters.values()]
+            ours = inspect.signature(val).parameters
+            takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ours.values())
+            missing = [p for p in theirs if p not in ours and not takes_any]
+            assert not missing, f"{cls.__name__}.{k} lacks {missing} of {base.__qualname__}"
+
+
+def _variant_classes(cls):
+    """A variant's class and the faulty components it installs at other seams (class attributes)."""
+    yield cls
+    for val in vars(cls).values():
+        if isinstance(val, type) and val.__module__.startswith("faulty_backends"):
+            yield from _variant_classes(val)
 
 
 def test_the_runtime_seams_default_to_the_production_components():
-    assert Runtime.identity_class is SequenceIdentity
-    assert Runtime.cache_class is ContextCache
-    assert Runtime.model_class is Model
+    for component, (base, _) in SEAMS.items():
+        assert injected(Runtime, component) is base, component
+    assert (Runtime.identity_class, Runtime.cache_class, Runtime.model_class) == (SequenceIdentity, ContextCache, Model)
 
 
 def test_gpu_backend_imports_neither_the_kit_nor_the_oracle():

@@ -3,6 +3,7 @@ off) says what the CPU says, and what the kit's float64 reference says."""
 import pytest
 import torch
 
+from tests.gpu_backend.test_attention_paths import paged_calls  # noqa: F401 (a fixture)
 from tests.helpers.backend import MEDIA, runtime, texts
 
 pytestmark = pytest.mark.gpu
@@ -23,7 +24,7 @@ def test_cuda_matches_cpu_and_reuses(engine, kind):
         assert a["output_ids"] == b["output_ids"]
         for la, lb in zip(a["logprobs"], b["logprobs"]):
             assert abs(la[0]["logprob"] - lb[0]["logprob"]) <= 0.02
-    from gpu_backend import capabilities
+    from gpu_backend.capabilities import capabilities
     assert "cuda" in capabilities("cuda")["features"]
 
 
@@ -85,3 +86,29 @@ def test_cuda_outputs_agree_with_the_float64_reference(engine, kind):
     for f in failures:
         print("against the reference:", f.line())
     assert [f.line() for f in failures if f.verdict not in (Verdict.QUALITY_WARNING,)] == []
+
+
+# CUDA attention runs in FP16 on both paths (layers.ATTENTION_DTYPE): outputs of magnitude ~1
+# differ by a few FP16 roundings (2^-11 each), not by float32 rounding as on CPU.
+FP16_ROUNDING = 1e-2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+@pytest.mark.parametrize("P", [4, 16, 64])
+def test_cuda_paged_attention_equals_gather(engine, P, paged_calls):
+    """The compiled paged kernel (gpu_backend/paged_flex_attention.py) against the gather path on
+    CUDA: attention outputs within FP16 rounding (tests/gpu_backend/test_attention_paths.py's
+    rows); then, where the prompts reach whole pages, a runtime with reuse on each path: the same
+    tokens, facts and counters, log-probabilities within LOGPROB_TOL, and the paged run judged
+    against the float64 reference as test_cuda_outputs_agree_with_the_float64_reference is."""
+    from tests.gpu_backend.test_attention_paths import compare_runs, paths_differ_by
+    assert paths_differ_by(P, "cuda") <= FP16_ROUNDING
+    if P > 16:
+        return
+    d = engine(vision=True, tokensPerPage=P, maxInputLen=64, maxKVCacheCapacity=80)
+    doc = _differential_doc()
+    assert compare_runs(d, [doc], paged_calls, device="cuda")["reused_tokens"] > 0
+    result = runtime(d, device="cuda", attention="paged").infer(doc, MEDIA)
+    failures, checked = _judged_against_reference(d, doc, result)
+    assert checked == len(doc["requests"])
+    assert [f.line() for f in failures if f.verdict.name != "QUALITY_WARNING"] == []

@@ -461,7 +461,7 @@ def test_bytes_v1_engines_keep_their_description(engine):
 
 
 def test_capabilities_declare_the_hf_profile():
-    from gpu_backend import capabilities
+    from gpu_backend.capabilities import capabilities
     caps = capabilities("cpu")
     schema_validator("capabilities").validate(caps)
     assert caps["tokenizer"] == ["bytes-v1", "hf"]

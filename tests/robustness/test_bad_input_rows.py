@@ -24,6 +24,7 @@ import pytest
 
 from tests.robustness import fixtures
 from tests.robustness import harness
+import gpu_backend.refusals
 import gpu_backend.runtime
 import reference
 from gpu_backend import build_engine
@@ -251,7 +252,7 @@ def test_warmup_is_bounded_alike(tiny, tmp_path, no_run):
     assert one_error(harness.kvconform(["simulate", "--engineDir", str(tiny), "--inputFile", request,
                                         "--profileOutputFile", str(tmp_path / "p.json"), "--warmup", "1001"]),
                      "kvconform")
-    assert gpu_backend.runtime.MAX_WARMUP == 1000
+    assert gpu_backend.refusals.MAX_WARMUP == 1000
     with pytest.raises(reference.InputError):
         reference.RuntimeFlags.from_case_runtime({"warmup": 1001})
 

@@ -1,0 +1,222 @@
+"""The adapters that let the oracle's simulators replay a trace (spec/trace-replay.md SIM-KEY-2,
+SIM-ORDER-1) without a change to their rules. Stdlib only; used by reference/replay.py.
+
+- On keys instead of tokens: a hash-id request gives `BatchRunner` a `KeyedHistory` (its page
+  keys, computed per page from the trace's ids) and `VllmBlockPool` its block keys
+  (`KeyedPeerRequest.block_keys`). Each simulator takes them through a one-line hook
+  (reference/batching.py `BatchRunner._sequence`, reference/peer_vllm.py `vllm_block_keys`);
+  `check_hooks` refuses to replay when the vLLM one is missing, and a `KeyedEdgeLlmRequest`
+  has no tokens to fall back on.
+- At real pool sizes: `QueuedVllmBlockPool` is `VllmBlockPool` with its free queue a
+  `FreeQueue` (the same order of blocks, O(1) per operation instead of the list's O(K), and the
+  K blocks of a fresh pool a range, not a list: a pool of 10^9 tokens would otherwise be a
+  60M-item list) and a request's decode grown in one step (`commit_alone`). `trtllm-kv-reuse`'s
+  pool takes a `FreeQueue` too.
+
+tests/reference/test_replay.py checks that none of them changes a count: keyed traffic equals
+the same traffic as tokens, and the queued pools equal the pools request by request.
+"""
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass
+from itertools import chain
+
+from .peer_common import ImageItem, PeerProfileError, PeerRequest
+from .peer_vllm import VllmBlockPool, vllm_block_keys
+
+
+# --- the Edge-LLM profiles: BatchRunner on page keys --------------------------------------------
+
+class KeyedHistory:
+    """The identity material of one hash-id sequence as BatchRunner reads a TokenHistory
+    (reference/identity.py): its prompt's page keys (SIM-KEY-2), then, once its sampled tokens
+    are appended (at decode end), a key of its own for every page that holds one (SIM-GEN-1).
+    Text only: no media, no adapter."""
+    media_aware = False
+    truth = None
+    spans = ()
+
+    def __init__(self, request, page_size: int):
+        self.request, self.P = request, page_size
+        self._keys = request.page_keys(page_size)
+        self._length = request.n
+
+    def __len__(self) -> int:
+        return self._length
+
+    def keys(self, count: int) -> list:
+        if count > len(self._keys):
+            if count * self.P > self._length:
+                raise IndexError(f"page {count - 1} of a {self._length}-token history is not complete")
+            new = self.request.new_key
+            self._keys.extend(new(i) for i in range(len(self._keys), count))
+        return self._keys[:count]
+
+    def key(self, i: int):
+        return self.keys(i + 1)[i]
+
+    def extend(self, generated) -> None:
+        self._length += len(generated)
+
+
+class EdgeLlmRequest:
+    """A traffic request as BatchRunner reads a parsed request (reference/requests.py Request):
+    one request, no legacy capture, no stop strings."""
+    legacy_capture = False
+    stop = ()
+    disable_spec_decode = False
+
+    def __init__(self, traffic, index: int):
+        self.traffic, self.index, self.n = traffic, index, traffic.n
+        self.spans = traffic.spans
+        self.lora_name = traffic.lora
+
+    @property
+    def tokens(self) -> array:
+        return self.traffic.tokens
+
+    @property
+    def has_audio(self) -> bool:
+        return any(s.modality == "audio" for s in self.spans)
+
+
+class KeyedEdgeLlmRequest(EdgeLlmRequest):
+    """A hash-id request: BatchRunner takes its KeyedHistory through the hook in `_sequence`."""
+    spans: list = []                  # never written: a request without media
+    lora_name = None
+
+    def __init__(self, traffic, index: int):
+        self.traffic, self.index, self.n = traffic, index, traffic.n
+
+    def history(self, page_size: int) -> KeyedHistory:
+        return KeyedHistory(self.traffic, page_size)
+
+    @property
+    def tokens(self):
+        raise RuntimeError("reference/batching.py built a TokenHistory for a hash-id request: the hook in "
+                           "BatchRunner._sequence that takes `request.history` is missing")
+
+
+# --- vllm-apc and trtllm-kv-reuse: the free queue, the pool, block keys -------------------------
+
+class FreeQueue:
+    """vLLM's free block queue (spec/peer-profiles.md section 3) as `VllmBlockPool` uses its list, in O(1) per
+    operation: `pop(0)` from the head, `remove`, `in`, `len`, iteration from head to tail, and
+    `fresh + queue + cached` (blocks without a key to the head, with one to the tail), which
+    moves the blocks in place and returns the queue itself. The order is `front` + the blocks
+    never handed out (`lo..hi`, kept as a range) + `back`; `append` adds at the tail (the
+    queue of `trtllm-kv-reuse`)."""
+
+    def __init__(self, blocks: int, first: int = 1):
+        self.front: OrderedDict = OrderedDict()
+        self.back: OrderedDict = OrderedDict()
+        self.lo, self.hi = first, first + blocks - 1
+
+    def __len__(self) -> int:
+        return len(self.front) + len(self.back) + max(0, self.hi - self.lo + 1)
+
+    def __bool__(self) -> bool:
+        return bool(self.front) or self.lo <= self.hi or bool(self.back)
+
+    def __contains__(self, block) -> bool:
+        return block in self.front or block in self.back or self.lo <= block <= self.hi
+
+    def __iter__(self):
+        return chain(self.front, range(self.lo, self.hi + 1), self.back)
+
+    def pop(self, index: int = -1):
+        assert index == 0, "the free queue is only taken from its head"
+        if self.front:
+            return self.front.popitem(last=False)[0]
+        if self.lo <= self.hi:
+            self.lo += 1
+            return self.lo - 1
+        if self.back:
+            return self.back.popitem(last=False)[0]
+        raise IndexError("pop from an empty free queue")
+
+    def remove(self, block) -> None:
+        if block in self.front:
+            del self.front[block]
+        elif block in self.back:
+            del self.back[block]
+        elif self.lo <= block <= self.hi:          # never handed out: split the range (not reached by the pools)
+            self.front.update(dict.fromkeys(range(self.lo, block)))
+            self.lo = block + 1
+        else:
+            raise ValueError(f"block {block} is not in the free queue")
+
+    def append(self, block) -> None:
+        self.back[block] = None
+
+    def __add__(self, blocks):
+        self.back.update(dict.fromkeys(blocks))
+        return self
+
+    def __radd__(self, blocks):
+        front = self.front
+        for block in reversed(blocks):
+            front[block] = None
+            front.move_to_end(block, last=False)
+        return self
+
+
+class QueuedVllmBlockPool(VllmBlockPool):
+    """`VllmBlockPool`, every rule its own, with the free queue a `FreeQueue` (see the module
+    docstring): what the pool's own code needs to replay a trace at a real pool size."""
+
+    def reset(self) -> None:
+        K, self.K = self.K, None               # the base class would build the K-item list
+        try:
+            super().reset()
+        finally:
+            self.K = K
+        if K is not None:
+            self.free = FreeQueue(K)
+
+    def commit_alone(self, request: PeerRequest, sampled) -> None:
+        """`commit` of a request that no other request overlaps (SIM-ORDER-1): admitted, its
+        g - 1 fed-back tokens computed in one growth step, then released. With nothing else
+        taking blocks in between, growing one token at a time (`hold`) or all at once takes the
+        same blocks from the queue in the same order and caches the same keys (the pool's own
+        rules); `hold`'s `_grow` rescans every block of the request at each token, which
+        is O(blocks x g) per request (a 12,000-token request sampling 343 at B = 16: 260,000
+        steps)."""
+        run = self.admit(request, sampled)
+        if run is None:
+            raise PeerProfileError(f"vllm-apc: a request needs more than cache_blocks={self.K} blocks")
+        run.computed += max(0, len(sampled) - 1)
+        self._grow(run)
+        self.release(run)
+
+
+@dataclass
+class KeyedPeerRequest(PeerRequest):
+    """A hash-id request as the `vllm-apc` pool sees it: `ids` only sized (the pool reads its
+    length), the keys of its blocks from the trace (SIM-KEY-2, then SIM-GEN-1 past the prompt)
+    through the hook in `vllm_block_keys`."""
+    traffic: object = None
+    prompt_keys: list | None = None
+
+    def block_keys(self, count: int) -> list:
+        keys = self.prompt_keys
+        if count <= len(keys):
+            return keys[:count]
+        return keys + [self.traffic.new_key(i) for i in range(len(keys), count)]
+
+
+def check_hooks() -> None:
+    """Refuse to replay hash-id traffic through `vllm-apc` when `vllm_block_keys` ignores a
+    request's precomputed keys: its `ids` are only sized, so the counts would be wrong."""
+    probe = KeyedPeerRequest([0, 0], prompt_keys=["probe"])
+    if vllm_block_keys(probe.ids, 2, probe) != ["probe"]:
+        raise RuntimeError("reference/peer_vllm.py vllm_block_keys ignores precomputed block keys (its hook "
+                           "for trace replay is missing): hash-id traces cannot be replayed through vllm-apc")
+
+
+def peer_request(traffic, ids=None) -> PeerRequest:
+    """A token request as a peer pool sees it: ids, adapter and images (reference/peer_common.py)."""
+    images = [ImageItem(s.digest.hex(), s.start, s.end - s.start) for s in traffic.spans if s.modality == "image"]
+    return PeerRequest(traffic.prompt_tokens() if ids is None else ids, lora=traffic.lora, images=images)

@@ -1,0 +1,199 @@
+"""Drive SGLang's own radix cache with the kit's request streams (docs/crosscheck.md).
+
+Run by the interpreter of a venv that holds SGLang (tools/crosscheck/install.sh); imports only
+SGLang, torch and the standard library, never the kit. Reads one JSON command a line on stdin and
+answers one JSON line on stdout:
+
+    {"stream": {...}}   the observations of every step: {"id", "observations": [...]}
+    {"time": {...}}     the seconds the cache classes spend on the stream, observations unkept
+    {"quit": true}
+
+The first line it writes names the runtime and version. A stream is the kit's (parity peer
+scenario steps, conformance/crosscheck/streams.py); settings `page_size`, `pool_tokens` (None:
+a pool no stream fills).
+
+Each request goes through the path SGLang's scheduler takes for a request that runs alone,
+calling SGLang's own functions with a stand-in for the batch: `Req(...)` with `extra_key`,
+`lora_id` and `cache_salt`; `Req.init_next_round_input(tree)` (its `prefix_len` is the count the
+server reports as `cached_tokens`: `prepare_for_extend` adds `pre_len - already_computed`);
+`tree.lock(req.last_node)` (PrefillAdder `_commit_prefill_admission`); `alloc_for_extend`
+(`alloc_token_slots`, or `alloc_paged_token_slots_extend` when paged: each evicts from the tree
+first); one `alloc_for_decode_default` per sampled token fed back, with the token appended to
+`output_ids` as `process_batch_result_decode` does; then `release_kv_cache(req, tree,
+checkpoint=True)` once the last token is sampled. The allocators are SGLang's own
+(`TokenToKVPoolAllocator`, `PagedTokenToKVPoolAllocator`) with no KV pool behind them
+(`kvcache=None`): they hand out slot indices only. A reset is `tree.reset()` and the allocator's
+`clear()` (what `flush_cache` does with nothing running).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from array import array
+from types import SimpleNamespace
+
+os.environ.setdefault("SGLANG_LOG_LEVEL", "error")
+# The answers get the real stdout to themselves: whatever the runtime prints or logs (vLLM logs
+# to stdout) goes to stderr.
+ANSWERS = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+import torch  # noqa: E402
+
+# One intra-op thread: every tensor op here is microseconds of work, and on a shared machine a
+# second OpenMP thread only waits for a core (SGLang's allocation path ran 4-5x slower with two).
+torch.set_num_threads(1)
+
+from sglang.srt.managers.schedule_batch import Req  # noqa: E402
+from sglang.srt.mem_cache.allocation import alloc_for_decode_default, alloc_for_extend  # noqa: E402
+from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator  # noqa: E402
+from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
+from sglang.srt.mem_cache.common import release_kv_cache  # noqa: E402
+from sglang.srt.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
+from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
+from sglang.srt.runtime_context import SpawnRanks, publish, reset_context  # noqa: E402
+from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
+from sglang.srt.server_args import ServerArgs  # noqa: E402
+
+VERSION = __import__("importlib.metadata").metadata.version("sglang")
+
+
+class Undefined(Exception):
+    """A state the peer profile does not define (a request that does not fit the pool)."""
+
+
+class Cache:
+    """One SGLang radix cache with its allocators, as the scheduler builds them."""
+
+    def __init__(self, settings: dict, longest: int, total: int):
+        self.P = settings.get("page_size", 1)
+        pool = settings.get("pool_tokens")
+        self.size = pool if pool is not None else total + 4 * self.P + 16
+        self.context = longest + 4 * self.P + 8
+        if self.P == 1:
+            self.allocator = TokenToKVPoolAllocator(self.size, torch.float16, "cpu", None, False)
+        else:
+            self.allocator = PagedTokenToKVPoolAllocator(self.size, self.P, torch.float16, "cpu", None, False)
+        self.req_pool = ReqToTokenPool(size=4, max_context_len=self.context, device="cpu",
+                                       enable_memory_saver=False)
+        self.tree = RadixCache(CacheInitParams(disable=False, req_to_token_pool=self.req_pool,
+                                               token_to_kv_pool_allocator=self.allocator,
+                                               page_size=self.P))
+        self.rid = 0
+
+    def reset(self) -> bool:
+        self.tree.reset()
+        self.allocator.clear()
+        return True
+
+    def _batch(self, req, prefix_len: int, seq_len: int):
+        return SimpleNamespace(
+            reqs=[req], req_to_token_pool=self.req_pool, tree_cache=self.tree, device="cpu",
+            prefix_lens=[prefix_len], extend_lens=[seq_len - prefix_len], extend_num_tokens=seq_len - prefix_len,
+            seq_lens=torch.tensor([seq_len], dtype=torch.int64), seq_lens_cpu=torch.tensor([seq_len], dtype=torch.int64),
+            hisparse_coordinator=None, is_dllm=lambda: False, maybe_evict_swa=lambda: None,
+            model_config=SimpleNamespace(is_encoder_decoder=False))
+
+    def request(self, step: dict) -> int:
+        """Run one request to its end; the count it reports."""
+        self.rid += 1
+        lora = step.get("lora")
+        sampled = list(step.get("sampled") or [0])
+        req = Req(f"r{self.rid}", "", array("q", step["prompt"]),
+                  SamplingParams(max_new_tokens=len(sampled), temperature=0),
+                  lora_id=None if lora is None else f"lora-id-{lora}",
+                  extra_key=step.get("extra_key"), cache_salt=step.get("salt"))
+        req.init_next_round_input(self.tree)
+        cached = req.prefix_len
+        n = len(step["prompt"])
+        req.extend_end = n
+        req.lock = self.tree.lock(req.last_node)
+        batch = self._batch(req, cached, n)
+        try:
+            _, indices, _ = alloc_for_extend(batch)
+        except RuntimeError as e:
+            raise Undefined(f"prefill: {str(e).splitlines()[0]}") from None
+        req.kv.req_pool_idx = int(indices[0])
+        for token in sampled[:-1]:                       # each fed back: one decode step
+            req.output_ids.append(token)
+            seq = n + len(req.output_ids) - 1
+            dec = self._batch(req, seq, seq)
+            dec.seq_lens = torch.tensor([seq], dtype=torch.int64)
+            dec.seq_lens_cpu = torch.tensor([seq], dtype=torch.int64)
+            dec.req_pool_indices = torch.tensor([req.kv.req_pool_idx], dtype=torch.int64)
+            dec.req_pool_indices_cpu = dec.req_pool_indices
+            try:
+                alloc_for_decode_default(dec, 1)
+            except RuntimeError as e:
+                raise Undefined(f"decode: {str(e).splitlines()[0]}") from None
+        req.output_ids.append(sampled[-1])
+        req.finished_reason = SimpleNamespace(to_json=lambda: {"type": "length"})
+        release_kv_cache(req, self.tree, checkpoint=True)
+        return cached
+
+
+def run(stream: dict, observe: bool = True) -> list:
+    requests = [s for s in stream["steps"] if "prompt" in s]
+    longest = max((len(s["prompt"]) + len(s.get("sampled") or [0]) for s in requests), default=1)
+    total = sum(len(s["prompt"]) + len(s.get("sampled") or [0]) for s in requests)
+    cache = Cache(stream.get("settings") or {}, longest, total)
+    out = []
+    for step in stream["steps"]:
+        if step.get("reset"):
+            seen = {"reset": cache.reset()}
+        elif "prompt" in step:
+            if step.get("hold"):
+                out.append({"undefined": "a held request (the profile runs one request at a time)"})
+                break
+            try:
+                seen = {"cached": cache.request(step)}
+            except Undefined as e:
+                out.append({"undefined": str(e)})
+                break
+        else:
+            out.append({"undefined": "a release (the profile runs one request at a time)"})
+            break
+        if observe:
+            out.append(seen)
+    return out
+
+
+def publish_config() -> None:
+    """The process-wide configuration SGLang's code reads (`get_serving()`, `get_spec()`, ...),
+    published as its own tests publish it (sglang/test/test_utils.py `published_topology`): the
+    default server arguments, rank zero, CPU."""
+    reset_context()
+    publish(ServerArgs(model_path="dummy", device="cpu"), role="test",
+            ranks=SpawnRanks(world_rank=0, dp_rank=None))
+
+
+def main() -> int:
+    publish_config()
+    write = ANSWERS.write
+    write(json.dumps({"runtime": "sglang", "version": VERSION, "torch": torch.__version__}) + "\n")
+    ANSWERS.flush()
+    for line in sys.stdin:
+        command = json.loads(line)
+        if command.get("quit"):
+            break
+        if "time" in command:
+            start = time.perf_counter()
+            run(command["time"], observe=False)
+            answer = {"id": command["time"].get("id"), "seconds": time.perf_counter() - start}
+        else:
+            stream = command["stream"]
+            try:
+                answer = {"id": stream.get("id"), "observations": run(stream)}
+            except Exception as e:                       # the runtime itself failed: report, go on
+                answer = {"id": stream.get("id"), "error": f"{type(e).__name__}: {e}"}
+        write(json.dumps(answer) + "\n")
+        ANSWERS.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
