@@ -99,6 +99,10 @@ def _dispatch(argv: list[str] | None) -> int:
     except KeyboardInterrupt as e:
         print("kvconform: interrupted", file=sys.stderr)
         return 128 + interrupts.signum_of(e)
+    finally:
+        report = sys.modules.get("conformance.report.folder")
+        if report is not None:
+            report.release_report_folders()   # the next command (in this process too) may claim them
 
 
 if __name__ == "__main__":

@@ -18,6 +18,10 @@ import os
 
 from .errors import BackendInputError
 
+MAX_FILE_BYTES = 32 << 20
+"""The largest request file or config.json the backend reads (spec/RUNNING.md section 8), from
+its size, before reading: parsing can cost some 25 times a file's size in memory."""
+
 
 def _not_json(name):
     raise ValueError(f"{name} is not a JSON number")
@@ -45,9 +49,16 @@ def read_json_file(path: str, what: str, missing_flag: str | None = None):
         raise BackendInputError("$", message, file=path)
     duplicated: list = []
     try:
+        size = os.path.getsize(path)
+        if size > MAX_FILE_BYTES:
+            raise BackendInputError("$", f"{size} bytes, above the {MAX_FILE_BYTES}-byte limit of an input file; "
+                                         "not read", file=path)
         with open(path, "rb") as f:
-            doc = json.loads(f.read().decode("utf-8"), parse_constant=_not_json, parse_float=_finite,
-                             object_pairs_hook=lambda pairs: _object(pairs, duplicated))
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise BackendInputError("$", f"above the {MAX_FILE_BYTES}-byte limit of an input file", file=path)
+        doc = json.loads(data.decode("utf-8"), parse_constant=_not_json, parse_float=_finite,
+                         object_pairs_hook=lambda pairs: _object(pairs, duplicated))
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise BackendInputError("$", f"not {what}: {e}", file=path) from None
     except RecursionError:
@@ -126,6 +137,8 @@ def check_engine_config(cfg: dict, path: str, hf: bool = False) -> None:
             fail("$.vocab_size", f"expected the tokenizer's id count, got {cfg.get('vocab_size')!r}")
     elif "vocab_size" in cfg and cfg["vocab_size"] != 320:
         fail("$.vocab_size", f"the bytes-v1 tokenizer has 320 tokens, got {cfg['vocab_size']!r}")
+    elif "eos_token_id" in cfg and cfg["eos_token_id"] != 257:       # <|eos|>: the sampler stops on it
+        fail("$.eos_token_id", f"the bytes-v1 tokenizer's <|eos|> is 257, got {cfg['eos_token_id']!r}")
     weights = cfg.get("weights", "model.safetensors")
     if not isinstance(weights, str) or not weights or "\0" in weights:
         fail("$.weights", f"expected a file name, got {weights!r}")

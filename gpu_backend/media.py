@@ -9,7 +9,8 @@ grey, RGB, grey+alpha, RGBA; palette at 1/2/4/8 bits), binary PPM `P6` with maxv
 as Edge-LLM 0.10's stb_image decodes it (baseline, extended sequential or progressive Huffman
 frames of 8-bit samples, 1 or 3 components; identity on the pixels Pillow decodes), and WAV PCM
 16-bit mono at 16 kHz. Geometry is read from the header and checked before anything is
-decompressed, so a decompression bomb is refused without being decoded.
+decompressed (sides, the pixel budget MAX_PIXELS, the placeholder count), so a decompression
+bomb is refused without being decoded.
 """
 import io
 import math
@@ -29,6 +30,8 @@ PATCH = 16          # pixels per side of one image placeholder's patch
 FRAME = 320         # audio samples per audio placeholder
 SAMPLE_RATE = 16000
 MAX_SIDE = 16384
+MAX_PIXELS = 2 ** 21   # the pixel budget of one image (spec/tokenizer.md section 3), checked from the header
+MAX_FILE_BYTES = 32 << 20   # the largest media file read, checked from its size before reading
 
 Image.MAX_IMAGE_PIXELS = None  # our own header checks refuse bombs; Pillow's warning would not
 
@@ -73,9 +76,15 @@ def _read(path) -> bytes:
         raise MediaError(f"{path} is a directory")
     if not stat.S_ISREG(st.st_mode):
         raise MediaError(f"{path} is not a regular file")
+    if st.st_size > MAX_FILE_BYTES:
+        raise MediaError(f"{path} has {st.st_size} bytes, above the {MAX_FILE_BYTES}-byte limit of a media file; "
+                         "not read")
     try:
         with open(path, "rb") as f:
-            return f.read()
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise MediaError(f"{path} has more than the {MAX_FILE_BYTES} bytes a media file may have")
+        return data
     except OSError as e:
         raise MediaError(f"cannot read {path}: {e.strerror or e}") from None
 
@@ -85,6 +94,8 @@ def _check_geometry(H: int, W: int, max_placeholders: int, count=None) -> int:
         raise MediaError(f"image has a zero dimension ({H}x{W})")
     if H > MAX_SIDE or W > MAX_SIDE:
         raise MediaError(f"image of {H}x{W} exceeds the {MAX_SIDE}-pixel side limit")
+    if H * W > MAX_PIXELS:
+        raise MediaError(f"image of {H}x{W} has {H * W} pixels, above the {MAX_PIXELS}-pixel budget of one image")
     if count is not None:
         try:
             tokens = count(H, W)

@@ -313,25 +313,35 @@ def parse_request_file(doc, *, engine: dict, base_dir: str, lora_check,
     return RequestFile(requests, batches, lookup, commit, lora_paths, unknown_keys(doc))
 
 
-def unknown_keys(doc: dict) -> list:
-    """[(JSON path, "unknown key ignored (did you mean K?)")] for every key of the top level, a
-    request, a message or a content item that this parser does not read; `_` keys excepted."""
+SHOWN_UNKNOWN_KEYS = 10   # warned one by one; the rest are counted in one more line
+
+
+def unknown_keys(doc: dict, limit: int = SHOWN_UNKNOWN_KEYS) -> list:
+    """[(JSON path, "unknown key ignored (did you mean K?)")] for the first `limit` keys of the top
+    level, a request, a message or a content item that this parser does not read (`_` keys
+    excepted), then ("$", "... and N more unknown keys ignored") when there are more."""
     levels = {"the top level": TOP_KEYS, "a request": REQUEST_KEYS, "a message": MESSAGE_KEYS,
               "a content item": sorted({k for keys in ITEM_KEYS.values() for k in keys})}
-    out = _unknown_in(doc, "$", TOP_KEYS, levels)
-    for i, r in enumerate(doc.get("requests") or []):
-        out += _unknown_in(r, f"$.requests[{i}]", REQUEST_KEYS, levels)
-        for j, m in enumerate(r.get("messages") or []):
-            path = f"$.requests[{i}].messages[{j}]"
-            out += _unknown_in(m, path, MESSAGE_KEYS, levels)
-            for k, item in enumerate(m["content"] if isinstance(m["content"], list) else []):
-                out += _unknown_in(item, f"{path}.content[{k}]", ITEM_KEYS[item["type"]], levels)
+
+    def found():
+        yield from _unknown_in(doc, "$", TOP_KEYS)
+        for i, r in enumerate(doc.get("requests") or []):
+            yield from _unknown_in(r, f"$.requests[{i}]", REQUEST_KEYS)
+            for j, m in enumerate(r.get("messages") or []):
+                path = f"$.requests[{i}].messages[{j}]"
+                yield from _unknown_in(m, path, MESSAGE_KEYS)
+                for k, item in enumerate(m["content"] if isinstance(m["content"], list) else []):
+                    yield from _unknown_in(item, f"{path}.content[{k}]", ITEM_KEYS[item["type"]])
+    out, keys = [], found()
+    for path, key, known in keys:
+        if len(out) == limit:
+            return out + [("$", f"... and {1 + sum(1 for _ in keys):,} more unknown keys ignored")]
+        out.append((f"{path}.{key}", f"unknown key ignored{_hint(key, known, levels)}"))
     return out
 
 
-def _unknown_in(obj: dict, path: str, known, levels: dict) -> list:
-    return [(f"{path}.{key}", f"unknown key ignored{_hint(key, known, levels)}")
-            for key in obj if key not in known and not key.startswith("_")]
+def _unknown_in(obj: dict, path: str, known):
+    return ((path, key, known) for key in obj if key not in known and not key.startswith("_"))
 
 
 def _hint(key: str, known, levels: dict) -> str:

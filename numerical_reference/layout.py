@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -64,6 +65,112 @@ def adapter_targets(cfg: dict) -> dict:
         for n in names:
             out[f"{prefix}.{n}"] = shapes[f"{prefix}.{n}"]
     return out
+
+
+# --- the files' headers, read without the tensors (the kit's pre-flight check of an engine folder) ----------
+
+MAX_HEADER_BYTES = 100_000_000
+"""The safetensors library's own cap on a header (MAX_HEADER_SIZE, huggingface/safetensors
+safetensors/src/tensor.rs): a longer one is refused before it is read."""
+
+ITEM_BYTES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
+"""The float dtypes a weights file of this layout may hold, and their sizes."""
+
+
+def read_header(path: str) -> dict:
+    """name -> (dtype, shape) of every tensor of the safetensors file `path`, from its header
+    alone (LayoutError for anything a loader would refuse): a header length beyond the file or
+    MAX_HEADER_BYTES, a header that is not a JSON object, a dtype outside ITEM_BYTES, a shape
+    that does not fit its byte range, byte ranges that leave gaps, overlap or run past the end
+    of the file (a truncated file). Reads at most 8 + MAX_HEADER_BYTES bytes."""
+    try:
+        size = os.stat(path).st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise LayoutError(f"{path}: {size} bytes, too short for a safetensors file (empty or truncated)")
+            n = int.from_bytes(head, "little")
+            if n > MAX_HEADER_BYTES or n > size - 8:
+                raise LayoutError(f"{path}: its header claims {n} bytes, more than "
+                                  + (f"the {MAX_HEADER_BYTES} a safetensors header may have" if n > MAX_HEADER_BYTES
+                                     else f"the {size - 8} the file holds after the length (truncated?)"))
+            text = f.read(n)
+    except OSError as e:
+        raise LayoutError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        header = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise LayoutError(f"{path}: its header is not JSON: not a safetensors file") from None
+    if not isinstance(header, dict):
+        raise LayoutError(f"{path}: its header is not a JSON object: not a safetensors file")
+    data = size - 8 - n
+    out, spans = {}, []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = entry.get("dtype") if isinstance(entry, dict) else None
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if dtype not in ITEM_BYTES:
+            raise LayoutError(f"{path}: tensor {name} has dtype {dtype!r}; this layout holds "
+                              f"{', '.join(ITEM_BYTES)} tensors (spec/engine.md section 5)")
+        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
+                and isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
+            raise LayoutError(f"{path}: tensor {name}: malformed shape or data_offsets in the header")
+        begin, end = offsets
+        if not 0 <= begin <= end or end > data:
+            raise LayoutError(f"{path}: tensor {name} lies at bytes {begin}..{end} of a data section of {data} "
+                              "bytes (data offsets past the end: truncated?)")
+        if end - begin != math.prod(shape) * ITEM_BYTES[dtype]:
+            raise LayoutError(f"{path}: tensor {name} of shape {shape} in {dtype} needs "
+                              f"{math.prod(shape) * ITEM_BYTES[dtype]} bytes, its data offsets hold {end - begin}")
+        out[name] = (dtype, tuple(shape))
+        spans.append((begin, end, name))
+    at = 0
+    for begin, end, name in sorted(spans):
+        if begin != at:
+            raise LayoutError(f"{path}: tensor {name} starts at byte {begin} of the data, expected {at} "
+                              "(the tensors must tile the data section)")
+        at = end
+    if at != data:
+        raise LayoutError(f"{path}: the tensors end at byte {at} of a data section of {data} bytes")
+    return out
+
+
+def check_headers(cfg: dict, weights_path: str, adapters: dict | None = None) -> None:
+    """The weights file (and each LoRA adapter file, `adapters` name -> path) against the
+    description `cfg`, from the files' headers alone: every tensor section 5 names, in the shape
+    the description's sizes give, and nothing else. LayoutError names the file and the tensor."""
+    header = read_header(weights_path)
+    if all(k in cfg for k in REQUIRED_KEYS):
+        try:
+            want = tensor_shapes(cfg)
+        except (KeyError, TypeError):
+            return                   # the description's own checks say what is wrong with it
+        for name, shape in want.items():
+            if name not in header:
+                raise LayoutError(f"{weights_path}: no tensor {name}, which the description's sizes call for "
+                                  f"with shape {list(shape)} (spec/engine.md section 5)")
+            if header[name][1] != shape:
+                raise LayoutError(f"{weights_path}: tensor {name} has shape {list(header[name][1])}, the "
+                                  f"description's sizes give {list(shape)} (config.json does not match the weights)")
+        extra = sorted(set(header) - set(want))
+        if extra:
+            raise LayoutError(f"{weights_path}: tensor {extra[0]} is not in the layout of this description "
+                              "(spec/engine.md section 5)")
+    for name, path in sorted((adapters or {}).items()):
+        targets = adapter_targets(cfg) if all(k in cfg for k in REQUIRED_KEYS) else None
+        for key, (_, shape) in read_header(path).items():
+            base, _, part = key.rpartition(".")
+            if targets is None:
+                continue
+            if base not in targets or part not in ("lora_A", "lora_B") or len(shape) != 2:
+                raise LayoutError(f"{path}: tensor {key} of adapter {name} is not a lora_A / lora_B of a mixer "
+                                  "projection (spec/engine.md section 5)")
+            o, i = targets[base]
+            if (part == "lora_A" and shape[1] != i) or (part == "lora_B" and shape[0] != o):
+                raise LayoutError(f"{path}: tensor {key} of adapter {name} has shape {list(shape)}; "
+                                  f"{base} needs lora_A [r, {i}] and lora_B [{o}, r]")
 
 
 REQUIRED_KEYS = ("layer_kinds", "hidden_size", "intermediate_size", "vocab_size", "num_attention_heads",

@@ -16,7 +16,8 @@ speed. Its modules, by the spec section each transcribes:
     speculative.py   section 12, attention-only EAGLE (CR-SPEC)
     sequence.py      one sequence's state in its batch and the facts it reports (CR-MET-13)
     simulator.py     one runtime instance over request files: the predictions it writes
-    trace.py         the decision trace: a rule-tagged step wherever a predicted value is decided
+    trace.py         the decision trace's containers (steps, chain, causes); each module above
+                     records its own steps where it decides
     semantics.py     semantics profiles (spec/profiles.md)
     engine.py        engine descriptions, build arguments, runtime flags (spec/engine.md)
     requests.py      request files: parsing, checks, batches (spec/tokenizer.md, CR-POL, CR-BATCH)

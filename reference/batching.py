@@ -9,17 +9,21 @@ sequence generates g tokens (`Sequence.generated_count`), the end-of-sequence to
 (end-of-sequence, stop string, max-length) changes no count, so only g and the tokens matter.
 """
 
+from functools import partial
+
 from .errors import NeedsTranscript
-from .hybrid import capture_checkpoints, plan_checkpoint, publish_captures, reserve_captures, restore_pins
+from .hybrid import (capture_checkpoints, decode_end_length, plan_checkpoint, publish_captures, reserve_captures,
+                     restore_pins)
 from .identity import TokenHistory, adapter_root
 from .media import trim_checkpoint_hit, trim_media_boundary
 from .planning import Plan, ceil_div, cold_plan, plan_vanilla
 from .policy import bypasses_lookup, includes_generated
 from .semantics import identity_spans
-from .publication import DECODE_END, PREFILL_END, decode_end_pages, prefill_end_pages, publish_pages
+from .publication import DECODE_END, PREFILL_END, decode_end_pages, not_published, prefill_end_pages, publish_pages
 from .sequence import Sequence
 from .speculative import decode_end_pairs, plan_paired, prefill_end_pairs, publish_pairs
 from .support import legacy_capture_failure
+from .trace import Steps
 
 
 OVERWRITTEN = b"overwritten"   # the true identity of a page whose KV another item's recompute replaced
@@ -58,8 +62,9 @@ class BatchRunner:
         """`speculative`: EAGLE reuse with a greedy file, so the sequences that look up in a batch
         without `disable_spec_decode` pair their pages (reference/speculative.py, CR-SPEC-1 ..
         CR-SPEC-8). `first`: the ordinal of the file's first request on this runtime instance.
-        While the cache carries a trace (reference/trace.py) each decision below records its
-        step there; nothing else changes."""
+        While the cache carries a trace (reference/trace.py) each sequence gets a recorder
+        (`Sequence.steps`) that the deciding functions record their steps with; nothing else
+        changes."""
         self.first = first
         self.trace = cache.trace
         self.speculative = speculative
@@ -82,10 +87,13 @@ class BatchRunner:
         self.paired_batch = self.speculative and not any(r.disable_spec_decode for r in requests)  # CR-SPEC-7
         seqs = [self._sequence(slot, r, generated[slot], parsed, max_generate_length, warmup)
                 for slot, r in enumerate(requests)]
+        if self.trace is not None:
+            for seq in seqs:
+                seq.steps.missing = partial(self._missing, seq, seqs)
         for seq, a in zip(seqs, accepted or ()):
             seq.last_accepted = a
         for i, seq in enumerate(seqs):                                   # (1)
-            if not self._admit(seq, seqs, parsed):
+            if not self._admit(seq):
                 for earlier in seqs[:i]:
                     self._release(earlier)
                 raise BatchFailed("CR-CAP-8", f"request {seq.request.index} cannot be admitted: "
@@ -100,9 +108,9 @@ class BatchRunner:
         active = []
         for seq in seqs:                                                 # (4)
             if seq.generated_count == 1:
-                if self.trace is not None and not self.checkpoints and not seq.lookup_bypass:
-                    self.trace.not_published(seq, DECODE_END, "CR-PUB-2", "it finished with its first token, at "
-                                             "prefill: no decode step, so no decode-end publication")
+                if seq.steps is not None and not self.checkpoints and not seq.lookup_bypass:
+                    not_published(seq.steps, DECODE_END, "CR-PUB-2", "it finished with its first token, at prefill: "
+                                  "no decode step, so no decode-end publication")
                 self._release(seq)
             else:
                 active.append(seq)
@@ -121,8 +129,8 @@ class BatchRunner:
             step = min(min(self._next_growth(s), s.generated_count - 1) for s in active)
             evicted = self.cache.evicted
             for seq in active:                                           # (5)
-                if self.trace is not None:
-                    self.trace.actor = seq
+                if seq.steps is not None:
+                    self.trace.actor = seq.steps
                 if not self.cache.grow(seq.pages, self._pages_for(seq.n + step), seq.draft_pages):
                     if unknown:
                         raise NeedsTranscript(
@@ -166,18 +174,46 @@ class BatchRunner:
             length, generated = 1, []
         else:
             length = len(generated) if generated is not None else max_generate_length
-        return Sequence(request, slot, history, request.n, length, generated,
-                        bypasses_lookup(parsed.lookup_policy, self.flags, warmup > 0),
-                        ordinal=self.first + request.index, warmup=warmup)
+        seq = Sequence(request, slot, history, request.n, length, generated, False,
+                       ordinal=self.first + request.index, warmup=warmup)
+        if self.trace is not None:
+            seq.steps = Steps(self.trace, seq, self.cache)
+            if not warmup:
+                k = len(request.spans)
+                seq.steps("CR-MEDIA-2", "media_aware", bool(k), f"{seq.steps.name} has {k} media item(s)" if k
+                          else f"{seq.steps.name} has no media position")
+        seq.bypass = bypasses_lookup(parsed.lookup_policy, self.flags, warmup, seq.steps)
+        return seq
 
     def _plan(self, seq) -> Plan:
+        steps = seq.steps
         if seq.bypass:
-            return self._cold(seq)
+            plan = self._cold(seq)
+            if steps is not None:                            # CR-POL-2: for the reason its lookup step gave
+                lookup = steps.trace.last(steps.owner, "lookup_bypass")
+                why = (f"{lookup.why}: it does not look up, and plans no_reusable_prefix with all "
+                       f"{ceil_div(seq.n, self.P)} pages private")
+                for value, to in (("plan", plan.kind), ("matched_tokens", 0), ("reused_tokens", 0)):
+                    steps(lookup.rule, value, to, why)
+            return plan
         if self.paired_batch:
-            return plan_paired(seq.history, seq.n, self.P, self.cache)      # CR-SPEC-1, CR-SPEC-2
+            return plan_paired(seq.history, seq.n, self.P, self.cache, steps)      # CR-SPEC-1, CR-SPEC-2
         if self.checkpoints:
-            return plan_checkpoint(self.cache, seq.history, seq.n, self.P, self.pure)
-        return plan_vanilla(seq.history, seq.n, self.P, self.cache.index)
+            return plan_checkpoint(self.cache, seq.history, seq.n, self.P, self.pure, steps)
+        return plan_vanilla(seq.history, seq.n, self.P, self.cache.index, steps)
+
+    def _missing(self, seq, batch, k: int) -> tuple:
+        """(rule, phrase, causes) of page k of `seq` not being in the page index at its lookup:
+        CR-BATCH-2 where a sequence of its own batch publishes that page at its prefill end
+        (CR-PUB-1), after every sequence of the batch was admitted; else what the cache knows
+        of the key (ContextCache.why_unindexed)."""
+        key = seq.history.key(k)
+        for mate in batch:
+            if mate is not seq and prefill_end_pages(mate, self.P) > k and mate.history.key(k) == key:
+                return "CR-BATCH-2", (f"is what {mate.steps.name} of the same batch publishes at its prefill end, "
+                                      "after every sequence of the batch was admitted: a batch never reuses its own "
+                                      "publications"), ()
+        return self.cache.why_unindexed(seq.history, k, seq.steps)
 
     def _cold(self, seq) -> Plan:
         plan = cold_plan(seq.n, self.P)
@@ -193,23 +229,22 @@ class BatchRunner:
         pins = restore_pins(plan.record) if plan.record is not None else ()
         return self.cache.acquire(plan.kept, plan.private, pins, protected=plan.record), pins
 
-    def _admit(self, seq, batch, parsed) -> bool:
+    def _admit(self, seq) -> bool:
         """Plan and acquire; a use_cache plan that cannot be acquired is planned again cold
         (CR-CAP-7, forced cold; with one pool only an EAGLE sequence, whose cold plan needs no
         draft pages, can succeed so, CR-SPEC-6). The media trim applies after acquisition and
         does not change what was acquired (CR-MEDIA-5). Counts the admission (CR-MET-*)."""
-        trace = self.trace
+        steps = seq.steps
+        if steps is not None:
+            self.trace.actor = steps
         plan = self._plan(seq)
-        if trace is not None:
-            trace.actor = seq
-            self._trace_plan(seq, plan, batch, parsed)
         pages, pins = self._acquire(plan)
         if pages is None and not seq.bypass:
             failed, plan = plan, self._cold(seq)
             pages, pins = self._acquire(plan)
             seq.forced_cold = pages is not None
-            if trace is not None and seq.forced_cold:
-                trace.forced_cold(seq, failed)
+            if steps is not None and seq.forced_cold:
+                self._forced_cold(steps, failed, seq.n)
         if pages is None:
             return False
         if isinstance(pages, tuple):                                        # paired (CR-SPEC-6)
@@ -219,47 +254,34 @@ class BatchRunner:
             if plan.record is not None and plan.record.key in self.cache.records:
                 self.cache.touch(plan.record)                               # CR-SPEC-1
             # CR-SPEC-8: media are not bypassed; the trim applies to the reuse left after the replay
-            plan = self._trim(seq, plan)
+            plan = trim_media_boundary(plan, seq.history, seq.n, self.P, self.profile.media_trim, steps)
         elif not self.checkpoints:
-            plan = self._trim(seq, plan)
+            plan = trim_media_boundary(plan, seq.history, seq.n, self.P, self.profile.media_trim, steps)
         elif plan.record is not None:
             if plan.record.key in self.cache.records:
                 self.cache.touch(plan.record)                    # CR-HYB-6, CR-CAP-5
             if self.profile.hybrid_media_trim and seq.history.media_aware:
-                hit = plan
-                plan = trim_checkpoint_hit(plan, seq.history, seq.n, self.P, self.profile.media_trim)
-                if trace is not None:
-                    trace.checkpoint_trim(seq, hit, plan)
+                plan = trim_checkpoint_hit(plan, seq.history, seq.n, self.P, self.profile.media_trim, steps)
             seq.hybrid_restore = plan.record is not None
         seq.plan, seq.pages, seq.slot_pins = plan, pages, list(pins)
         seq.outputs_defined = self._reuses_own_state(seq, plan)
-        if trace is not None and not seq.warmup:
-            trace.media_aware(seq)
         self.metrics.admitted_sequence(seq)
         return True
 
-    def _trim(self, seq, plan) -> Plan:
-        """The media trim of a vanilla or paired plan (CR-MEDIA-3, CR-MEDIA-4)."""
-        if self.trace is None or not seq.history.media_aware or plan.reused == 0:
-            return trim_media_boundary(plan, seq.history, seq.n, self.P, self.profile.media_trim)
-        given_back = []
-        trimmed = trim_media_boundary(plan, seq.history, seq.n, self.P, self.profile.media_trim, given_back)
-        self.trace.trimmed(seq, plan, trimmed, given_back, self.profile.media_trim)
-        return trimmed
-
-    def _trace_plan(self, seq, plan, batch, parsed) -> None:
-        """The steps of the plan just made: bypass, lookup, checkpoint or paired match."""
-        trace = self.trace
-        if seq.bypass:
-            trace.bypassed(seq, self.flags, parsed.lookup_policy)
-            return
-        trace.looks_up(seq, parsed.lookup_policy)
-        if self.paired_batch:
-            trace.paired_lookup(seq, plan, self.cache, batch)
-        elif self.checkpoints:
-            trace.checkpoint_lookup(seq, plan, self.cache)
-        else:
-            trace.looked_up(seq, plan, self.cache, batch)
+    def _forced_cold(self, steps, failed: Plan, n: int) -> None:
+        """CR-CAP-7: the plan `failed` could not be acquired, its bypass retry could."""
+        demand = f"{failed.private} private page(s)" + (f" and {failed.draft_private} draft page(s)"
+                                                         if failed.draft_private else "")
+        why = (f"its {failed.kind} plan (matched {failed.matched}, {len(failed.kept)} page(s) kept) needs {demand}, "
+               "which the pools cannot give even by evicting every record: planned again under bypass, admitted "
+               "forced cold")
+        cold = steps("CR-CAP-7", "forced_cold", True, why, before=False)
+        steps("CR-CAP-7", "lookup_bypass", True, why, before=False, causes=(cold,))
+        retry = (f"the retry plans as a bypass sequence: no lookup, all {ceil_div(n, self.P)} pages private and no "
+                 "managed draft page")
+        for value, to, before in (("plan", "no_reusable_prefix", failed.kind), ("matched_tokens", 0, failed.matched),
+                                  ("reused_tokens", 0, failed.reused)):
+            steps("CR-POL-2", value, to, retry, before=before, causes=(cold,))
 
     def _mark_overwritten_pages(self, seqs) -> None:
         """A trimmed plan recomputes the positions it gave back into the kept pages (CR-MEDIA-5).
@@ -320,39 +342,27 @@ class BatchRunner:
         if self.checkpoints:
             publish_captures(self.cache, staged, PREFILL_END, self.P, self.pure, self.metrics)
             return
-        trace = self.trace
         for seq in seqs:
-            if trace is not None:
-                trace.actor = seq
+            if seq.steps is not None:
+                self.trace.actor = seq.steps
             if seq.paired:                                                   # CR-SPEC-4
-                count = prefill_end_pairs(seq, self.P)
+                count = prefill_end_pairs(seq, self.P, seq.steps)
                 if count:
                     self.metrics.published(*publish_pairs(self.cache, seq, count, PREFILL_END, self.P))
-                elif trace is not None:
-                    trace.not_published(seq, PREFILL_END, "CR-SPEC-4", f"n = {seq.n} < P = {self.P}: no pair")
                 continue
-            count = prefill_end_pages(seq, self.P)
+            count = prefill_end_pages(seq, self.P, seq.steps)
             if count:
                 self.metrics.published(publish_pages(self.cache, seq, count, PREFILL_END, self.P))
-            elif trace is not None:
-                trace.not_published(seq, PREFILL_END, *trace.why_no_prefill_end(seq))
 
     def _decode_end(self, finished, including: bool) -> None:
         """CR-BATCH-6 (7): decode-end publications (CR-PUB-2, CR-PUB-3) or checkpoints at
         L = n + g - 1 (CR-HYB-3) of the sequences that finished in this step, in slot order."""
         if self.checkpoints:
-            wanted = [(s, s.n + s.generated_count - 1) for s in finished if including and not s.lookup_bypass]
-            wanted = [(s, length) for s, length in wanted if length > s.checkpoint_length]
+            wanted = [(s, decode_end_length(s, including, s.steps)) for s in finished]
         else:
-            wanted = [(s, decode_end_pairs(s, self.P, including) if s.paired
-                       else decode_end_pages(s, self.P, including)) for s in finished]
-            wanted = [(s, count) for s, count in wanted if count]
-        if self.trace is not None:
-            chosen = {id(s) for s, _ in wanted}
-            for s in finished:
-                if id(s) not in chosen and not s.warmup:
-                    self.trace.not_published(s, DECODE_END, *self.trace.why_no_decode_end(
-                        s, including, self.checkpoints))
+            wanted = [(s, decode_end_pairs(s, self.P, including, s.steps) if s.paired
+                       else decode_end_pages(s, self.P, including, s.steps)) for s in finished]
+        wanted = [(s, count) for s, count in wanted if count]
         for seq, _ in wanted:
             if seq.generated is None:
                 raise NeedsTranscript(
@@ -364,8 +374,8 @@ class BatchRunner:
             capture_checkpoints(self.cache, wanted, DECODE_END, self.P, self.pure, self.metrics)
             return
         for seq, count in wanted:
-            if self.trace is not None:
-                self.trace.actor = seq
+            if seq.steps is not None:
+                self.trace.actor = seq.steps
             if seq.paired:                                                   # CR-SPEC-4
                 self.metrics.published(*publish_pairs(self.cache, seq, count, DECODE_END, self.P))
             else:

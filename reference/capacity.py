@@ -8,11 +8,20 @@ two reference counts (CR-CAP-2): `active` (sequences and staged captures using i
 exactly when the page's cache count reaches 0. Records live in an OrderedDict kept in LRU order
 (first = least recently used). Counts never depend on which physical id is used (Appendix A),
 so ids come from a simple recycled stack.
+
+While tracing, the cache records its eviction steps (CR-CAP-2, CR-CAP-4 .. CR-CAP-6) and keeps
+what explaining a later lookup needs, beside the state it explains: the publication step each
+indexed page came from, the step that says why a key is not in the index, the evicted record
+keys, the same ids held under other identities, publishers' partial last pages, page hits. None
+of it is kept, and no reason composed, while not tracing; no count ever reads it.
 """
 
 from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import chain, repeat
+
+from .trace import adapter_name, positions_of
+from .identity import another_identity
 
 PAGES, RECURRENT, PARTIAL_KV, DRAFT = 0, 1, 2, 3
 POOL_NAMES = ("base_kv_pages", "recurrent_snapshots", "partial_kv_snapshots", "draft_kv_pages")
@@ -111,6 +120,8 @@ class Record:
     partial_kv_slot: int | None = None
     truth: bytes | None = None     # the true identity of a checkpoint (see TokenHistory.truth)
     draft_pages: list | None = None    # the paired draft path of an EAGLE record (CR-SPEC-1)
+    step: object = None                # while tracing: the publication step that inserted it
+    touched: int = -1                  # while tracing: when it was inserted or last touched (CR-CAP-5)
 
     def resources(self):
         """(pool, resource) pairs this record holds a cache reference on."""
@@ -133,7 +144,7 @@ class ContextCache:
     """The cache of one runtime instance (CR-ID-5): pools, page index and records."""
 
     def __init__(self, pages: int, recurrent_slots: int, partial_kv_slots: int, max_records: int,
-                 draft_pages: int = 0):
+                 draft_pages: int = 0, trace=None):
         self.pools = (Pool(pages), Pool(recurrent_slots), Pool(partial_kv_slots), Pool(draft_pages))
         self.index: dict[bytes, int] = {}
         self.page_key: dict[int, bytes] = {}
@@ -143,7 +154,14 @@ class ContextCache:
         self.reclaimed = [0, 0, 0, 0]
         self.truth: dict[int, bytes] = {}       # page -> true identity (conflating profiles only)
         self.lengths: dict[int, int] = {}     # tokens covered -> number of records (CR-HYB-5)
-        self.trace = None                       # a reference.trace.Trace while tracing (no effect on counts)
+        self.trace = trace                      # a reference.trace.Trace while tracing (no effect on counts)
+        # explanation state, kept only while tracing (the module docstring):
+        self.origin: dict[bytes, object] = {}    # indexed page key -> the publication step that indexed it
+        self.unindexed: dict[bytes, object] = {}  # page key -> the step that took it out or withheld it
+        self.gone: dict[tuple, object] = {}      # evicted record key -> its eviction step
+        self.by_ids: dict[bytes, dict] = {}      # ids-only key -> {page or record key: (publisher, adapter)}
+        self.tails: dict[bytes, list] = {}       # parent key -> [(ids of a partial last page, its publisher)]
+        self.hits: dict[int, tuple] = {}         # page -> (when, by whom) it was last hit (CR-CAP-5)
 
     @property
     def pages(self) -> Pool:
@@ -175,7 +193,7 @@ class ContextCache:
     def touch(self, record: Record) -> None:
         self.records.move_to_end(record.key)
         if self.trace is not None:
-            self.trace.touched(record)
+            record.touched = self.trace.now
 
     def attach_draft(self, record: Record, draft_pages: list) -> None:
         """CR-SPEC-4: an EAGLE publication of an endpoint held as a base-only record upgrades it
@@ -200,7 +218,8 @@ class ContextCache:
         self.records[record.key] = record
         self.lengths[record.tokens] = self.lengths.get(record.tokens, 0) + 1
         if self.trace is not None:
-            self.trace.touched(record)
+            record.touched = self.trace.now
+            self.gone.pop(record.key, None)
         if self.max_records == 0:
             victim = record
         if victim is not None:
@@ -211,7 +230,7 @@ class ContextCache:
         the index (CR-CAP-2); resources that become free count as reclaimed (CR-MET-10). `rule`:
         what chose it, the planner (CR-CAP-4) or the record limit (CR-CAP-6), for the trace."""
         traced = self.trace is not None
-        unindexed, in_use, freed = [], [], 0              # what the trace says of it (kept only when traced)
+        left_index, in_use, freed = [], [], 0             # what the trace says of it (kept only when traced)
         del self.records[record.key]
         self.evicted += 1
         left = self.lengths[record.tokens] - 1
@@ -228,7 +247,7 @@ class ContextCache:
                         del self.index[key]
                         self.truth.pop(r, None)
                         if traced:
-                            unindexed.append(key)
+                            left_index.append(key)
                             if r in pool.active:
                                 in_use.append(r)
             reclaimed = pool.drop_cache_all(held)
@@ -236,7 +255,95 @@ class ContextCache:
             if pool_id == PAGES:
                 freed = reclaimed
         if traced:
-            self.trace.evicted(self, record, rule, unindexed, in_use, freed)
+            self._evicted(record, rule, left_index, in_use, freed)
+
+    def _evicted(self, record: Record, rule: str, left_index: list, in_use: list, freed: int) -> None:
+        """The steps of an eviction: the record (CR-CAP-4 or CR-CAP-6, after a page hit that did
+        not touch it, CR-CAP-5) and its pages that left the index or stay in use (CR-CAP-2)."""
+        trace, origin = self.trace, record.step
+        actor = trace.actor.name if trace.actor is not None else "a sequence"
+        by = origin.by if origin is not None and origin.by else actor
+        size = f"{len(record.pages)} page(s)" + (f", L = {record.tokens}" if record.recurrent_slot is not None else "")
+        if rule == "CR-CAP-6":
+            why = (f"the record of {by} ({size}) evicted by the record limit {self.max_records}: "
+                   + ("every new record is evicted at once" if self.max_records == 0 else
+                      f"{actor}'s new record found the store full, and this was the least recently used"))
+        else:
+            why = f"the record of {by} ({size}) evicted: least recently used while the planner freed room for {actor}"
+        hits = [self.hits[p] for p in record.pages if self.hits.get(p, (-1,))[0] > record.touched]
+        untouched = None
+        if hits:
+            untouched = trace.add(None, "CR-CAP-5", "recency", by, f"{max(hits)[1]} hit the pages of the record of "
+                                  f"{by} after it was last touched: a page hit does not touch a record, so it stays "
+                                  "where publication put it in the LRU order")
+        step = self.gone[record.key] = trace.add(None, rule, "records", self.evicted, why, refs={"by": by},
+                                                 causes=(origin, untouched))
+        if left_index:
+            left = trace.add(None, "CR-CAP-2", "pages", len(left_index),
+                             f"{len(left_index)} page(s) of the record of {by} leave the page index: no record holds "
+                             f"them any more (evicted by {rule})", causes=(step,))
+            for key in left_index:
+                self.unindexed[key] = left
+                self.origin.pop(key, None)
+        if in_use:
+            trace.add(None, "CR-CAP-2", "pages", len(in_use),
+                      f"{len(in_use)} page(s) of the evicted record stay allocated: a running sequence still uses "
+                      f"them (active count > 0); {freed} freed", causes=(step,))
+
+    # -- explanation state, while tracing -----------------------------------------------------------
+
+    def indexed(self, step, history, count: int, lora) -> None:
+        """The pages 0 .. count - 1 of `history` that publication `step` just put in the index
+        came from it (a later hit names it); their ids are held under its identity (CR-ID-3/4)."""
+        ids = None
+        for j, key in enumerate(history.keys(count)):
+            if key not in self.origin and key in self.index:
+                self.origin[key] = step
+                self.unindexed.pop(key, None)
+                ids = ids or history.ids_keys(count)
+                self.by_ids.setdefault(ids[j], {})[key] = (step.by, lora)
+
+    def withhold(self, keys, step) -> None:
+        """Pages a bypass sequence computed and never published (CR-PUB-7, `step`)."""
+        for key in keys:
+            if key not in self.index:
+                self.unindexed.setdefault(key, step)
+
+    def same_ids(self, ids_key: bytes, own_key, live):
+        """(publisher, its adapter) of a live page or record (`live(key)`) holding the same ids as
+        `ids_key` under another key, or None."""
+        for key, holder in (self.by_ids.get(ids_key) or {}).items():
+            if key != own_key and live(key):
+                return holder
+        return None
+
+    def why_unindexed(self, history, k: int, steps) -> tuple:
+        """(rule, phrase, causes) of page k of `history` not being in the page index, from what
+        the cache kept: it left the index (CR-CAP-2) or its bypass sequence withheld it
+        (CR-PUB-7); the same ids are held under another adapter or other media (CR-ID-3,
+        CR-ID-4); an earlier request held them only in its partial last page (CR-ID-2); else no
+        page of its identity was ever published (CR-ID-1)."""
+        P, key = history.P, history.key(k)
+        lo, hi = k * P, (k + 1) * P
+        left = self.unindexed.get(key)
+        if left is not None and left.value == "pages":
+            root = left.causes[0] if left.causes else left
+            return root.rule, f"left the page index: {left.why}", (left,)
+        if left is not None:
+            return left.rule, f"was computed by {left.by}, which published nothing: {left.why}", (left,)
+        other = self.same_ids(history.ids_keys(k + 1)[k], key, self.index.__contains__)
+        if other is not None:
+            request = steps.seq.request
+            rule, why = another_identity(steps.name, request.lora_name, request.spans, other, hi, "pages")
+            return rule, f"is not cached: {why}", ()
+        mine = history.tokens[lo:hi]
+        for tail, who in self.tails.get(history.key(k - 1) if k else history.root, ()):
+            if mine[:len(tail)] == tail:
+                return "CR-ID-2", (f"is not cached: {who} holds {positions_of(lo, lo + len(tail))} of the same prefix "
+                                   "only in its partial last page, and only complete pages have an identity"), ()
+        return "CR-ID-1", (f"is not cached: its identity (the ids of positions 0-{hi - 1} under "
+                           f"{adapter_name(steps.seq.request.lora_name)}, compared exactly, CR-ID-6) is that of no "
+                           "page an earlier request published"), ()
 
     # -- eviction planner (CR-CAP-4) and acquisition (CR-CAP-3) --------------------------------
 

@@ -21,6 +21,10 @@ from . import jpeg
 from .identity import media_content_digest, media_item_digest
 
 MAX_SIDE = 16384
+MAX_PIXELS = 2 ** 21
+"""spec/tokenizer.md section 3: the pixel budget of one image (2,097,152 pixels: 1920 x 1080 fits,
+2048 x 2048 does not), refused from the header before anything is decompressed. It bounds the
+work of decoding any accepted image: this module unfilters PNG rows in pure Python."""
 PATCH = 16
 FRAME_SAMPLES = 320
 SAMPLE_RATE = 16000
@@ -57,6 +61,9 @@ def load_image(path: str, max_placeholders: int | None = None) -> MediaItem:
         raise DecodeError("not a PNG, binary PPM (P6) or JPEG image")
     if not (1 <= height <= MAX_SIDE and 1 <= width <= MAX_SIDE):
         raise DecodeError(f"image size {height}x{width} outside 1..{MAX_SIDE}")
+    if height * width > MAX_PIXELS:
+        raise DecodeError(f"image of {height}x{width} has {height * width} pixels, more than the pixel budget "
+                          f"of {MAX_PIXELS} (spec/tokenizer.md section 3)")
     count = image_placeholders(height, width)
     if max_placeholders is not None and count > max_placeholders:
         raise DecodeError(f"image {height}x{width} needs {count} placeholders, more than "
@@ -92,6 +99,12 @@ def _remember(cache: dict, stamp, item) -> None:
     cache[stamp] = item
 
 
+MAX_MEDIA_BYTES = 32 << 20
+"""spec/tokenizer.md section 3: the largest media file read (33,554,432 bytes), from its size
+before a byte is read. An image within the pixel budget needs at most 8.4 MB (RGBA, stored
+uncompressed); 32 MiB of 16 kHz WAV is 17 minutes of audio."""
+
+
 def _read(path: str, probe: bool = False) -> bytes:
     if not os.path.exists(path):
         raise DecodeError(f"file not found: {path}")
@@ -99,9 +112,16 @@ def _read(path: str, probe: bool = False) -> bytes:
         raise DecodeError(f"is a directory: {path}")
     if not os.path.isfile(path):
         raise DecodeError(f"not a regular file: {path}")
+    size = os.path.getsize(path)
+    if size > MAX_MEDIA_BYTES:
+        raise DecodeError(f"{path} has {size} bytes, more than the {MAX_MEDIA_BYTES} a media file may have "
+                          "(spec/tokenizer.md section 3); not read")
     try:
         with open(path, "rb") as f:
-            return f.read(16) if probe else f.read()
+            data = f.read(16) if probe else f.read(MAX_MEDIA_BYTES + 1)
+            if len(data) > MAX_MEDIA_BYTES:
+                raise DecodeError(f"{path} has more than the {MAX_MEDIA_BYTES} bytes a media file may have")
+            return data
     except OSError as e:
         raise DecodeError(f"cannot read {path}: {e.strerror}") from None
 

@@ -19,6 +19,7 @@ MAX_LAYERS = 65536      # an implementation limit of the description (layer_kind
 MAX_SIZE = 2 ** 31 - 1  # spec/RUNNING.md section 8: sizes of a description fit in a signed 32-bit integer
 MAX_PARAMETERS = 2 ** 31 - 1    # spec/engine.md section 1: the weights of a built engine
 MAX_WARMUP = 1000       # spec/engine.md section 3: the largest --warmup
+MAX_DESCRIPTION_BYTES = 32 << 20    # spec/RUNNING.md section 8: the largest input file, checked before reading
 SPEC_METHODS = ("eagle", "mtp", "dflash", "dspark", "gemma4-mtp")
 
 BUILD_DEFAULTS = {
@@ -294,16 +295,22 @@ def parameter_count(config: dict) -> int:
 
 
 def load_engine(path: str) -> EngineConfig:
-    """Read an engine description: a config.json file, or an engine directory holding one."""
+    """Read an engine description: a config.json file, or an engine directory holding one, with
+    its token ids checked against its tokenizer (`check_token_ids`)."""
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
     if not os.path.isfile(file):
         raise InputError("$", f"no engine description at {file}")
+    if os.path.getsize(file) > MAX_DESCRIPTION_BYTES:
+        raise InputError("$", f"{file} has {os.path.getsize(file)} bytes, more than the {MAX_DESCRIPTION_BYTES} "
+                              "an input file may have (spec/RUNNING.md section 8)")
     try:
         with open(file, "rb") as f:
-            config = json.loads(f.read().decode("utf-8"))
+            config = json.loads(f.read(MAX_DESCRIPTION_BYTES).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise InputError("$", f"cannot read engine description {file}: {e}") from None
-    return engine_from_config(resolve_paths(config, os.path.dirname(os.path.abspath(file))))
+    engine = engine_from_config(resolve_paths(config, os.path.dirname(os.path.abspath(file))))
+    check_token_ids(engine)
+    return engine
 
 
 def resolve_paths(config: dict, folder: str) -> dict:
@@ -398,12 +405,42 @@ def engine_from_config(config: dict) -> EngineConfig:
     return EngineConfig(**values)
 
 
+def check_token_ids(engine: EngineConfig) -> None:
+    """spec/engine.md section 2, "Token ids": the ids a description states must be its tokenizer's,
+    or a runtime refuses it. bytes-v1's are fixed (checked by `engine_from_config`); an `hf`
+    engine's are checked here, against its tokenizer (loaded: the one check that reads files).
+    `vocab_size` is the tokenizer's id count (TOK-HF-9), `eos_token_id` an id below it, and
+    with vision `image_token_id` the tokenizer's image token (TOK-HF-7). InputError at the key."""
+    if not engine.hf:
+        return
+    try:
+        tok = engine.hf_tokenizer()
+    except (OSError, ValueError) as e:
+        raise InputError("$.tokenizer.files", str(e)) from None
+    count = tok.vocab_size
+    if engine.vocab_size != count:
+        raise InputError("$.vocab_size", f"the tokenizer has {count} ids (base vocabulary plus added tokens, "
+                                         f"TOK-HF-9), the description says {engine.vocab_size!r}")
+    if not 0 <= engine.eos_token_id < count:
+        raise InputError("$.eos_token_id", f"must be a token id below the tokenizer's {count}, "
+                                           f"the description says {engine.eos_token_id!r}")
+    if engine.vision is not None and tok.image_token_id is None:
+        raise InputError("$.vision", "the tokenizer has no image token (<|image_pad|> or <|image|>)")
+    if engine.vision is not None and engine.image_token_id != tok.image_token_id:
+        raise InputError("$.image_token_id", f"the tokenizer's image token is {tok.image_token_id!r} (TOK-HF-7), "
+                                             f"the description says {engine.image_token_id!r}")
+
+
 def _check_tokenizer(config: dict) -> None:
     """`tokenizer` is "bytes-v1" (spec/tokenizer.md, the default) or an `hf` profile: a folder of
     tokenizer files, a loader and optional chat-template arguments (TOK-HF-1, TOK-HF-2). An `hf`
     engine states its vocabulary size and its end-of-sequence and image token ids."""
     tok = config.get("tokenizer", "bytes-v1")
     if tok == "bytes-v1":
+        for key, fixed in (("vocab_size", VOCAB_SIZE), ("eos_token_id", EOS)):     # spec/engine.md section 2
+            if key in config and config[key] != fixed:
+                raise InputError(f"$.{key}", f"the bytes-v1 tokenizer's is {fixed}, the description says "
+                                             f"{config[key]!r}")
         return
     from .hf_tokenizer import LOADERS                     # a tuple: no third-party import
     if not isinstance(tok, dict) or tok.get("profile") != "hf":

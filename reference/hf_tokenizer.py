@@ -43,6 +43,8 @@ import threading
 from datetime import datetime
 
 LOADERS = ("tokenizers-raw", "transformers-auto")
+LOADER_RULES = {"tokenizers-raw": "TOK-HF-2", "transformers-auto": "TOK-HF-3"}
+"""The rule that says which ids each loader gives (TOK-HF-9 for any other)."""
 VENDORED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spec", "tokenizers")
 
 # transformers 5.x Qwen2Tokenizer.__init__ (models/qwen2/tokenization_qwen2.py): PRETOKENIZE_REGEX.

@@ -2,11 +2,13 @@
 
 Recurrent state summarizes a whole prefix, so it is reused only at exact lengths where it was
 captured: checkpoint records at sequence endpoints, keyed by the exact identity of [0, L).
+While tracing, the lookup, the captures and the skips record their steps (reference/trace.py).
 """
 
 from .capacity import PARTIAL_KV, RECURRENT, Record
+from .identity import another_identity
 from .planning import NO_REUSABLE_PREFIX, STANDARD, Plan, ceil_div
-from .publication import COMMITTED, DECODE_END, EXISTING
+from .publication import COMMITTED, DECODE_END, EXISTING, PREFILL_END, attempts_decode_end, not_published, traced
 
 STATE_BYTES = {"fp32": 4, "fp16": 2}
 
@@ -50,17 +52,53 @@ def required_pools_message(engine, flags) -> str | None:
     return None
 
 
-def plan_checkpoint(cache, history, n: int, page_size: int, pure: bool) -> Plan:
+def plan_checkpoint(cache, history, n: int, page_size: int, pure: bool, steps=None) -> Plan:
     """CR-HYB-5: reuse the longest checkpoint length L < n whose record has exactly the identity
     of [0, L); matched = reused = L, kind standard; no full-input rewind. CR-HYB-6: the hit pins
     the record's floor(L/P) pages and needs ceil(n/P) - floor(L/P) private pages (none when
-    pure recurrent). CR-HYB-7: no media trim; a checkpoint never splits an item."""
+    pure recurrent). CR-HYB-7: no media trim; a checkpoint never splits an item. `steps`: the
+    sequence's trace recorder, or None."""
     total = 0 if pure else ceil_div(n, page_size)
-    for length in sorted((L for L in cache.lengths if L < n), reverse=True):
+    held = sorted((L for L in cache.lengths if L < n), reverse=True)
+    for length in held:
         record = cache.records.get((history.exact_digest(length), length))
         if record is not None:
-            return Plan(STANDARD, length, length, list(record.pages), total - len(record.pages), record)
-    return Plan(NO_REUSABLE_PREFIX, 0, 0, [], total)
+            plan = Plan(STANDARD, length, length, list(record.pages), total - len(record.pages), record)
+            if steps is not None:
+                by = f", captured by {record.step.by}" if record.step is not None and record.step.by else ""
+                _planned(steps, plan, "CR-HYB-5", f"the longest checkpoint length L < n = {n} recorded for exactly "
+                                                  f"positions 0-{length - 1} is L = {length}{by}", (record.step,))
+            return plan
+    plan = Plan(NO_REUSABLE_PREFIX, 0, 0, [], total)
+    if steps is not None:
+        _planned(steps, plan, *_no_checkpoint(steps, history, n, held))
+    return plan
+
+
+def _planned(steps, plan: Plan, rule: str, why: str, causes: tuple) -> None:
+    for value, to in (("matched_tokens", plan.matched), ("reused_tokens", plan.reused), ("plan", plan.kind)):
+        steps(rule, value, to, why, causes=causes)
+    steps(rule, "hybrid_restore", plan.record is not None,
+          f"a checkpoint hit restores its recurrent state (CR-HYB-6): {why}", causes=causes)
+
+
+def _no_checkpoint(steps, history, n: int, held: list) -> tuple:
+    """(rule, why, causes) of a lookup that finds no checkpoint: the same ids are held under
+    another identity (CR-ID-3, CR-ID-4), the checkpoint was evicted (CR-CAP-4/6), or none was
+    captured for a prefix of this input (CR-HYB-5)."""
+    cache, request = steps.cache, steps.seq.request
+    lengths = ", ".join(map(str, held[:8][::-1])) or "none"
+    for L in held:
+        other = cache.same_ids(history.ids_digest(L), None, cache.records.__contains__)
+        if other is not None:
+            rule, why = another_identity(steps.name, request.lora_name, request.spans, other, L, "checkpoints")
+            return rule, f"no checkpoint of exactly this prefix (lengths held below n = {n}: {lengths}): {why}", ()
+    for key, step in cache.gone.items():
+        L = key[1] if isinstance(key[1], int) else None
+        if L is not None and L < n and key == (history.exact_digest(L), L):
+            return step.rule, f"the checkpoint of positions 0-{L - 1} is gone: {step.why}", (step,)
+    return "CR-HYB-5", (f"no checkpoint recorded for exactly a prefix of this input (lengths held below n = {n}: "
+                        f"{lengths}): nothing is reused"), ()
 
 
 def restore_pins(record) -> list:
@@ -70,6 +108,20 @@ def restore_pins(record) -> list:
     if record.partial_kv_slot is not None:
         pins.append((PARTIAL_KV, record.partial_kv_slot))
     return pins
+
+
+def decode_end_length(seq, including_generated: bool, steps=None) -> int:
+    """CR-HYB-3: a sequence finishing in a decode step captures the checkpoint at its endpoint
+    L = n + g - 1, unless it has captured there already; none after bypass (CR-PUB-7) or under
+    prefill_state_only (CR-PUB-3). 0: none."""
+    if not attempts_decode_end(seq, including_generated, steps):
+        return 0
+    length = seq.n + seq.generated_count - 1
+    if length > seq.checkpoint_length:
+        return length
+    if steps is not None:
+        not_published(steps, DECODE_END, "CR-HYB-3", f"its endpoint L = n + g - 1 = {length} was already captured")
+    return 0
 
 
 def capture_checkpoints(cache, wanted: list, point: str, page_size: int, pure: bool, metrics) -> None:
@@ -98,13 +150,15 @@ def reserve_captures(cache, wanted: list, point: str, page_size: int, pure: bool
         if length <= seq.checkpoint_length:
             continue
         partial = not pure and length % page_size != 0
-        if cache.trace is not None:
-            cache.trace.actor = seq
+        if seq.steps is not None:
+            cache.trace.actor = seq.steps
         if not cache.reserve((0, 1, 1 if partial else 0)):
             seq.pressure_skips += 1
             metrics.pressure_skips += 1
-            if cache.trace is not None:
-                cache.trace.pressure_skip(seq, length)
+            if seq.steps is not None:
+                seq.steps("CR-HYB-4", "snapshot_pressure_skips", seq.pressure_skips,
+                          f"the capture at L = {length} cannot reserve its snapshot slot(s), even by evicting every "
+                          "record: skipped (not an attempt)", before=seq.pressure_skips - 1)
             continue
         slots = [(RECURRENT, cache.pools[RECURRENT].allocate())]
         if partial:
@@ -129,7 +183,8 @@ def publish_captures(cache, staged: list, point: str, page_size: int, pure: bool
         seq.publications.append(publication)
         metrics.published(publication)
         if record is not None:
-            _traced(cache, seq, publication, key)
+            if seq.steps is not None:
+                _traced(seq, publication, record, key)
             cache.touch(record)
             for pool, r in slots:
                 cache.pools[pool].unpin(r)
@@ -137,12 +192,16 @@ def publish_captures(cache, staged: list, point: str, page_size: int, pure: bool
             truth = seq.history.truth
             pages = cache.canonical_pages(seq.history.keys(full), seq.pages, truth.keys(full) if truth else None)
             slot = dict(slots)
-            _traced(cache, seq, publication, key)      # before the insertion, which may evict (CR-CAP-6)
+            step = None
+            if seq.steps is not None:                 # before the insertion, which may evict (CR-CAP-6)
+                step = _traced(seq, publication, record, key)
             cache.insert(Record(key, pages, length, slot[RECURRENT], slot.get(PARTIAL_KV),
-                                truth.exact_digest(length) if truth else None), transfer=slots)
+                                truth.exact_digest(length) if truth else None, step=step), transfer=slots)
 
 
-def _traced(cache, seq, publication: dict, key) -> None:
-    """Record the capture in the cache's trace, if it has one (reference/trace.py)."""
-    if cache.trace is not None:
-        cache.trace.checkpoint_publication(seq, publication, key, cache)
+def _traced(seq, publication: dict, record, key):
+    """The capture's step (CR-HYB-3) and its status (CR-PUB-4)."""
+    length = publication["tokens"]
+    how = (f"a checkpoint at the endpoint L = {length} ({'n' if publication['point'] == PREFILL_END else 'n + g - 1'})"
+           f" with {publication['pages']} complete page(s)")
+    return traced(seq, publication, record, key, "CR-HYB-3", how, seq.history.ids_digest(length))

@@ -19,6 +19,8 @@ from bisect import bisect_right
 from functools import lru_cache
 from typing import NamedTuple
 
+from .trace import adapter_name, item_name, items_in, positions_of
+
 _sha256 = hashlib.sha256
 _NO_MEDIA = struct.pack("<I", 0)
 _WIDTH = array("i").itemsize        # bytes per token in the page encoding (fixed width)
@@ -136,6 +138,23 @@ class TokenHistory:
         start = full * self.P
         return self._digest(parent, start, start + rest)
 
+    def ids_keys(self, count: int) -> list[bytes]:
+        """Explanation only, never a cache key: the first `count` page keys over the token ids
+        alone (no adapter root, no media identity: a media position is its placeholder id), so
+        pages that differ only by adapter or media share one (the trace's CR-ID-3/CR-ID-4
+        reasons). Computed while tracing only, and kept like the page keys."""
+        keys = self.__dict__.setdefault("_ids_keys", [])
+        width = self.P * _WIDTH
+        parent = keys[-1] if keys else b"ids"
+        for j in range(len(keys), count):
+            parent = _sha256(parent + self._bytes[j * width:(j + 1) * width]).digest()
+            keys.append(parent)
+        return keys[:count]
+
+    def ids_digest(self, length: int) -> bytes:
+        """Explanation only: the ids-only identity of the exact prefix [0, length) (CR-HYB-5)."""
+        return _sha256(b"ids-prefix" + self._bytes[:length * _WIDTH]).digest() + length.to_bytes(8, "little")
+
     def is_media(self, i: int) -> bool:
         """Whether position i is a media placeholder."""
         j = bisect_right(self._span_ends, i)
@@ -165,3 +184,16 @@ class TokenHistory:
             entries.append(struct.pack("<III", lo - start, hi - lo, lo - s.start) + s.digest)
             j += 1
         return struct.pack("<I", len(entries)) + b"".join(entries)
+
+
+def another_identity(name: str, lora, spans, holder: tuple, hi: int, what: str) -> tuple[str, str]:
+    """(rule, why) of ids [0, hi) that `holder` = (publisher, its adapter) holds under another
+    identity than `name`'s (adapter `lora`, media `spans`): another adapter (CR-ID-3), else
+    other media at those positions (CR-ID-4). `what`: pages, records or checkpoints."""
+    who, their_lora = holder
+    if their_lora != lora:
+        return "CR-ID-3", (f"{who} holds the same ids at {positions_of(0, hi)} under {adapter_name(their_lora)}, "
+                           f"{name} runs under {adapter_name(lora)}: adapters never share {what}")
+    named = ", ".join(item_name(k, s) for k, s in items_in(spans, 0, hi)) or "its media"
+    return "CR-ID-4", (f"{who} holds the same token ids at {positions_of(0, hi)}, but {named} is another media "
+                       f"item there (pixels, geometry or position): media identity keeps them apart")

@@ -74,11 +74,14 @@ def frame_header(data: bytes) -> tuple[int, int]:
 def decode_rgb(data: bytes, height: int, width: int) -> bytes:
     """H x W RGB bytes decoded by Pillow (grey replicated to three channels)."""
     from PIL import Image, UnidentifiedImageError
+    # the pixel budget (reference/decode.py) is checked from the frame header before this is called;
+    # Pillow's own bomb check is far above it and would only say the same thing later
     try:
         with Image.open(io.BytesIO(data), formats=["JPEG"]) as im:
             im.load()
             if im.size != (width, height):
                 raise JpegError("JPEG frame header and image data disagree")
             return im.convert("RGB").tobytes()
-    except (OSError, ValueError, SyntaxError, EOFError, MemoryError, UnidentifiedImageError) as e:
+    except (OSError, ValueError, SyntaxError, EOFError, MemoryError, UnidentifiedImageError,
+            Image.DecompressionBombError) as e:
         raise JpegError(f"JPEG image data is corrupt: {e}") from None

@@ -181,6 +181,9 @@ COUNTERS = {
     "edge-llm/internvl": internvl_edge_llm,
     "hf/phi-3-vision": phi3_vision_hf,
 }
+COUNTER_RULES = {"hf/qwen-vl": "TOK-MEDIA-2", "vllm/qwen-vl": "TOK-MEDIA-2", "edge-llm/qwen-vl": "TOK-MEDIA-3",
+                 "hf/internvl": "TOK-MEDIA-4", "edge-llm/internvl": "TOK-MEDIA-5", "hf/phi-3-vision": "TOK-MEDIA-6"}
+"""The rule each counter transcribes (the table above); an unknown counter is TOK-MEDIA-1's."""
 
 
 # What a build writes when it is not told (spec/media-tokens.md TOK-MEDIA-7; spec/engine.md):

@@ -14,6 +14,7 @@ from array import array
 from .errors import InputError
 from .identity import MediaSpan
 from .tokenizer import EOS, MAX_INPUT_TEXT_BYTES, VOCAB_SIZE, tokenize_messages
+from .trace import Step
 
 DEFAULT_MAX_GENERATE_LENGTH = 256
 LOOKUP_POLICIES = ("use_cache", "bypass")
@@ -264,3 +265,47 @@ def parse_generated(entry, path: str = "$") -> list[int] | None:
     _check(isinstance(entry, list) and all(_is_int(t) and 0 <= t < VOCAB_SIZE for t in entry),
            path, f"must be a list of token ids in [0, {VOCAB_SIZE})")
     return list(entry)
+
+
+def input_steps(engine, parsed, request) -> list:
+    """The trace steps (reference/trace.py) of how `request`'s input length n was decided:
+    bytes-v1 (spec/tokenizer.md), or on an `hf` engine the loader's ids (TOK-HF-2/3), the
+    template switches (TOK-HF-4, TOK-HF-8) and each image's count (TOK-MEDIA-*)."""
+    from .hf_tokenizer import LOADER_RULES          # explanations only: not imported to simulate
+    from .media_tokens import COUNTER_RULES
+    n = request.n
+    media = sum(s.end - s.start for s in request.spans)
+    if not engine.hf:
+        why = f"bytes-v1 (spec/tokenizer.md) gives n = {n}" + (f", {media} of them media placeholders" if media else "")
+        return [Step(None, "input_tokens", n, why)]
+    loader = engine.tokenizer["loader"]
+    loader_rule = LOADER_RULES.get(loader, "TOK-HF-9")
+    template = getattr(parsed, "template", None) or {}
+    switches = {k: v for k, v in template.items() if k != "apply_chat_template"}
+    kwargs = dict(engine.tokenizer.get("chat_template_kwargs") or {})
+    text = n - media
+    profile = f"the hf profile ({loader} loader, {loader_rule}, spec/hf-tokenizer.md)"
+    steps = [Step(loader_rule, "input_tokens", text, f"{profile} gives n = {text} text and template ids"
+                  + (" before the images are expanded" if media else ""))]
+    # what the prompt the loader encodes is: the template's switches decide the text ids as much
+    # as the loader does, so where the file sets them theirs is the deciding step
+    if not template.get("apply_chat_template", True):
+        steps.append(Step("TOK-HF-8", "input_tokens", text, "apply_chat_template is false: the message texts are "
+                                                             f"joined and encoded, no template: {text} ids"))
+    elif switches or kwargs:
+        said = ", ".join(f"{k}={v!r}" for k, v in {**kwargs, **switches}.items())
+        steps.append(Step("TOK-HF-4", "input_tokens", text, f"the chat template renders the prompt with {said}: "
+                                                             f"{text} text and template ids"))
+    counter = (engine.vision or {}).get("counter")
+    rule = COUNTER_RULES.get(counter, "TOK-MEDIA-1")
+    count = text
+    for k, s in enumerate(request.spans, 1):
+        size = s.end - s.start
+        images = ", ".join(str(x.end - x.start) for x in request.spans[:k])
+        steps.append(Step(rule, "input_tokens", count + size,
+                          f"{profile} gives n = {count + size}: {text} text and template ids and {k} image(s) of "
+                          f"{images} tokens under {counter} ({rule}, spec/media-tokens.md)",
+                          before=count))
+        count += size
+    return steps
+

@@ -41,6 +41,9 @@ class Sequence:
     outputs_defined: bool = True
     """False when the sequence reuses KV computed for other media than its own (a profile whose
     identity conflates items, spec/profiles.md): its outputs need not equal a bypass run's."""
+    steps: object = None
+    """While tracing, its recorder (reference.trace.Steps): what the deciding functions record
+    its steps with."""
 
     @property
     def lookup_bypass(self) -> bool:

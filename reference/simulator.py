@@ -14,7 +14,7 @@ from .errors import DeploymentRejected, InputError
 from .hybrid import snapshot_slots
 from .metrics import Metrics, PrefillStats
 from .policy import reuse_enabled
-from .requests import parse_request_file
+from .requests import input_steps, parse_request_file
 from .speculative import eagle_reuse, greedy_file
 from .support import validate_deployment
 from .tokenizer import EOS, VOCAB_SIZE
@@ -37,12 +37,13 @@ class Simulator:
         pages = engine.kv_pool_pages if engine.attention_layers else 0
         self.eagle = eagle_reuse(engine, self.reuse)                        # CR-SPEC-5: the draft pool
         draft = engine.draft_kv_pool_pages if self.eagle else 0
-        self.cache = ContextCache(pages, recurrent, partial, flags.max_records, draft)
-        self.trace = None
+        self.trace = self.open_counts = None
         if trace:
-            from .trace import Trace        # imported only when a trace is recorded
+            from .media import OpenCounts
+            from .trace import Trace
             self.trace = Trace(engine.tokens_per_page)
-        self.cache.trace = self.trace
+            self.open_counts = OpenCounts(self.trace, engine.tokens_per_page)          # CR-MEDIA-6
+        self.cache = ContextCache(pages, recurrent, partial, flags.max_records, draft, self.trace)
         self.batches: list[dict] = []     # batch records of every run, in order
         self._files = 0
         self.requests_run = 0             # requests of earlier files: the ordinal of this file's first
@@ -78,7 +79,10 @@ class Simulator:
                              first_ordinal)
         trace = self.trace
         if trace is not None:
-            trace.file_started(self.engine, parsed, first_ordinal, gens, self.reuse)
+            for r in parsed.requests:
+                for s in input_steps(self.engine, parsed, r):
+                    trace.add(first_ordinal + r.index, s.rule, s.value, s.to, s.why, s.before, s.refs)
+            self.open_counts.started(parsed, first_ordinal, gens)
         if self._files == 0 and self.flags.warmup:
             first = [parsed.requests[i] for i in parsed.batches[0]]
             for run in range(1, self.flags.warmup + 1):                # CR-POL-4
@@ -98,12 +102,19 @@ class Simulator:
                 self.batches.append({"batch_idx": b, "status": "failed", "error": failure.message,
                                      "rule": failure.rule})
                 responses += [_response(r, b, "error", failure.message) for r in requests]
-                if trace is not None:
-                    trace.batch_failed([first_ordinal + r.index for r in requests], b, failure.rule, failure.message)
+                if trace is not None:                   # CR-CAP-8, CR-BATCH-5, CR-SUP-8: as the batch failed
+                    step = trace.add(None, failure.rule, f"batch[{b}]", "failed", failure.message)
+                    for r in requests:
+                        trace.add(first_ordinal + r.index, failure.rule, "status", "error",
+                                  f"batch {b} fails: {failure.message}", causes=(step,))
                 continue
             self.batches.append({"batch_idx": b, "status": "ok", "error": None, "rule": None})
             if trace is not None:
-                trace.batch_ran(seqs, b)
+                for seq in seqs:                        # CR-CAP-8: the batch runs
+                    admission = [s for s in trace.requests.get(seq.ordinal, ()) if s.value in ("forced_cold", "plan")]
+                    trace.add(seq.ordinal, "CR-CAP-8", "status", "ok", f"batch {b} runs: every sequence was admitted "
+                              "(CR-CAP-3) within the length limits (CR-BATCH-5) and every decode step obtained its "
+                              "pages (CR-CAP-9)", causes=tuple(admission[-2:]))
             for seq in seqs:
                 known = seq.generated is not None or mgl == 1
                 response = _response(seq.request, b, "ok", None, seq.generated_count if known else None,
@@ -112,7 +123,7 @@ class Simulator:
                     response["outputs_defined"] = False
                 responses.append(response)
         if trace is not None:
-            trace.file_done(self.engine, parsed, first_ordinal, self.cache.evicted > 0)
+            self.open_counts.done(parsed, first_ordinal, self.cache.evicted > 0)
         return responses
 
     def profile(self) -> dict:

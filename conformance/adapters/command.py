@@ -172,7 +172,19 @@ def _split(command: str, flag: str) -> list[str]:
         raise KvconformError(f"{flag}: cannot split {command!r} into arguments: {e}") from None
     if not argv:
         raise KvconformError(f"{flag}: empty command")
+    _startable(argv[0], flag)
     return argv
+
+
+def _startable(program: str, flag: str) -> None:
+    """A backend that cannot start is bad input (exit 2), decided before any case runs: the program
+    of a command line must be an executable file (a path), or be found on PATH (a bare name)."""
+    found = shutil.which(program) if os.sep not in program else (
+        program if os.path.isfile(program) and os.access(program, os.X_OK) else None)
+    if found is None:
+        why = ("not found on PATH" if os.sep not in program else "no such file" if not os.path.exists(program)
+               else "a folder" if os.path.isdir(program) else "not executable")
+        raise KvconformError(f"{flag}: cannot start {program!r}: {why}")
 
 
 def _read_checked(path: str, schema: str) -> tuple[dict | None, str | None]:

@@ -98,12 +98,17 @@ def fixed_engine(engine_dir: str, description: str | None = None, bundled: bool 
                              "--output my-engine.json` and pass --engine-config my-engine.json", own)
     raw = read_json(source)
     try:
-        config = oracle.engine_of(resolve_paths(raw, os.path.dirname(os.path.abspath(source)))).to_config()
+        engine = oracle.engine_of(resolve_paths(raw, os.path.dirname(os.path.abspath(source))))
+        config = engine.to_config()
     except oracle.InputError as e:
         raise KvconformError(e.message, source, e.path) from None
     if description is not None and isinstance(own_doc, dict):
         _refuse_contradiction(config, own_doc, description, own)
     _check_files(raw, config, engine_dir, source, bundled)
+    try:
+        oracle.check_token_ids(engine)        # after the tokenizer's files are known to be there
+    except oracle.InputError as e:
+        raise KvconformError(e.message, source, e.path) from None
     return Engine("fixed-" + digest(config, 8), config, os.path.abspath(engine_dir), fixed=True)
 
 
@@ -181,11 +186,14 @@ def _check_files(raw: dict, config: dict, engine_dir: str, source: str, bundled:
         raise KvconformError(f"the engine folder lacks its weights {weights!r}"
                              + (" (the bundled backend loads them)" if bundled and "weights" not in raw
                                 else f" (named by {source})"), engine_dir)
+    adapters = {}
     for name, adapter in sorted((raw.get("lora_adapters") or {}).items()):
         path = adapter.get("path") if isinstance(adapter, dict) else None
         if isinstance(path, str) and not os.path.isfile(os.path.join(engine_dir, path)):
             raise KvconformError(f"the engine folder lacks the file {path!r} of LoRA adapter {name!r} "
                                  f"(named by {source})", engine_dir)
+        if isinstance(path, str):
+            adapters[name] = os.path.join(engine_dir, path)
     tok = config.get("tokenizer")
     if isinstance(tok, dict):
         for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -193,6 +201,22 @@ def _check_files(raw: dict, config: dict, engine_dir: str, source: str, bundled:
                 raise KvconformError(f"the tokenizer folder {tok['files']} named by {source} has no {name} "
                                      "(TOK-HF-1)", engine_dir)
         _check_tokenizer(tok, source)
+    if weights:                    # last: the files are there; now what their headers say
+        _check_weights(raw, os.path.join(engine_dir, weights), adapters, source)
+
+
+def _check_weights(raw: dict, weights: str, adapters: dict, source: str) -> None:
+    """The weights (and LoRA adapter files) the description names, read from their headers
+    against the description's sizes (spec/engine.md section 5): a folder whose config.json does not
+    match its weights, or whose files are truncated, empty or not safetensors, cannot load, and
+    running cases on it would only blame the backend for refusing it."""
+    from ..judge.numerical_judge import LayoutError, check_weight_headers
+
+    from .. import KvconformError
+    try:
+        check_weight_headers(raw, weights, adapters)
+    except LayoutError as e:
+        raise KvconformError(f"{e} (described by {source}): this engine folder cannot load") from None
 
 
 def _check_tokenizer(tok: dict, source: str) -> None:

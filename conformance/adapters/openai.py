@@ -9,14 +9,20 @@ the peer suite turns a timeout into TIMEOUT and the rest into ERROR (PEER-API-3)
     client.apply_template(messages), client.tokenize(text), client.tokenize_messages(messages)
     client.post(path)                     # a reset request (PEER-API-4)
 
-httpx with explicit timeouts (connect, read, write, pool); no global state: one client per run.
+httpx with explicit timeouts (connect, read, write, pool), and `--timeout` a deadline for the
+whole request: every socket read and write waits at most what is left of it (`_Deadline`), so a
+server that trickles its headers or body a byte at a time cannot hold a run past it. No global
+state: one client per run.
 """
 from __future__ import annotations
 
 import json
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpcore
 import httpx
 
 from .. import KvconformError
@@ -52,6 +58,70 @@ class Completion:
     raw: dict = field(repr=False, default_factory=dict)
 
 
+class _Deadline:
+    """The deadline of the request this thread is sending (`with deadline(seconds):`)."""
+    local = threading.local()
+
+    @classmethod
+    def left(cls, timeout: float | None, error: type) -> float | None:
+        """The timeout of one socket operation: `timeout`, cut to what is left of the deadline;
+        `error` (an httpcore timeout) once nothing is left."""
+        at = getattr(cls.local, "at", None)
+        if at is None:
+            return timeout
+        left = at - time.monotonic()
+        if left <= 0:
+            raise error("the request's deadline (--timeout) passed")
+        return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, inner):
+        self.inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self.inner.read(max_bytes, _Deadline.left(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        return self.inner.write(buffer, _Deadline.left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+        return _DeadlineStream(self.inner.start_tls(ssl_context, server_hostname,
+                                                    _Deadline.left(timeout, httpcore.ConnectTimeout)))
+
+    def get_extra_info(self, info: str):
+        return self.inner.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's socket backend, each operation bounded by the request's deadline."""
+
+    def __init__(self):
+        self.inner = httpcore.SyncBackend()
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        return _DeadlineStream(self.inner.connect_tcp(host, port, _Deadline.left(timeout, httpcore.ConnectTimeout),
+                                                      local_address, socket_options))
+
+    def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        return _DeadlineStream(self.inner.connect_unix_socket(
+            path, _Deadline.left(timeout, httpcore.ConnectTimeout), socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(seconds)
+
+
+def _deadline_transport() -> httpx.BaseTransport:
+    """httpx's own transport over the deadline-bounded backend."""
+    transport = httpx.HTTPTransport()
+    transport._pool = httpcore.ConnectionPool(ssl_context=httpx.create_ssl_context(),
+                                              network_backend=_DeadlineBackend())
+    return transport
+
+
 def server_root(base_url: str) -> str:
     """The server's root URL: the base URL without a trailing `/v1` (llama.cpp, vLLM and SGLang
     serve their own endpoints there)."""
@@ -81,7 +151,8 @@ class OpenAIClient:
         self.model = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0))
-        self.http = httpx.Client(headers=headers, timeout=self.timeout, transport=transport,
+        self.seconds = timeout
+        self.http = httpx.Client(headers=headers, timeout=self.timeout, transport=transport or _deadline_transport(),
                                  follow_redirects=False)
 
     def close(self) -> None:
@@ -96,7 +167,7 @@ class OpenAIClient:
         url = self.root + path
         try:
             response = self._send(method, url, body)
-        except httpx.TimeoutException as e:
+        except httpx.TimeoutException as e:     # a read, a write or the whole request's deadline
             raise ServerFailure("timeout", f"{method} {path}: no answer within {self.timeout.read:g} s "
                                            f"({type(e).__name__})") from None
         except httpx.HTTPError as e:
@@ -118,8 +189,9 @@ class OpenAIClient:
 
     def _send(self, method: str, url: str, body: dict | None) -> httpx.Response | None:
         """The response with its body read, or None when the body is larger than MAX_BODY_BYTES
-        (read no further: a server cannot make the kit hold more than that)."""
-        with self.http.stream(method, url, json=body) as response:
+        (read no further: a server cannot make the kit hold more than that), all within the
+        request's deadline."""
+        with self._deadline(), self.http.stream(method, url, json=body) as response:
             chunks, size = [], 0
             for chunk in response.iter_bytes():
                 size += len(chunk)
@@ -128,6 +200,18 @@ class OpenAIClient:
                 chunks.append(chunk)
         return httpx.Response(response.status_code, headers=response.headers, content=b"".join(chunks),
                               request=response.request)
+
+    def _deadline(self):
+        """For the request sent inside it: every socket operation ends by `--timeout` seconds from now."""
+        client = self
+
+        class Scope:
+            def __enter__(self):
+                _Deadline.local.at = time.monotonic() + client.seconds
+
+            def __exit__(self, *exc):
+                _Deadline.local.at = None
+        return Scope()
 
     def get(self, path: str) -> Any:
         return self._request("GET", path)
@@ -186,7 +270,7 @@ class OpenAIClient:
         """GET a plain-text endpoint (vLLM's Prometheus `/metrics`), at most `limit` bytes read.
         NotOffered or ServerFailure like any request."""
         try:
-            with self.http.stream("GET", self.root + path) as response:
+            with self._deadline(), self.http.stream("GET", self.root + path) as response:
                 if response.status_code in (404, 405, 501):
                     raise NotOffered(f"GET {path}: HTTP {response.status_code}")
                 if response.status_code != 200:

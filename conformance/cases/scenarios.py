@@ -7,7 +7,8 @@ are written here as functions of the engine description; the committed case file
 scenario built for the case's own engine (tools/make_cases.py), and a fixed engine under test
 gets the scenario built for it. A case names its scenario in `_conformance.scenario`.
 
-A scenario returns the request file (without `_conformance`) and the runtime flags.
+A scenario returns the request file (without `_conformance`) and the runtime flags, or raises
+CannotBuild when the engine cannot hold it (the runner's NOT_SUPPORTED, with the reason).
 """
 from __future__ import annotations
 
@@ -15,8 +16,14 @@ import math
 import random
 from typing import Callable
 
+from .schemas import MAX_INPUT_BYTES
+
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 SCENARIOS: dict[str, Callable] = {}
+
+
+class CannotBuild(ValueError):
+    """The scenario cannot be written for this engine (its pool or limits are too small for it)."""
 
 
 def scenario(name: str):
@@ -54,6 +61,11 @@ def distinct_pages(engine, runtime: dict) -> tuple[dict, dict]:
     held = max(1, min(engine.kv_pool_pages, 2560))      # keys resident once the cache is full
     probes = max(2560, math.ceil(5 * 2 ** 16 / held))
     requests = math.ceil(probes / pages)
+    size = requests * (pages * P + 100)                  # bytes of the request file, about
+    if size > MAX_INPUT_BYTES:                           # a runtime refuses a file that large unread
+        raise CannotBuild(f"the birthday bound needs {requests} requests of {pages * P} tokens on a pool of "
+                          f"{engine.kv_pool_pages} page(s), a request file of about {size} bytes, more than the "
+                          f"{MAX_INPUT_BYTES} an input file may have")
     rng = random.Random(5)
     doc = dict(GREEDY, batch_size=min(8, engine.max_batch_size), max_generate_length=1, num_logprobs=0,
                requests=[_user(_words(rng, pages * P)) for _ in range(requests)])
@@ -98,7 +110,8 @@ def hit_does_not_protect(engine, runtime: dict) -> tuple[dict, dict]:
         if pages >= 1 and pages + rest <= most:          # the first document takes the remainder
             break
     else:
-        raise ValueError(f"a pool of {C} pages cannot be filled by documents of at most {most} pages")
+        raise CannotBuild(f"a pool of {C} page(s) cannot be filled by documents of whole pages that fit "
+                          f"max_input_len {engine.max_input_len} at {P} tokens per page")
     rng = random.Random(13)
     full = [_words(rng, (pages + (rest if i == 0 else 0)) * P) for i in range(k)]
     longer = full[0] + _words(random.Random(17), P)

@@ -21,6 +21,11 @@ from typing import Any
 
 from .. import KvconformError
 
+MAX_INPUT_BYTES = 32 << 20
+"""spec/RUNNING.md section 8: the largest JSON file the kit reads (33,554,432 bytes), checked from
+its size before a byte is read. Parsing is the memory a file can cost (a file of `{}` objects
+takes about 25 times its size), so this bounds what any input can make the kit hold."""
+
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "spec" / "schemas"
 SCHEMA_NAMES = ("request", "output", "profile", "predictions", "engine", "capabilities", "report")
 _URN = "urn:kvconform:schema:"
@@ -44,7 +49,16 @@ def read_json(path: str | Path) -> Any:
     if not p.is_file():  # a FIFO would block the read, a device such as /dev/zero never ends
         raise KvconformError("not a regular file, expected a JSON file", str(path))
     try:
-        text = p.read_bytes().decode("utf-8")
+        size = p.stat().st_size
+        if size > MAX_INPUT_BYTES:
+            raise KvconformError(f"{size} bytes, more than the {MAX_INPUT_BYTES} a JSON input file may have "
+                                 "(spec/RUNNING.md section 8); not read", str(path))
+        with p.open("rb") as f:
+            data = f.read(MAX_INPUT_BYTES + 1)          # the file may have grown since
+        if len(data) > MAX_INPUT_BYTES:
+            raise KvconformError(f"more than the {MAX_INPUT_BYTES} bytes a JSON input file may have "
+                                 "(spec/RUNNING.md section 8)", str(path))
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise KvconformError(f"not valid UTF-8 (byte {e.start})", str(path)) from None
     except OSError as e:
@@ -240,32 +254,49 @@ def _short(value: Any) -> str:
 
 # --- keys a request file may hold ------------------------------------------------------------
 
-def unknown_request_keys(doc: Any) -> list[tuple[str, str]]:
+WARNINGS_SHOWN = 10
+"""Unknown keys the commands warn about one by one; the rest are counted in one more line."""
+
+
+def unknown_request_keys(doc: Any, limit: int | None = None) -> list[tuple[str, str]]:
     """[(JSON path, "unknown key ignored (did you mean K?)")] for every key of a request file's
     top level, requests, messages and content items that spec/schemas/request.schema.json does
     not name. Such keys are legal (Edge-LLM ignores them), but a typo such as
     `max_generate_lenght` silently runs with the default, so the commands warn about each.
-    Keys beginning with `_` (the kit's `_conformance` and similar blocks) are never reported."""
+    Keys beginning with `_` (the kit's `_conformance` and similar blocks) are never reported.
+    With `limit`, the first `limit` keys, then ("$", "... and N more unknown keys ignored")
+    when there are more: a file of 100,000 such keys is 11 lines, and only those get a hint."""
+    found = _unknown_keys(doc)
+    shown = []
+    for parts, key, known, levels in found:
+        if limit is not None and len(shown) == limit:
+            more = 1 + sum(1 for _ in found)
+            return shown + [("$", f"... and {more:,} more unknown keys ignored")]
+        shown.append((json_path(parts + [key]), f"unknown key ignored{_hint(key, known, levels)}"))
+    return shown
+
+
+def _unknown_keys(doc: Any):
+    """(parts, key, known keys, levels) of each unknown key, in document order, no hint yet."""
     if not isinstance(doc, dict):
-        return []
+        return
     levels = _request_key_levels()
     request_keys, message_keys = frozenset(levels["a request"]), frozenset(levels["a message"])
-    out = _unknown_in(doc, [], "the top level", levels)
+    yield from _unknown_in(doc, [], "the top level", levels)
     for i, r in enumerate(_dicts(doc.get("requests"))):
         messages = _dicts(r.get("messages"))
         if request_keys.issuperset(r) and all(message_keys.issuperset(m) and type(m.get("content")) is str
                                               for m in messages):
             continue                         # the common case, told at once: nothing to report
-        out += _unknown_in(r, ["requests", i], "a request", levels)
+        yield from _unknown_in(r, ["requests", i], "a request", levels)
         for j, m in enumerate(messages):
-            out += _unknown_in(m, ["requests", i, "messages", j], "a message", levels)
+            yield from _unknown_in(m, ["requests", i, "messages", j], "a message", levels)
             for k, item in enumerate(_dicts(m.get("content"))):
                 kind = item.get("type")
                 known = levels["by type"].get(kind) if isinstance(kind, str) else None
                 if known is not None:
                     where = ["requests", i, "messages", j, "content", k]
-                    out += _unknown_in(item, where, "a content item", levels, known)
-    return out
+                    yield from _unknown_in(item, where, "a content item", levels, known)
 
 
 def _dicts(value) -> list:
@@ -284,10 +315,9 @@ def _request_key_levels() -> dict:
             "a content item": tuple(sorted({k for keys in by_type.values() for k in keys})), "by type": by_type}
 
 
-def _unknown_in(obj: dict, parts: list, level: str, levels: dict, known=None) -> list[tuple[str, str]]:
+def _unknown_in(obj: dict, parts: list, level: str, levels: dict, known=None):
     known = levels[level] if known is None else known
-    return [(json_path(parts + [key]), f"unknown key ignored{_hint(key, known, levels)}")
-            for key in obj if key not in known and not key.startswith("_")]
+    return ((parts, key, known, levels) for key in obj if key not in known and not key.startswith("_"))
 
 
 def _hint(key: str, known, levels: dict) -> str:

@@ -31,7 +31,7 @@ def unknown_keys(file: str, kind: str | None) -> list[tuple[str, str]]:
     """The ignored keys of a request or case file that validated (schemas.unknown_request_keys)."""
     if kind not in ("request", "case"):
         return []
-    return schemas.unknown_request_keys(schemas.read_json(file))
+    return schemas.unknown_request_keys(schemas.read_json(file), limit=schemas.WARNINGS_SHOWN)
 
 
 def check_file(file: str, kind: str | None = None, engine=None) -> tuple[list[tuple[str | None, str]], str | None]:
@@ -53,8 +53,8 @@ def check_file(file: str, kind: str | None = None, engine=None) -> tuple[list[tu
             return problems, kind
         if kind == "request":
             oracle.parse_request_file(doc, base_dir, engine, lora_files=True)
-        elif kind == "engine":
-            oracle.engine_from_config(doc)
+        elif kind == "engine":      # its tokenizer folder is relative to the file, as a runtime reads it
+            oracle.check_token_ids(oracle.engine_from_config(oracle.resolve_engine_paths(doc, base_dir)))
         elif kind in ("predictions", "report"):
             return _unknown_rules(doc), kind
     except oracle.InputError as e:
@@ -187,6 +187,8 @@ def load_engine(path: str):
     if problems:
         raise KvconformError(problems[0][1], file, problems[0][0])
     try:
-        return oracle.engine_from_config(config)
+        engine = oracle.engine_from_config(oracle.resolve_engine_paths(config, os.path.dirname(os.path.abspath(file))))
+        oracle.check_token_ids(engine)
+        return engine
     except oracle.InputError as e:
         raise KvconformError(e.message, file, e.path) from None

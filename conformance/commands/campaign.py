@@ -105,7 +105,7 @@ def main(args) -> int:
     try:
         if args.executor == "ray":
             pool.check_nodes(spec.files(), kit_fingerprint())
-        claim_report_folder(Path(args.report), args.force, hint="pass --force to replace it")
+        claim_report_folder(Path(args.report), args.force, hint="pass --force to replace it", command="campaign")
         return _campaign(args, backend, spec, pool, families, first_seed)
     finally:
         pool.close()

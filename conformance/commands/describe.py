@@ -87,24 +87,27 @@ def _emit(doc: dict, path: str | None, force: bool) -> None:
         sys.stdout.write(text)
         return
     try:
-        if force:
-            _replace(path, text)
-        else:
-            with open(path, "x", encoding="utf-8") as f:   # exclusive: a file that appeared meanwhile stays
-                f.write(text)
+        _write_whole(path, text, replace=force)
     except FileExistsError:
         raise KvconformError(f"--output {path}: exists; pass --force to replace it") from None
     except OSError as e:
-        raise KvconformError(f"--output {path}: cannot write: {e.strerror}") from None
+        raise KvconformError(f"--output {path}: cannot write: {e.strerror}; nothing was written") from None
 
 
-def _replace(path: str, text: str) -> None:
-    """Write atomically: a temporary file in the same folder, then rename over `path`."""
+def _write_whole(path: str, text: str, replace: bool) -> None:
+    """A temporary file in the same folder, written and flushed to disk, then renamed over `path`
+    (`replace`) or linked to it (exclusive: a file that appeared meanwhile stays): `path` is the
+    whole description or nothing, also when the disk fills up half-way."""
     fd, tmp = tempfile.mkstemp(prefix=".kvconform-", suffix=".json", dir=os.path.dirname(os.path.abspath(path)))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+            f.flush()
+            os.fsync(f.fileno())
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)

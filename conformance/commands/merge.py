@@ -108,12 +108,16 @@ def main(args) -> int:
     out = Path(args.output)
     if any(out.resolve() == folder.resolve() for folder in folders):
         raise KvconformError("the merged report cannot be written into one of its shards", str(out))
-    claim_report_folder(out, args.force, hint="pass --force to replace it")
+    claim_report_folder(out, args.force, hint="pass --force to replace it", command="merge")
     out.mkdir(parents=True, exist_ok=True)
     for folder in folders:
         for kept in ("reproducers", "materialized"):
             if (folder / kept).is_dir():
-                shutil.copytree(folder / kept, out / kept, dirs_exist_ok=True)
+                try:
+                    shutil.copytree(folder / kept, out / kept, dirs_exist_ok=True)
+                except (OSError, shutil.Error) as e:
+                    raise KvconformError(f"cannot copy {folder / kept}: {getattr(e, 'strerror', None) or e}",
+                                         str(out / kept)) from None
     write_json_atomic(out / "report.json", merged)
     results = [CaseResult.from_json(c) for c in merged["cases"]]
     write_outputs(out, merged, results)

@@ -12,7 +12,7 @@ from pathlib import Path
 from .. import KvconformError
 from ..cases.schemas import read_json
 from ..report.document import check_report
-from ..report.folder import write_text_atomic
+from ..report.folder import lock_report_folder, write_text_atomic
 from ..report.html import render
 
 
@@ -29,6 +29,8 @@ def main(args) -> int:
         raise KvconformError("not a report folder", str(folder))
     if not source.is_file():
         raise KvconformError("no report.json in this folder", str(folder))
+    if not args.output:
+        lock_report_folder(folder, "report")       # never while a run is writing the folder
     doc = read_json(source)
     problems = check_report(doc)
     if problems:

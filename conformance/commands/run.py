@@ -57,7 +57,10 @@ def add_backend_arguments(parser: argparse.ArgumentParser, servers: bool = True)
     g.add_argument("--backend", choices=NAMES if servers else [n for n in NAMES if n != "openai"],
                    help="adapter (default: command when a command option is given, else inprocess)")
     g.add_argument("--device", choices=("auto", "cpu", "cuda"), help="bundled backend device (default auto)")
-    g.add_argument("--timeout", type=seconds, default=120.0, metavar="S", help="seconds per invocation (default 120)")
+    g.add_argument("--timeout", type=seconds, default=120.0, metavar="S",
+                   help="seconds per invocation: a backend process" + (", or one request to a server with --backend "
+                                                                        "openai, its headers and body together"
+                                                                        if servers else "") + " (default 120)")
     g.add_argument("--profile", metavar="NAME",
                    help="semantics profile to judge against (spec/profiles.md): kvconform-1 or edge-llm-0.10; "
                         "default: the first the backend's capability manifest declares"
@@ -357,8 +360,7 @@ def main(args) -> int:
         return 0
     pool = _ray_pool(args, backend, plan) if args.executor == "ray" else None
     try:                           # a Ray pool this run started is shut down on any early error
-        if not args.resume:
-            claim_report_folder(Path(args.report), args.force)
+        claim_report_folder(Path(args.report), args.force, resume=args.resume)
         try:
             adapter = make_adapter(backend, device=args.device, timeout=args.timeout, executable=args.executable,
                                    engine_dir=args.engine_dir, engine_config=args.engine_config,

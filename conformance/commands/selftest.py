@@ -31,7 +31,10 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .. import KvconformError
+from ..report.folder import claim_report_folder, marked_by, write_text_atomic
 from .run import positive_int, seconds
+
+SELFTEST_OUTPUTS = ("selftest.json", "kill-matrix.md", "reproducers")
 
 BASELINES = {
     "inprocess": "conformant: no mandatory case TIMEOUT, FAIL or ERROR",
@@ -339,7 +342,11 @@ def main(args) -> int:
     if unknown:
         raise KvconformError(f"unknown variant(s) {', '.join(unknown)} (kvconform selftest --list)")
     folder = Path(args.report)
-    folder.mkdir(parents=True, exist_ok=True)
+    # a folder an earlier selftest wrote is rewritten (its own files only); any other that holds
+    # something is refused (conformance/report/folder.py)
+    claim_report_folder(folder, marked_by(folder) == "selftest", command="selftest", outputs=SELFTEST_OUTPUTS,
+                        hint="kvconform selftest writes into an empty folder or one an earlier selftest wrote; "
+                             "choose another --report")
     opts = {"device": args.device, "timeout": args.timeout, "examples": args.examples,
             "budget_s": args.budget_seconds, "seed": args.seed, "max_steps": args.max_steps,
             "shrink": args.shrink, "generated_only": args.generated_only, "report": str(folder),
@@ -404,8 +411,8 @@ def main(args) -> int:
                              rules=list(catalogue[v["name"]].rules), mirrors=catalogue[v["name"]].mirrors,
                              summary=catalogue[v["name"]].summary, component=catalogue[v["name"]].component)
                         for v in variants]}
-    (folder / "selftest.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (folder / "kill-matrix.md").write_text(kill_markdown(doc, catalogue))
+    write_text_atomic(folder / "selftest.json", json.dumps(doc, indent=1) + "\n")
+    write_text_atomic(folder / "kill-matrix.md", kill_markdown(doc, catalogue))
     print()
     print(kill_table(variants, catalogue))
     if baselines:

@@ -131,7 +131,7 @@ def _simulate(args) -> int:
     except (oracle.NeedsTranscript, oracle.OutOfScope) as e:
         which = re.match(r"request (\d+): ", str(e))      # the request whose counts cannot be predicted
         raise KvconformError(str(e), args.inputFile, f"$.requests[{which.group(1)}]" if which else "$") from None
-    for path, message in schemas.unknown_request_keys(doc):    # the file is accepted: now the warnings
+    for path, message in schemas.unknown_request_keys(doc, limit=schemas.WARNINGS_SHOWN):   # accepted: the warnings
         print(f"kvconform: warning: {KvconformError(message, args.inputFile, path)}", file=sys.stderr)
     predictions["input_file"] = os.path.abspath(args.inputFile)
     if predictions["rejected"] is not None:
@@ -179,8 +179,7 @@ def _engine(file: str):
     schemas.check(config, "engine", file)
     try:
         engine = oracle.engine_from_config(resolve_paths(config, os.path.dirname(os.path.abspath(file))))
-        if engine.hf:
-            engine.hf_tokenizer()
+        oracle.check_token_ids(engine)          # loads an hf tokenizer (spec/engine.md section 2)
         return engine
     except oracle.InputError as e:
         raise KvconformError(e.message, file, e.path) from None

@@ -7,8 +7,11 @@ going while it finds smaller failing examples; the smallest failing trace seen i
 (measured by request count, then size), so a shrink phase cut short by the budget still yields
 the best reproducer found so far.
 
-A family passes only on evidence: it must judge at least `min(min_batches, examples)` batches
-(a budget that ran out first is a TIMEOUT, examples that could not run here NOT_SUPPORTED), and
+A family passes only on evidence: it must judge at least `min(min_batches, examples)` batches.
+That minimum always runs, however slow the machine: the time budget bounds only the examples
+beyond it, and no example is drawn once the budget is spent and the minimum judged (so
+`--examples` may be as large as one likes). Examples that could not be judged here make a family
+NOT_SUPPORTED; TIMEOUT is a backend call that exceeded the adapter's timeout, never a budget; and
 anything the kit raises while drawing or judging ends the family ERROR with the traceback's
 tail, like a case the kit could not run.
 """
@@ -73,6 +76,12 @@ MIN_BATCHES = 25
 """Batches a family must judge before it can PASS (fewer when fewer examples are asked for)."""
 
 
+class _BudgetSpent(KeyboardInterrupt):
+    """Ends a family's Hypothesis run between two examples. Hypothesis treats any other exception
+    as a failure of the example (and would replay and shrink it); an interrupt it passes through
+    untouched, and `run_generated` catches this one right outside it."""
+
+
 @dataclass
 class _Progress:
     """What one family's Hypothesis run did. Shrinking re-runs examples; those are counted apart,
@@ -80,7 +89,8 @@ class _Progress:
     examples: int = 0          # examples run before any failure (the generate phase)
     shrink_steps: int = 0      # examples run while shrinking a failure
     batches: int = 0           # batches judged in the generate phase
-    after_budget: int = 0      # calls Hypothesis made after the budget ran out (nothing ran)
+    after_budget: int = 0      # examples started after the budget because the minimum was not judged yet
+    longest_s: float = 0.0     # the longest example of the generate phase (what one example may overrun)
     best: tuple | None = None  # ((requests, size), case doc, failures, traceback tail)
     shrink_deadline: float | None = None
     warnings: list = field(default_factory=list)
@@ -132,18 +142,20 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
         shrinking = state.shrink_deadline is not None
         if shrinking and time.monotonic() > state.shrink_deadline:
             reject()
-        # Everything is drawn before the budget is looked at: an example that returned before
-        # drawing would make Hypothesis see the same choices behave differently (a "flaky
-        # strategy"), so calls after the budget draw the same data and only skip the running.
+        began = time.monotonic()
+        if not shrinking and began > deadline:
+            # Past the budget only the family's minimum is still owed. Examples that judge no
+            # batch cannot owe it for ever: `required` of them after the budget is enough for
+            # any example that can be judged here (each judges one batch or more).
+            if state.batches >= required or state.after_budget >= required:
+                raise _BudgetSpent
+            state.after_budget += 1
         setup = draw_setup(data, family, manifest, engine)
         if profile is not None:
             setup.runtime["semanticsProfile"] = profile           # spec/profiles.md
         steps = data.draw(recipes(setup, max_steps), label="steps")
         if adapter.sessions and len(steps) > 1:
             setup.switch_at = data.draw(policy_switch(setup, len(steps)), label="policy_switch")
-        if not shrinking and time.monotonic() > deadline:
-            state.after_budget += 1
-            return
         if shrinking:
             state.shrink_steps += 1
         else:
@@ -189,21 +201,25 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
         finally:
             if ex is not None:
                 ex.close()
+            if not shrinking:
+                state.longest_s = max(state.longest_s, time.monotonic() - began)
 
     escaped = None
     try:
         example()
+    except _BudgetSpent:       # the minimum is judged and the budget spent: no more examples are drawn
+        pass
     except Exception as e:  # the failure itself, Hypothesis noticing the budget cut the shrink short, or a kit bug
         escaped = e, _tail(traceback.format_exc())
     result.details = {"examples": state.examples, "shrink_steps": state.shrink_steps,
                       "batches_checked": state.batches, "batches_required": required,
-                      "calls_after_budget": state.after_budget, "seed": seed, "max_examples": examples,
-                      "budget_s": budget_s}
+                      "examples_after_budget": state.after_budget, "longest_example_s": round(state.longest_s, 3),
+                      "seed": seed, "max_examples": examples, "budget_s": budget_s}
     if state.reference:
         result.details["reference"] = state.reference
     result.duration_s = time.monotonic() - started
     if state.best is None:
-        return _verdict_without_failure(result, state, required, escaped, budget_s)
+        return _verdict_without_failure(result, state, required, escaped)
     _, doc, failures, trace = state.best
     for f in failures:
         result.add(f)
@@ -231,7 +247,7 @@ def run_generated(family: str, adapter: Adapter, manifest: dict | None, *, workd
     return result
 
 
-def _verdict_without_failure(result: CaseResult, state: _Progress, required: int, escaped, budget_s: float):
+def _verdict_without_failure(result: CaseResult, state: _Progress, required: int, escaped):
     """No example disagreed: PASS only when enough batches were judged and nothing escaped."""
     counted = (f"{state.examples} examples, {state.batches} batches judged"
                + (f", {state.shrink_steps} shrink steps" if state.shrink_steps else ""))
@@ -240,10 +256,6 @@ def _verdict_without_failure(result: CaseResult, state: _Progress, required: int
         result.stderr_tail = trace
         return result.settle(Verdict.ERROR, f"the generator raised {type(e).__name__}: {e} ({counted})")
     if state.batches < required:
-        if state.after_budget or state.examples == 0:
-            return result.settle(Verdict.TIMEOUT, f"{counted}: fewer than the {required} batches a family must "
-                                                  f"judge within its {budget_s:g} s budget; "
-                                                  + _remedy(state.batches, required, result.duration_s, budget_s))
         return result.settle(Verdict.NOT_SUPPORTED, f"{counted}: fewer than the {required} batches a family must "
                                                     "judge; the examples could not be judged here"
                                                     + (f" ({state.unsupported})" if state.unsupported else ""))
@@ -252,14 +264,6 @@ def _verdict_without_failure(result: CaseResult, state: _Progress, required: int
     result.reason = f"{counted}, " + ("no disagreement" if not state.warnings
                                       else "warnings only (first example shown)")
     return result
-
-
-def _remedy(batches: int, required: int, elapsed: float, budget_s: float) -> str:
-    """What to change when a family ran out of time: the measured rate, and the options."""
-    rate = 60.0 * batches / elapsed if elapsed > 0 else 0.0
-    need = (f", so about {required * elapsed / batches:.0f} s would judge {required}" if batches else "")
-    return (f"measured {rate:.1f} batches per minute over {elapsed:.0f} s{need}: raise --budget-seconds (the "
-            "budget of all families together)" + ("" if batches else " or --timeout") + " or lower --min-batches")
 
 
 def _tail(text: str, lines: int = 12) -> str:

@@ -12,7 +12,8 @@ steps it adds up, or the file's eviction steps for records, pools and reclaimed 
 """
 from __future__ import annotations
 
-from reference.trace import chain, deciding, input_steps
+from reference.requests import input_steps
+from reference.trace import chain, deciding
 
 MAX_CHAIN = 8
 """Steps shown per failure: the deciding step and the latest of its causes."""
@@ -78,7 +79,7 @@ class Explainer:
 
     def input_tokens(self, i: int) -> tuple[str | None, str, list]:
         """The steps that decided n: the trace's, or for a request the prediction does not cover,
-        the oracle's input steps of its parse (reference.trace.input_steps)."""
+        the oracle's input steps of its parse (reference.requests.input_steps)."""
         steps = self.steps(i, "input_tokens")
         if not steps and self.parsed is not None and i < len(self.parsed.requests):
             steps = input_steps(self.engine, self.parsed, self.parsed.requests[i])

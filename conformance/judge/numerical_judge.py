@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 from numerical_reference import ReferenceUnavailable, reference_for
+from numerical_reference.layout import LayoutError, check_headers as check_weight_headers  # noqa: F401 (the runner's pre-flight check of an engine folder)
 
 from . import oracle
 from .compare import NEAR_TIE_NATS

@@ -19,7 +19,7 @@ from reference import (SPEC_VERSION, DeploymentRejected, EngineConfig, InputErro
                        OutOfScope, PROFILE_NAMES, RuntimeFlags, Simulator, Unreported, load_profile,
                        parse_generated, simulate, transcript_tokens)
 from reference.decode import DecodeError, load_audio, load_image  # noqa: F401  (media inputs)
-from reference.engine import MAX_LAYERS, MAX_POOL_PAGES, MAX_WARMUP, engine_from_config  # noqa: F401
+from reference.engine import MAX_LAYERS, MAX_POOL_PAGES, MAX_WARMUP, check_token_ids, engine_from_config  # noqa: F401
 from reference.engine import resolve_paths as resolve_engine_paths  # noqa: F401
 from reference.hybrid import slot_sizes  # noqa: F401
 from reference.identity import TokenHistory, adapter_root  # noqa: F401
@@ -132,7 +132,7 @@ __all__ = ["Prediction", "derive_engine", "engine_of", "flags_of", "rejection", 
            "OracleSession", "transcript", "transcripts", "accepted_counts", "text_of", "EOS",
            # re-exported from reference/
            "SPEC_VERSION", "DeploymentRejected", "InputError", "NeedsTranscript", "OutOfScope", "Unreported",
-           "EngineConfig", "RuntimeFlags", "engine_from_config", "resolve_engine_paths", "MAX_LAYERS",
+           "EngineConfig", "RuntimeFlags", "engine_from_config", "check_token_ids", "resolve_engine_paths", "MAX_LAYERS",
            "MAX_POOL_PAGES", "MAX_WARMUP", "ParsedFile", "parse_request_file", "parse_generated", "Simulator",
            "simulate", "transcript_tokens", "PROFILE_NAMES", "DEFAULT_PROFILE", "load_profile",
            "load_hf_tokenizer", "DecodeError", "load_image", "load_audio", "image_tokens", "slot_sizes",

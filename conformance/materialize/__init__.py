@@ -19,7 +19,7 @@ case into the request file that tests the same thing on the engine under test:
 What cannot be expressed on the engine raises NotExpressible with the reason (the runner's
 NOT_SUPPORTED): no vision encoder for images, recurrent-layer cases on an attention-only engine,
 other deployment switches or KV dtype, pages that cannot be laid out (a page of special tokens
-only), inputs beyond the engine's limits, a batch case on a smaller batch. The result is deterministic (same case, same engine, same
+only), a pool scenario the engine cannot hold (scenarios.CannotBuild), inputs beyond the engine's limits, a batch case on a smaller batch. The result is deterministic (same case, same engine, same
 files) and records how it was made in `_conformance.materialized`, including where the case's
 own intent differs on this engine (a pool too large to evict, say), found by comparing the
 oracle's prediction on both engines.
@@ -89,7 +89,10 @@ def materialize_for(case: Case, target_config: dict, media_dir: Path) -> Materia
         notes.append("run on an attention-only EAGLE3 engine: paired base and draft pages, one-page replay "
                      "(spec/context-reuse.md section 12)")
     if case.meta.get("scenario"):            # written as a function of the engine: build it for this one
-        doc, runtime = scenarios.build(case.meta["scenario"], dst, case.runtime)
+        try:
+            doc, runtime = scenarios.build(case.meta["scenario"], dst, case.runtime)
+        except scenarios.CannotBuild as e:
+            raise NotExpressible(f"its scenario {case.meta['scenario']} cannot be built on this engine: {e}") from None
         notes.append(f"scenario {case.meta['scenario']} built for this engine ({len(doc['requests'])} requests)")
     else:
         doc = copy.deepcopy(case.doc)

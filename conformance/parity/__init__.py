@@ -17,13 +17,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import engine, peer
+from . import cache, engine, peer
 from .. import KvconformError
 from ..cases import schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE_DIR = ROOT / "parity"
 AGREE, DISAGREE, NOT_EXPRESSIBLE = "agree", "disagree", "not expressible"
+SEE_ENTRY = "see entry"             # an assertion's not_expressible that defers to its entry's reason
 
 
 @dataclass
@@ -73,14 +74,15 @@ def evaluate_file(doc: dict) -> list[Outcome]:
         run, reason = None, entry.get("not_expressible", "")
         if not reason:
             try:
-                run = (engine.Run(entry["scenario"], doc["profile"]) if doc["kind"] == "engine"
-                       else peer.Run(entry["scenario"], doc["profile"], doc.get("settings")))
+                run = _run(entry["scenario"], doc)
             except engine.NotExpressible as e:
                 reason = str(e)
         for a in entry["assertions"]:
             base = dict(runtime=doc["runtime"], repository=doc["repository"], commit=commit, file=entry["file"],
                         test=entry["test"], line=a["line"], entry=entry["id"], what=a["what"], expected=a["expected"])
             why = a.get("not_expressible") or reason
+            if why == SEE_ENTRY:                    # the assertion shares its entry's reason: print that one
+                why = entry.get("not_expressible") or why
             if why:
                 out.append(Outcome(status=NOT_EXPRESSIBLE, reason=why, **base))
                 continue
@@ -99,6 +101,18 @@ def evaluate_file(doc: dict) -> list[Outcome]:
             out.append(Outcome(status=AGREE if agrees else DISAGREE, observed=observed, explained=explained,
                                marked=marked, **base))
     return out
+
+
+def _run(scenario: dict, doc: dict):
+    """The scenario's run: a peer's request sequence, an engine's request files, or (an engine
+    entry with `cache`) the oracle's context cache driven step by step (docs/parity.md)."""
+    if doc["kind"] == "peer":
+        return peer.Run(scenario, doc["profile"], doc.get("settings"))
+    if "cache" in scenario:
+        return cache.Run(scenario)
+    if "identity" in scenario:
+        return cache.IdentityRun(scenario)
+    return engine.Run(scenario, doc["profile"])
 
 
 def compare(observed, op: str, expected) -> bool:

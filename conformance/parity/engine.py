@@ -6,6 +6,10 @@ generated tokens and last EAGLE acceptance. Upstream tests name token ids (`make
 1..n); only which sequences agree on which prefixes matters to a cache, so the ids are relabelled
 position by position to bytes-v1 letters: at each position the k-th distinct id of the scenario
 becomes the k-th letter. Two sequences then agree on a prefix exactly when the upstream ones do.
+An engine may instead be given as a description (`engine_config`, spec/engine.md section 2) where
+the build arguments cannot state the test's geometry; `{"slot_bytes": ...}` reads its snapshot
+slot sizes (CR-HYB-1). Edge-LLM's tests below the request level run as cache scenarios
+(cache.py).
 """
 from __future__ import annotations
 
@@ -44,7 +48,8 @@ class Run:
         if "case" in scenario:                  # a case file of the kit (cases/...), run as it is
             scenario = _case_scenario(scenario["case"])
         try:
-            self.engine = oracle.derive_engine(scenario["engine"])
+            self.engine = (oracle.engine_of(scenario["engine_config"]) if "engine_config" in scenario
+                           else oracle.derive_engine(scenario["engine"]))
         except oracle.InputError as e:
             raise NotExpressible(f"the kit cannot build this engine: {e}") from None
         runtime = dict(scenario.get("runtime") or {}, semanticsProfile=semantics_profile)
@@ -73,6 +78,8 @@ class Run:
             self.profiles.append(copy.deepcopy(self.sim.profile()))
 
     def observe(self, what: dict):
+        if "slot_bytes" in what:               # CR-HYB-1: bytes of one recurrent / partial-KV snapshot slot
+            return dict(zip(("recurrent", "partial_kv"), oracle.slot_sizes(self.engine)))[what["slot_bytes"]]
         if "rejected" in what:
             r = self.sim.rejection
             return (r.rule if r else None) if what["rejected"] == "rule" else r is not None

@@ -32,7 +32,7 @@ KNOWN_SUMMARY = {"verdicts", "judged", "conformant", "headline", "reference_chec
                  "not_judged", "sections", "thin_sections", "partly_judged", "selection", "stopped_early"}
 """Summary fields the headline shows in words (`headline_clauses`, `judged_line`); any other is shown as it is."""
 SHOWN_DETAILS = {"page_map", "steps", "materialized", "reference", "examples", "shrink_steps", "batches_checked",
-                 "batches_required", "calls_after_budget", "seed", "max_examples", "budget_s", "reproduced",
+                 "batches_required", "examples_after_budget", "longest_example_s", "seed", "max_examples", "budget_s", "reproduced",
                  "reproducer_verdict", "reproducer_requests"}
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
 

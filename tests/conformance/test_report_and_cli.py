@@ -82,7 +82,11 @@ def test_merge_never_overwrites_without_force(tmp_path, capsys):
     (tmp_path / "m" / "report.json").write_text("{}")
     assert kvconform(["merge", str(tmp_path / "m"), str(tmp_path / "s1")]) == 2
     assert "--force" in capsys.readouterr().err and (tmp_path / "m" / "report.json").read_text() == "{}"
-    assert kvconform(["merge", str(tmp_path / "m"), str(tmp_path / "s1"), "--force"]) == 0
+    # a folder no kit run wrote is not emptied even with --force; one a merge wrote is replaced
+    assert kvconform(["merge", str(tmp_path / "m"), str(tmp_path / "s1"), "--force"]) == 2
+    assert (tmp_path / "m" / "report.json").read_text() == "{}"
+    assert kvconform(["merge", str(tmp_path / "m2"), str(tmp_path / "s1")]) == 0
+    assert kvconform(["merge", str(tmp_path / "m2"), str(tmp_path / "s1"), "--force"]) == 0
 
 
 def test_merge_refuses_overlapping_shards(tmp_path, capsys):

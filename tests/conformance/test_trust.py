@@ -208,10 +208,12 @@ def test_a_number_out_of_range_is_bad_input(argv, tmp_path, capsys):
     assert err.count("\n") == 1 and argv[0] in err, err
 
 
-def test_a_family_that_judged_no_batch_is_not_pass(tmp_path, reference_adapter):
+def test_a_family_passes_only_on_its_minimum_even_with_no_budget(tmp_path, reference_adapter):
+    """A budget spent before the first example does not make a PASS of nothing judged, nor a
+    TIMEOUT of a correct backend: the minimum is judged, then no more examples are drawn."""
     result = generated(reference_adapter, tmp_path, budget_s=1e-6)
-    assert result.verdict == Verdict.TIMEOUT and result.details["batches_checked"] == 0
-    assert "fewer than the 25 batches" in result.reason
+    assert result.verdict == Verdict.PASS and result.details["batches_checked"] >= 25, result.reason
+    assert 0 < result.details["examples"] <= result.details["examples_after_budget"] <= 25
 
 
 # --- 7. merge: only the shards of one run; incomplete is never CONFORMANT --------------------------------------
@@ -270,7 +272,7 @@ class OneFilePerProcess(ReferenceAdapter):
     sessions = False
 
 
-def test_a_family_too_slow_to_judge_its_minimum_is_a_timeout(tmp_path):
+def test_a_family_too_slow_for_its_budget_still_judges_its_minimum(tmp_path):
     import time
     adapter = OneFilePerProcess()
     manifest = adapter.capabilities()
@@ -280,8 +282,8 @@ def test_a_family_too_slow_to_judge_its_minimum_is_a_timeout(tmp_path):
         return run_case(c, adapter, manifest)
     result = run_generated("text", adapter, manifest, workdir=tmp_path, examples=300, budget_s=2, seed=0,
                            run_case_fn=slow)
-    assert result.verdict == Verdict.TIMEOUT, result.reason
-    assert 0 < result.details["batches_checked"] < 25 and "within its 2 s budget" in result.reason
+    assert result.verdict == Verdict.PASS, result.reason
+    assert result.details["batches_checked"] >= 25 and result.details["examples"] < 300
 
 
 def test_whole_examples_count_their_batches(tmp_path):

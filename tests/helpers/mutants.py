@@ -14,14 +14,14 @@ from reference.planning import Plan
 from conformance.adapters.reference import ReferenceAdapter, ReferenceSession
 
 
-def _no_trim(plan, history, n, page_size, test="same-item", given_back=None):
+def _no_trim(plan, history, n, page_size, test="same-item", steps=None):
     """CR-MEDIA-3 broken: a page boundary may split a media item."""
     return plan
 
 
-def _no_rewind(history, n, page_size, index):
+def _no_rewind(history, n, page_size, index, steps=None):
     """CR-PLAN-2 broken: a fully matched aligned input keeps every page... minus nothing."""
-    plan = ORIGINAL["plan_vanilla"](history, n, page_size, index)
+    plan = ORIGINAL["plan_vanilla"](history, n, page_size, index, steps)
     if plan.kind == "full_input_rewind" and n > page_size:
         # keep one more page than allowed is impossible (reused < n); instead count it as standard
         return Plan("standard", plan.reused, plan.reused, plan.kept, plan.private, plan.record)

@@ -15,11 +15,14 @@ SPEC = Path(__file__).resolve().parents[2] / "spec" / "tokenizers"
 SYS_HELLO = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Hello"}]
 
 
+ID_COUNTS = {"phi-3-mini": 32011, "phi-3-vision": 32045}      # TOK-HF-9: the tokenizers' id counts
+
+
 def hf_engine(folder: str, loader: str = "tokenizers-raw", vision: dict | None = None, **config):
     base = engine_from_build_args({"maxInputLen": 2048, "maxKVCacheCapacity": 2304, "maxKVPoolPages": 0,
                                    "tokensPerPage": 16, "vision": vision is not None}).to_config()
     base.update(tokenizer={"profile": "hf", "files": str(SPEC / folder), "loader": loader},
-                vocab_size=32064, eos_token_id=32000, image_token_id=32044 if vision else None, vision=vision,
+                vocab_size=ID_COUNTS[folder], eos_token_id=32000, image_token_id=32044 if vision else None, vision=vision,
                 audio_token_id=None, **config)
     return engine_from_config(base)
 

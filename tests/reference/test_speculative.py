@@ -34,6 +34,7 @@ class Seq:
         self.published_pages, self.publications = 0, []
         self.generated, self.last_accepted = [120] * length, last_accepted
         self.request = type("Request", (), {"index": 0})()
+        self.lookup_bypass, self.steps = False, None        # a paired sequence looked up; no trace
 
 
 def cache_with(records):

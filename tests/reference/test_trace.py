@@ -81,3 +81,37 @@ def test_a_miss_names_why_the_page_is_not_in_the_index():
     assert (fresh.rule, fresh.to) == ("CR-ID-1", 4) and "is that of no page an earlier request published" in fresh.why
     hit = deciding(sim.trace.steps_of(1, "plan"))
     assert hit.causes and hit.causes[0].value == "publications[0]" and hit.causes[0].owner == 0
+
+
+def test_tracing_off_keeps_no_explanation_state():
+    """The explanation state the cache keeps for the trace (reference/capacity.py) stays empty
+    while not tracing: untraced runs pay for none of it."""
+    from .test_simulator_api import doc, engine
+    sim = reference.Simulator(engine(maxKVPoolPages=24), reference.RuntimeFlags(enable_context_reuse=True,
+                                                                              max_records=1))
+    sim.run(doc("abcdefgh", "abcdefgh", "abcdxyzw", "qrstuvwx", batch_size=1), ".")
+    cache = sim.cache
+    assert cache.evicted > 0 and cache.records
+    assert not (cache.origin or cache.unindexed or cache.gone or cache.by_ids or cache.tails or cache.hits)
+    assert all(r.step is None for r in cache.records.values())
+
+
+def test_a_miss_on_a_page_its_own_batch_publishes_names_the_batch_and_the_rewind_names_its_plan():
+    """CR-BATCH-2, decided by the batch (every sequence admitted before any publication); CR-PLAN-2,
+    decided where planning gives the page back: each the deciding step of its value."""
+    from .test_simulator_api import ON, doc, engine
+    sim = reference.Simulator(engine(maxBatchSize=2), ON, trace=True)
+    sim.run(doc("abcdefgh", "abcdefgh", "abcdefgh", batch_size=2), ".")
+    mate = deciding(sim.trace.steps_of(1, "matched_tokens"))
+    assert (mate.rule, mate.to) == ("CR-BATCH-2", 0) and "request 0 of the same batch publishes" in mate.why
+    rewind = deciding(sim.trace.steps_of(2, "reused_tokens"))
+    assert (rewind.rule, rewind.before, rewind.to) == ("CR-PLAN-2", 8, 4)
+    assert "all 2 pages match: the last page is given back" in rewind.why
+
+
+def test_without_reuse_the_lookup_step_names_cr_pol_6():
+    from .test_simulator_api import doc, engine
+    sim = reference.Simulator(engine(), reference.RuntimeFlags(), trace=True)
+    sim.run(doc("abcdefgh"), ".")
+    step = deciding(sim.trace.steps_of(0, "lookup_bypass"))
+    assert (step.rule, step.to) == ("CR-POL-6", True) and "not enabled" in step.why

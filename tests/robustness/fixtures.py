@@ -57,7 +57,7 @@ HOSTILE = {
                               palette=bytes(6)), "palette index 5 in a 2-entry palette"),
     "no_palette.png": (png(16, 16, b"".join(b"\0" + bytes(16) for _ in range(16)), colour=3), "palette PNG without PLTE"),
     "zero_width.png": (png(0, 16, b""), "width 0"),
-    "wide_bomb.png": (png(16384, 16384, b"\0"), "16384x16384 declared: 1M placeholders"),
+    "wide_bomb.png": (png(16384, 16384, b"\0"), "16384x16384 declared: 268M pixels, 1M placeholders"),
     "side_bomb.png": (png(16385, 1, b"\0"), "a side above 16384"),
     "ppm_bomb.ppm": (b"P6\n100000 100000\n255\n" + bytes(64), "PPM declaring 100000x100000"),
     "ppm_maxval.ppm": (b"P6\n16 16\n65535\n" + bytes(16 * 16 * 6), "PPM maxval 65535"),

@@ -35,7 +35,8 @@ class Outcome:
 
 
 # `kvconform: warning: FILE: $.path: unknown key ignored (...)`, one per ignored key
-WARNING = re.compile(r"^(kvconform|gpu_backend): warning: .+: \$.*: unknown key ignored( \(.+\))?$")
+WARNING = re.compile(r"^(kvconform|gpu_backend): warning: .+: \$.*: (unknown key ignored( \(.+\))?"
+                     r"|\.\.\. and [\d,]+ more unknown keys ignored)$")
 
 
 def _call(fn, argv) -> Outcome:

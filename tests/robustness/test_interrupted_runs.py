@@ -71,7 +71,13 @@ def _start_and_interrupt(argv, env, sig, folder: Path) -> subprocess.CompletedPr
     else:
         p.kill()
         pytest.fail("the run never recorded two cases")
-    time.sleep(0.5)                       # well inside the third (hanging) case
+    log = folder.parent / "ran.log"       # the fake backend logs each case as it starts
+    while IDS[2] not in (log.read_text() if log.exists() else ""):
+        if time.monotonic() > deadline or p.poll() is not None:
+            p.kill()
+            pytest.fail(f"the third (hanging) case never started: {p.communicate()}")
+        time.sleep(0.1)
+    time.sleep(0.2)                       # inside the third case, whatever the machine's load
     p.send_signal(sig)
     out, err = p.communicate(timeout=60)
     return subprocess.CompletedProcess(argv, p.returncode, out, err)

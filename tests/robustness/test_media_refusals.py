@@ -77,13 +77,14 @@ def test_good_media_accepted_relative_upwards_and_absolute(world, ref):
 
 
 def test_the_bomb_is_refused_from_its_header(world, monkeypatch):
-    """Both decoders refuse 16384x16384 (1M placeholders) without decompressing anything."""
+    """Both decoders refuse 16384x16384 (268M pixels, 1M placeholders) by the pixel budget,
+    without decompressing anything."""
     import zlib
     calls = []
     real = zlib.decompressobj
     monkeypatch.setattr(zlib, "decompressobj", lambda *a: calls.append(a) or real(*a))
     f, path, out, v, b = _both(world, "../media/wide_bomb.png")
-    assert v.rc == 2 and b.rc == 2 and "placeholders" in v.err and "placeholders" in b.err
+    assert v.rc == 2 and b.rc == 2 and "pixel budget" in v.err and "pixel budget" in b.err
     assert not calls, "a decoder decompressed the bomb's image data"
 
 
