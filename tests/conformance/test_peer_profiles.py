@@ -30,6 +30,8 @@ def settings_args(settings: dict) -> list:
     ("llama.cpp-server", {}),
     ("llama.cpp-server", {"cache_reuse": 8}),
     ("llama.cpp-server", {"slots": 2, "context_shift": True, "n_keep": 32, "n_ctx": 512}),
+    # one slot with chunk reuse and context shift together, as examples/llama-server/reuse-shift/ ran
+    ("llama.cpp-server", {"cache_reuse": 8, "context_shift": True, "n_keep": 32, "n_ctx": 512}),
     ("vllm-apc", {"block_size": 16, "cache_blocks": 24}),
     ("sglang-radix", {"page_size": 4, "pool_tokens": 600}),
     ("trtllm-kv-reuse", {"tokens_per_block": 16}),
