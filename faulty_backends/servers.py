@@ -29,6 +29,9 @@ class ServerVariant:
     cache_class: type
     settings: tuple = ()
     """`--peer-setting` pairs the variant's server runs with (both sides use them)."""
+    vision: bool = False
+    """The defect shows on image requests only: its server runs a vision engine (a tokenizer
+    folder with an image processor), so that the peer suite's image cases run."""
 
     def peer(self, engine_dir: str | None = None, tokenizer: str | None = None, settings: dict | None = None):
         """The server state (gpu_backend.serve.PeerServer) with the faulty cache; `settings`
@@ -41,7 +44,7 @@ class ServerVariant:
 SERVER_VARIANTS: dict[str, ServerVariant] = {}
 
 
-def server_variant(name: str, settings: tuple = ()):
+def server_variant(name: str, settings: tuple = (), vision: bool = False):
     """Register a faulty cache; its profile is the one whose bundled cache it subclasses."""
     def register(cls):
         profile = next(p for p, served in SERVED.items() if issubclass(cls, served.cache))
@@ -49,7 +52,7 @@ def server_variant(name: str, settings: tuple = ()):
         rules = tuple(re.findall(r"PEER-[A-Z]+-\d+", doc.split("Violates:")[1].split("Mirrors:")[0]))
         mirrors = doc.split("Mirrors:")[1].strip()
         assert rules and mirrors and "Bug class:" in doc, f"{cls.__name__}: docstring lacks its three lines"
-        SERVER_VARIANTS[name] = ServerVariant(name, profile, doc.split(". ")[0], rules, mirrors, cls, settings)
+        SERVER_VARIANTS[name] = ServerVariant(name, profile, doc.split(". ")[0], rules, mirrors, cls, settings, vision)
         return cls
     return register
 
@@ -93,6 +96,19 @@ class SaltIgnoredBlocks(BlockCache):
 
     def extras(self, req, index: int) -> tuple:
         return () if req.lora is None else (("lora", req.lora),)   # DEFECT: no ("cache_salt", salt)
+
+
+@server_variant("vllm-image-ignored", vision=True)
+class ImageIgnoredBlocks(BlockCache):
+    """Keys blocks by their token ids alone, leaving out the images they hold.
+    Bug class: an image left out of the cache key (another image of the same size reuses its KV).
+    Violates: PEER-VLLM-2.
+    Mirrors: a block hasher without vLLM's multimodal extra keys (kv_cache_utils.py
+    `_gen_mm_extra_hash_keys`): every image of one size expands to the same placeholder ids, so
+    the blocks that hold them hash alike."""
+
+    def extras(self, req, index: int) -> tuple:
+        return tuple(k for k in super().extras(req, index) if k[0] != "mm")   # DEFECT: images key nothing
 
 
 @server_variant("sglang-salt-ignored")

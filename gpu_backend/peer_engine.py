@@ -7,7 +7,13 @@ the computed sequence `prompt + sampled[:-1]`.
 
     engine = PeerEngine(engine_dir, device)       # an attention-only engine with an hf tokenizer
     ids, text = engine.prompt(messages)           # chat template rendered and tokenized
-    result = engine.generate(ids, reused_kv, max_tokens, lora)
+    ids, text, spans = engine.layout(messages)    # the same, with the image spans (a vision engine)
+    result = engine.generate(ids, reused_kv, max_tokens, lora, images=spans)
+
+Images (a vision engine: built with --vision and a media counter) are laid out as the engine's
+request files lay them out (hf_prompt.py): the k-th image token repeated as many times as the
+counter gives the image, each position embedded by the vision encoder (model.encode_media);
+a message content is a string or a list of ("text", str) and ("image", MediaItem) parts.
 
 A cache whose runtime moves KV (llama.cpp's chunk reuse and context shift) hands the reused KV
 as pieces, each with the positions it moves by, and bounds generation by its context; the keys
@@ -50,28 +56,48 @@ class PeerEngine:
         return {k[:-len(".lora_A")]: (t[k].float(), t[k[:-len("lora_A")] + "lora_B"].float())
                 for k in t if k.endswith(".lora_A")}
 
+    @property
+    def vision(self) -> bool:
+        """Whether the engine takes images (it has a vision encoder and a media counter)."""
+        return self.text.counter is not None
+
+    def image_count(self, h: int, w: int) -> int:
+        """Tokens of an h x w image under the engine's media counter (CounterRefusal: refused)."""
+        return self.text.image_count(h, w)
+
     def prompt(self, messages: list) -> tuple[list, str]:
-        """(ids, rendered text) of `[{"role", "content": str}]` with the generation prompt.
-        The last PROMPT_MEMO renderings are remembered (a client asks /tokenize, then chats)."""
-        key = json.dumps(messages, sort_keys=True)
+        """(ids, rendered text) of `[{"role", "content"}]` with the generation prompt."""
+        ids, text, _ = self.layout(messages)
+        return ids, text
+
+    def layout(self, messages: list) -> tuple[list, str, list]:
+        """(ids, rendered text, media spans) of the messages with the generation prompt; a content
+        is a string or a list of ("text", str) / ("image", MediaItem) parts. The last PROMPT_MEMO
+        layouts are remembered (a client asks /tokenize, then chats)."""
+        key = json.dumps([(m["role"], m["content"] if isinstance(m["content"], str) else
+                           [(kind, value if kind == "text" else value.digest.hex()) for kind, value in m["content"]])
+                          for m in messages])
         if key not in self._prompts:
-            flat = [(m["role"], [("text", m["content"])]) for m in messages]
-            ids, _, text = self.text.layout(flat, chat=True, add_generation_prompt=True)
+            flat = [(m["role"], [("text", m["content"])] if isinstance(m["content"], str) else list(m["content"]))
+                    for m in messages]
+            ids, spans, text = self.text.layout(flat, chat=True, add_generation_prompt=True)
             if len(self._prompts) >= PROMPT_MEMO:
                 self._prompts.pop(next(iter(self._prompts)))
-            self._prompts[key] = ([int(t) for t in ids], text)
-        ids, text = self._prompts[key]
-        return list(ids), text
+            self._prompts[key] = ([int(t) for t in ids], text, spans)
+        ids, text, spans = self._prompts[key]
+        return list(ids), text, list(spans)
 
     def tokenize(self, text: str) -> list:
         return list(self.text.tok.encode(text, add_special_tokens=False).ids)
 
     @torch.no_grad()
     def generate(self, ids: list, reused_kv, max_tokens: int, lora: str | None = None,
-                 logit_bias: dict | None = None, context: int | None = None, shift=None) -> dict:
+                 logit_bias: dict | None = None, images: list = (), context: int | None = None,
+                 shift=None) -> dict:
         """Greedy decoding of at most `max_tokens` tokens (the EOS ends it). `reused_kv`: the KV
         of the first `reused` prompt positions, [layers, 2, reused, kv heads, head dim], or
-        pieces [(KV, positions it moves by)] laid end to end. With `context`, the sequence held
+        pieces [(KV, positions it moves by)] laid end to end; `images`: the media spans of the
+        prompt (its positions take the encoder's embeddings). With `context`, the sequence held
         never reaches it: before a sampled token is fed back into `context - 1` held tokens,
         generation stops, or with `shift(held, context) -> (kept, discarded)` the tokens after
         the first `kept` are discarded and the rest moved down."""
@@ -86,7 +112,7 @@ class PeerEngine:
         if reused:
             pool.write_positions(torch.arange(reused, device=self.device), reused_kv.to(self.device))
         adapter = None if lora is None else self.loras[lora]
-        logits = self._forward(pool, ids[reused:], reused, adapter)
+        logits = self._forward(pool, ids[reused:], reused, adapter, self._media(images, reused, n))
         bias = torch.zeros_like(logits)
         for token, value in (logit_bias or {}).items():
             if 0 <= token < bias.shape[-1]:
@@ -134,13 +160,29 @@ class PeerEngine:
         moved = self._moved(pool.read_positions(rest), -discarded)
         pool.write_positions(torch.arange(kept, held - discarded, device=self.device), moved)
 
-    def _forward(self, pool, tokens: list, start: int, adapter):
+    def _media(self, spans: list, start: int, end: int):
+        """(flat indices into the positions start..end-1, embeddings) of the image positions
+        computed there, or None: the reused positions' KV came from the cache."""
+        index, embeds = [], []
+        for span in spans:
+            lo, hi = max(span.start, start), min(span.start + span.count, end)
+            if lo < hi:
+                rows = self.model.encode_media(span.modality, span.data, count=span.count)[lo - span.start:hi - span.start]
+                index.append(torch.arange(lo - start, hi - start, device=self.device))
+                embeds.append(rows)
+        if not index:
+            return None
+        return torch.cat(index), torch.cat(embeds).to(self.model.w["embed"].dtype)
+
+    def _forward(self, pool, tokens: list, start: int, adapter, media=None):
         T = len(tokens)
         dev = self.device
         positions = torch.arange(start, start + T, device=dev)
         fb = ForwardBatch(ids=torch.tensor([tokens], device=dev), positions=positions[None],
                           lengths=torch.tensor([T], device=dev), valid=torch.ones(1, T, dtype=torch.bool, device=dev),
                           write_slots=positions, read_slots=torch.arange(start + T, device=dev)[None],
-                          rec_state=[], lora=adapter, all_valid=True)
+                          rec_state=[], lora=adapter, all_valid=True,
+                          media_index=None if media is None else media[0],
+                          media_embeds=None if media is None else media[1])
         hidden = self.model.forward(fb, pool)
         return self.model.logits(hidden[0, -1])

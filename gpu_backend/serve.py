@@ -20,10 +20,22 @@ peer_cache.SERVED says (this module never tells profiles apart by name):
 Every completion returns the sampled ids in `logprobs.content[k].id` (as llama-server does) and,
 with `return_tokens_as_token_ids`, as `"token": "token_id:ID"` (as vLLM does).
 
+Images: where the profile keys images (`Served.images`, vLLM) and the engine has a vision encoder,
+a message's content may be a list of `{"type": "text", "text"}` and `{"type": "image_url",
+"image_url": {"url": "data:image/png;base64,..."}}` parts, as the OpenAI API sends them. Each
+image is decoded by the engine's own rules (media.py), takes as many tokens as the engine's media
+counter gives it (a Qwen-VL counter counts as vLLM's processor does), and keys the blocks it
+overlaps by its digest and offset (peer_cache/vllm.py); `/tokenize` lays the same images out.
+Elsewhere an image is refused (HTTP 400), never cached as if it were text.
+
 Without --engineDir, an engine (2 layers, hidden 64, adapters `alpha` and `beta`) is built in a
-temporary folder around --tokenizer (default: the vendored Phi-3-mini tokenizer). The first
+temporary folder around --tokenizer (default: the vendored Phi-3-mini tokenizer); when the folder
+holds a Qwen-VL `preprocessor_config.json`, as a vision model's folder does, the engine gets a
+vision encoder counting images with the processor's patch, merge and pixel bounds. The first
 stdout line is `listening on http://127.0.0.1:PORT` (with --port 0, the port chosen).
 """
+import base64
+import binascii
 import json
 import os
 import tempfile
@@ -32,7 +44,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from .peer_cache import SERVED, ChatRequest
+from .peer_cache import SERVED, ChatRequest, ImageSpan
 
 PROFILES = tuple(SERVED)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -40,6 +52,9 @@ DEFAULT_TOKENIZER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath
                                  "spec", "tokenizers", "phi-3-mini")
 MODEL_NAME = "bundled"
 MAX_BODY = 8 << 20
+PROCESSOR = "preprocessor_config.json"
+QWEN_VL_PROCESSORS = ("Qwen2VLImageProcessor", "Qwen2_5_VLImageProcessor", "Qwen3VLImageProcessor")
+"""Image processors whose token count the server's `vllm/qwen-vl` counter gives (smart_resize)."""
 
 
 class RequestError(ValueError):
@@ -52,14 +67,35 @@ class RequestError(ValueError):
 
 
 def build_default_engine(tokenizer: str, loader: str = "tokenizers-raw", folder: str | None = None) -> str:
-    """A small attention engine around `tokenizer` in `folder`/engine (default: a fresh temporary folder)."""
+    """A small attention engine around `tokenizer` in `folder`/engine (default: a fresh temporary
+    folder), with a vision encoder when the tokenizer folder holds a Qwen-VL image processor."""
     from .engine_build import build_engine
     folder = folder or tempfile.mkdtemp(prefix="kvconform-serve-")
-    build_engine(os.path.join(folder, "engine"), {"maxInputLen": 4096, "maxKVCacheCapacity": 4608,
-                                                  "maxKVPoolPages": 0, "tokensPerPage": 16,
-                                                  "tokenizer": tokenizer, "tokenizerLoader": loader,
-                                                  "loraAdapters": ["alpha", "beta"]})
+    args = {"maxInputLen": 4096, "maxKVCacheCapacity": 4608, "maxKVPoolPages": 0, "tokensPerPage": 16,
+            "tokenizer": tokenizer, "tokenizerLoader": loader, "loraAdapters": ["alpha", "beta"]}
+    counter = image_processor(tokenizer)
+    if counter is not None:
+        args.update(vision=True, imageCounter="vllm/qwen-vl", imageCounterSettings=counter)
+    build_engine(os.path.join(folder, "engine"), args)
     return os.path.join(folder, "engine")
+
+
+def image_processor(folder: str) -> dict | None:
+    """The `vllm/qwen-vl` counter settings of a model folder's Qwen-VL `preprocessor_config.json`
+    (patch_size, merge_size, min_pixels and max_pixels, or size.shortest_edge / longest_edge, as
+    transformers reads them), or None when the folder has no such processor."""
+    path = os.path.join(folder, PROCESSOR)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    kind = str(doc.get("image_processor_type", "")).removesuffix("Fast")
+    if kind not in QWEN_VL_PROCESSORS:
+        return None
+    size = doc.get("size") if isinstance(doc.get("size"), dict) else {}
+    return {"patch": doc.get("patch_size", 14), "merge": doc.get("merge_size", 2),
+            "min_pixels": doc.get("min_pixels", size.get("shortest_edge", 56 * 56)),
+            "max_pixels": doc.get("max_pixels", size.get("longest_edge", 28 * 28 * 1280))}
 
 
 class PeerServer:
@@ -100,7 +136,7 @@ class PeerServer:
         if route == ("POST", "/apply-template") and served.tokenize == "content":
             return {"prompt": self.engine.prompt(_messages(_object(body)))[1]}
         if route == ("POST", "/tokenize") and served.tokenize == "messages":
-            ids = self.engine.prompt(_messages(_object(body)))[0]
+            ids = self.engine.layout(self._messages(_object(body)))[0]
             return {"tokens": ids, "count": len(ids), "max_model_len": self.engine.cfg["max_input_len"]}
         for reset_method, path, answer in served.resets:
             if route == (reset_method, path):
@@ -123,20 +159,48 @@ class PeerServer:
                      for name, path in sorted(self.engine.lora_paths.items())]
         return {"object": "list", "data": data}
 
+    def _messages(self, body: dict) -> list:
+        """The request's messages, their image parts decoded (where the profile keys images)."""
+        return _messages(body, self._image if self.served.images else None)
+
+    def _image(self, url):
+        """An image part's data: URL decoded by the engine's own rules (media.py), counted by its
+        media counter."""
+        from .media import MediaError, decode_image
+        if not self.engine.vision:
+            raise RequestError(400, "the model takes no images: it has no vision encoder")
+        if not isinstance(url, str) or not url.startswith("data:image/") or ";base64," not in url:
+            raise RequestError(400, "image_url.url must be a data:image/...;base64, URL (the server fetches nothing)")
+        try:
+            data = base64.b64decode(url.split(";base64,", 1)[1], validate=True)
+        except (binascii.Error, ValueError):
+            raise RequestError(400, "image_url.url is not valid base64") from None
+        with tempfile.NamedTemporaryFile(prefix="kvconform-image-") as f:
+            f.write(data)
+            f.flush()
+            try:
+                return decode_image(f.name, self.engine.cfg["max_input_len"], count=self.engine.image_count)
+            except MediaError as e:
+                raise RequestError(400, f"the image cannot be used: {e}") from None
+
     def chat(self, body: dict) -> dict:
-        messages = _messages(body)
+        messages = self._messages(body)
         max_tokens = body.get("max_tokens", 16)
         if type(max_tokens) is not int or max_tokens < 1:
             raise RequestError(400, "max_tokens must be an integer >= 1")
         lora = self._adapter(body)
-        req = ChatRequest(self.engine.prompt(messages)[0], lora=lora,
+        try:
+            ids, _, spans = self.engine.layout(messages)
+        except ValueError as e:
+            raise RequestError(400, str(e)) from None
+        req = ChatRequest(ids, lora=lora, images=tuple(ImageSpan(s.digest.hex(), s.start, s.count) for s in spans),
                           salt=_optional_string(body, "cache_salt"), extra_key=_optional_string(body, "extra_key"),
                           lora_path=None if lora is None else self.engine.lora_paths[lora],
                           skip_prefix_cache=self.served.read_bypass and _skips_reading(body))
         n = len(req.ids)
         window = self._window(req, max_tokens)
         cached, kv = self.cache.lookup(req)
-        out = self.engine.generate(req.ids, kv, max_tokens, req.lora, _logit_bias(body), **window)
+        out = self.engine.generate(req.ids, kv, max_tokens, req.lora, _logit_bias(body), images=spans, **window)
         self.cache.store(req, out["sequence"], out["kv"], out["sampled"])
         return self._response(body, n, cached, out)
 
@@ -262,16 +326,36 @@ def _optional_string(body: dict, key: str):
     return value
 
 
-def _messages(body: dict) -> list:
+def _messages(body: dict, image=None) -> list:
+    """[{"role", "content"}]: a content is a string, or where `image` decodes image URLs a list of
+    OpenAI parts, returned as ("text", str) / ("image", MediaItem) pairs."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError(400, "messages must be a non-empty list")
     out = []
     for m in messages:
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise RequestError(400, "each message needs a string role and a string content")
-        out.append({"role": m["role"], "content": m["content"]})
+        content = m.get("content")
+        if isinstance(content, list) and image is not None:
+            out.append({"role": m["role"], "content": [_part(part, image) for part in content]})
+        elif isinstance(content, str):
+            out.append({"role": m["role"], "content": content})
+        elif isinstance(content, list):
+            raise RequestError(400, "this server takes string contents only: its profile does not key cached "
+                                    "blocks by image, so it takes no image input")
+        else:
+            raise RequestError(400, "each message needs a string role and a string content")
     return out
+
+
+def _part(part, image) -> tuple:
+    if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+        return "text", part["text"]
+    if isinstance(part, dict) and part.get("type") == "image_url" and isinstance(part.get("image_url"), dict):
+        return "image", image(part["image_url"].get("url"))
+    raise RequestError(400, "a content part must be {\"type\": \"text\", \"text\"} or {\"type\": \"image_url\", "
+                            "\"image_url\": {\"url\"}}")
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -301,6 +301,8 @@ PROFILE = PeerProfile(
     + (["PEER-LCPP-5"] if s["slots"] > 1 else []) + (["PEER-LCPP-7"] if s["cache_reuse"] > 0 else []),
     context=(Published("/props", "default_generation_settings.n_ctx"),),
     signature=Signature("/props", keys=("total_slots", "default_generation_settings")),
+    report_hint="llama.cpp's llama-server reports it; llama-cpp-python's server (llama_cpp.server) never does: "
+                "judge llama-server",
 )
 """PEER-LCPP-1..9: the slots, one slot by default (PEER-LCPP-4), several chosen by similarity
 (PEER-LCPP-5: then every case depends on the choice), chunk reuse (PEER-LCPP-7: then every count

@@ -112,7 +112,8 @@ class PeerProfile:
     """The request field that names a LoRA adapter (`lora_request`: {"lora_name", "lora_int_id"});
     None: per-request adapters are not part of the profile."""
     features: frozenset
-    """What its requests and responses carry: salt, lora, extra_key (cache keys), read_bypass
+    """What its requests and responses carry: salt, lora, extra_key (cache keys), images (each
+    image keys the blocks it overlaps: the peer suite's image cases run), read_bypass
     (prompt_logprobs skips the cache read), timings (native counts), case_salt (no reset)."""
     unit: str | None = None
     """The setting that is the block or page size, the boundary cases are laid out on."""

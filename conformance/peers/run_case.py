@@ -21,7 +21,7 @@ from ..judge.verdicts import CaseResult, Failure, Verdict
 from ..report.pagemap import peer_page_map
 from . import PEER_PROFILES
 from .feedback import choose_answer
-from .judge import USAGE, judge_count, judge_timings, read_count
+from .judge import USAGE, count_missing, judge_count, judge_timings, read_count
 from .scenarios import Answer, PeerCase, Unsupported, unit
 from .server_info import ServerFacts
 from .tokens import TokenMismatch, TokenSource
@@ -211,6 +211,7 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
                           f"{step.max_tokens}, more than the server's context of {context} tokens: not sent")
             return
         req = oracle.PeerRequest(ids, step.lora, step.salt, step.extra_key,
+                                 images=[oracle.ImageItem(*image) for image in ctx.tokens.images_of(messages, ids)],
                                  lora_path=(ctx.facts.adapters or {}).get(step.lora) if step.lora else None,
                                  skip_prefix_cache=step.skip_read)
         trace.begin(k)
@@ -241,7 +242,8 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
             result.add(f)
         rows.append({"request": k, "prompt_tokens": len(ids), "predicted": predicted,
                      "reported": reported, "fields": fields, "sampled_ids": completion.sampled_ids,
-                     **({"reuse": True} if step.reuse else {}), **shared})
+                     **({"reuse": True} if step.reuse else {}), **({"count_missing": True} if count_missing(failures)
+                                                                    else {}), **shared})
         if reported is not None:
             if predicted is None:
                 result.add(Failure("PEER-TOK-2", USAGE, None, reported, unknown, k, Verdict.NOT_SUPPORTED))

@@ -27,7 +27,7 @@ from ..report.folder import EVIDENCE_SUFFIX, claim_report_folder, safe_name, wri
 from ..run.interrupts import raise_pending
 from ..run.loop import exit_code, print_explanation, print_verdicts, report_files, stop_interrupted
 from .run_case import PeerContext, run_case
-from .server_info import merge_settings, read_facts
+from .server_info import describe_settings, merge_settings, read_facts, unread_pages
 from .scenarios import cases as build_cases
 from .summary import PeerReport, peer_note
 from .tokens import TokenSource
@@ -138,6 +138,18 @@ def _select(all_cases: list, keywords: list | None) -> list:
     return chosen
 
 
+def vision_note(profile: str, tokens: TokenSource) -> dict | None:
+    """Whether the model takes images (its folder has an image processor) and, if so, why image
+    prompts are not judged where they are not: None for a text model."""
+    if tokens.vision is None:
+        return None
+    if "images" not in oracle.profile_of(profile).features:
+        why = f"the {profile} profile does not state how its runtime keys cached blocks by image"
+    else:
+        why = tokens.image_problem()
+    return {"processor": tokens.vision.processor, "images_not_judged": why}
+
+
 def main(args) -> int:
     profile = check_options(args)
     given = parse_settings(profile, args.peer_setting)
@@ -160,12 +172,17 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
         print(f"kvconform run: warning: the server's API looks like {facts.runtime}, not {profile}: the --profile "
               "may be wrong", file=sys.stderr)
     settings, origin = merge_settings(profile, given, facts)
+    for line in unread_pages(facts, given):
+        print(f"kvconform run: warning: {line}", file=sys.stderr)
+    print(f"kvconform run: {profile} settings, each with where it came from:", file=sys.stderr)
+    for line in describe_settings(settings, origin, facts):
+        print(f"  {line}", file=sys.stderr)
     tokens = TokenSource(client, profile, args.tokenizer)
     problem = tokens.usable()
     if problem:
         raise KvconformError(problem)
     try:
-        plan = _select(build_cases(profile, settings, tokens.layout_ids, facts), args.keyword)
+        plan = _select(build_cases(profile, settings, tokens.layout_ids, facts, tokens.image_plan()), args.keyword)
     except ServerFailure as e:
         raise KvconformError(f"cannot lay the peer cases out on the server's tokens: {e.message}") from None
     if args.list:
@@ -178,8 +195,10 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
     report = PeerReport(Path(args.report), "openai", None, {**client.describe(), **tokens.describe()}, options,
                     profile=profile)
     report.doc["peer"] = {"profile": profile, "settings": settings, "settings_origin": origin,
+                          "settings_said": describe_settings(settings, origin, facts),
                           "server": facts.describe(), "version": oracle.PEER_PROFILES_VERSION,
-                          "spec": "spec/peer-profiles.md", "token_source": tokens.describe()}
+                          "spec": "spec/peer-profiles.md", "token_source": tokens.describe(),
+                          "vision": vision_note(profile, tokens)}
     ctx = PeerContext(client, tokens, profile, settings, facts)
     start = time.monotonic()
     print(f"kvconform run: backend openai at {display_url(args.base_url)}, peer profile {profile} {settings}, "

@@ -13,8 +13,13 @@ the oracle on the ids actually sent. llama.cpp's context cases lay prompts out a
 context instead (`n_ctx`, `n_ctx - 1`, `n_ctx - 4` ids) and send them although prompt and
 max_tokens pass it (`Step.beyond_context`): what the server does there is the profile's rule.
 
-    cases(profile, settings, ids, facts)   ids(messages) -> prompt ids (the run's token source)
-      -> [PeerCase | Unsupported]
+    cases(profile, settings, ids, facts, images=None)   ids(messages) -> prompt ids (the run's token
+      -> [PeerCase | Unsupported]                      source); images: why image prompts cannot run
+
+Profiles whose runtime keys cached blocks by the images they hold (`images` in the PeerProfile's
+features) also get the image cases (`images/...`): the same image again, another image of the
+same size (the same token ids: only the key tells them apart), the image at another position,
+and an image across a block boundary.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field
 from ..judge.peer_oracle import common_prefix
 
 from . import PEER_PROFILES
+from .images import image_part
 
 WORDS = ("the of and to in is for on with as at by from that this it be are was or an not but all can "
          "one two three four five six seven eight nine ten").split()
@@ -135,9 +141,10 @@ def unit(profile: str, settings: dict) -> int:
     return settings[name] if name is not None and settings[name] > 1 else 16
 
 
-def cases(profile: str, settings: dict, ids, facts=None) -> list:
+def cases(profile: str, settings: dict, ids, facts=None, images: str | None = None) -> list:
     """Every case of the profile, in run order: the shared ones, those its cache keys allow, then
-    its own (`PeerProfile.cases`, built by OWN_CASES)."""
+    its own (`PeerProfile.cases`, built by OWN_CASES). `images`: why image prompts cannot be laid
+    out (the image cases are then NOT_SUPPORTED with it), None when they can."""
     p = PEER_PROFILES[profile]
     count, after = p.count_rule, p.after_rule
     U = unit(profile, settings)
@@ -155,6 +162,8 @@ def cases(profile: str, settings: dict, ids, facts=None) -> list:
         out.append(_combined_keys(p.key_rule, "extra_key" in p.features, count, ids, U, adapters))
     if "extra_key" in p.features:
         out.append(_extra_keys(p.key_rule, count, ids, U))
+    if "images" in p.features:
+        out += image_cases(p.key_rule, count, ids, U, images)
     out += [c for c in (OWN_CASES[case_id](count, ids, settings, U) for case_id in p.cases) if c is not None]
     for case in out:
         for rule in (p.case_rules(case.id, settings) if p.case_rules else ()):
@@ -384,6 +393,101 @@ def _extra_keys(key_rule, count, ids, U):
                     "k2, then k1 again", _rules(count, key_rule),
                     [Step(prompt, extra_key="k1"), Step(prompt, extra_key="k2"),
                      Step(prompt, extra_key="k1", reuse=True)])
+
+
+# --- images: the same image, another image, another position, across a block boundary -------------
+
+IMAGE_CASES = ("images/same-image", "images/another-image", "images/another-position", "images/across-boundary")
+
+
+def image_chat(m: int, image: str, lead: str = "Look at this picture:", tail: int = 0) -> list:
+    """A system prompt of `m` filler words, then a user message: `lead`, the image, a question
+    and `tail` filler words."""
+    return [{"role": "system", "content": SYSTEM + " " + filler(m, 47)},
+            {"role": "user", "content": [{"type": "text", "text": lead + " "}, image_part(image),
+                                         {"type": "text", "text": " " + QUESTIONS[2] + " " + filler(tail, 53)}]}]
+
+
+def image_cases(key_rule, count, ids, U, images) -> list:
+    """The image cases, laid out with `images` (an images.ImagePlan: the image token, or why
+    image prompts cannot run, each case then NOT_SUPPORTED with it)."""
+    rules = _rules(count, key_rule)
+    if images is None or images.problem is not None:
+        why = images.problem if images is not None else "the run cannot lay image prompts out"
+        return [Unsupported(case_id, "images", list(rules), why) for case_id in IMAGE_CASES]
+    token = images.token
+    return [_same_image(rules, ids, U, token), _another_image(rules, ids, U, token),
+            _another_position(rules, ids, U, token), _across_boundary(rules, ids, U, token)]
+
+
+def image_start(ids, messages, token: int) -> int:
+    """Where the (first) image's tokens start in the prompt."""
+    return ids(messages).index(token)
+
+
+def _image_layout(ids, U: int, start: int, token: int) -> tuple:
+    """(m, tail): filler counts that put the image's first token at `start` (or as near above as
+    the tokenizer allows) and make the prompt at least two units longer than the image's end."""
+    def at(m):
+        return image_start(ids, image_chat(m, "a"), token)
+    base = at(0)
+    m = fit(at, start, max(0, start - base), 3 * U)
+    if m is None:
+        m = at_least(lambda k: [0] * at(k), lambda x: x, start)
+    end = at(m) + U
+
+    def make(t):
+        return image_chat(m, "a", tail=t)
+    tail = at_least(make, ids, end + 2 * U + 1)
+    return m, tail
+
+
+def _same_image(rules, ids, U, token):
+    m, tail = _image_layout(ids, U, U + U // 2, token)
+    a = image_chat(m, "a", tail=tail)
+    return PeerCase("images/same-image", "images", "a prompt with an image (at least 2B + 1 tokens) sent twice: the "
+                    "image's blocks are reused like any other", list(rules), [Step(a), Step(a, reuse=True)],
+                    {"unit": U, "image_start": image_start(ids, a, token), "prompt_tokens": len(ids(a))})
+
+
+def _another_image(rules, ids, U, token):
+    """Image A in the middle of block 1 (or later), then image B of the same size there (the same
+    token ids), then A again: B shares only the blocks before the image."""
+    m, tail = _image_layout(ids, U, U + U // 2, token)
+    a, b = image_chat(m, "a", tail=tail), image_chat(m, "b", tail=tail)
+    return PeerCase("images/another-image", "images", "image A, then another image B of the same size at the same "
+                    "place (the same token ids), then A again: B may reuse only the blocks before the image",
+                    list(rules), [Step(a), Step(b, reuse=True), Step(a, reuse=True)],
+                    {"unit": U, "image_start": image_start(ids, a, token), "prompt_tokens": len(ids(a))})
+
+
+def _another_position(rules, ids, U, token):
+    """The same image one or more tokens later (a longer lead before it): reuse stops where the
+    prompts part, before the image."""
+    m, tail = _image_layout(ids, U, 2 * U + U // 2, token)
+    a = image_chat(m, "a", tail=tail)
+    b = image_chat(m, "a", "Look closely at this picture:", tail=tail)
+    return PeerCase("images/another-position", "images", "an image, then the same image later in an otherwise equal "
+                    "prompt, sent twice, then the first again", list(rules),
+                    [Step(a), Step(b, reuse=True), Step(b, reuse=True), Step(a, reuse=True)],
+                    {"unit": U, "image_starts": [image_start(ids, a, token), image_start(ids, b, token)],
+                     "prompt_tokens": [len(ids(a)), len(ids(b))]})
+
+
+def _across_boundary(rules, ids, U, token):
+    """Image A straddling the boundary k*U (k >= 2), then image B there, then A: B reuses the
+    blocks before the one the image starts in, not that one."""
+    a0 = image_chat(0, "a")
+    length = ids(a0).count(token)
+    target = _boundary_at_least(image_start(ids, a0, token), U, -max(1, length // 2))
+    m, tail = _image_layout(ids, U, target, token)
+    a, b = image_chat(m, "a", tail=tail), image_chat(m, "b", tail=tail)
+    start = image_start(ids, a, token)
+    return PeerCase("images/across-boundary", "images", f"image A across a block boundary (B = {U}), then image B "
+                    "there, then A again: B may reuse only the blocks before the one the image starts in",
+                    list(rules), [Step(a), Step(b, reuse=True), Step(a, reuse=True)],
+                    {"unit": U, "image_start_intended": target, "image_start": start, "image_tokens": length,
+                     "prompt_tokens": len(ids(a))})
 
 
 def _slots(count, ids, settings, U):

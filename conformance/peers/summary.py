@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from ..report.document import Report
 from ..report.tables import problems_table, verdict_table
-from ..judge.verdicts import Verdict
+from ..judge.peer_oracle import PEER_PROFILES
+from ..judge.verdicts import JUDGED, Verdict
+from .judge import USAGE
 
 NOT_FOR_PEERS = ("outputs_judged_against", "reference_checked")
 
@@ -29,6 +31,22 @@ class PeerReport(Report):
         if summary["headline"] == "CONFORMANT" and summary["counts_above_zero"] == 0:
             # a server that reports 0 for every request would have passed: no evidence of reuse
             summary["headline"], summary["conformant"] = "NOTHING JUDGED", False
+        rows = [row for r in self.results for row in (r.details or {}).get("steps", [])]
+        if rows and all(row.get("count_missing") for row in rows):
+            # not one answer carried a count: the deployment, not its cache, is what failed
+            profile = PEER_PROFILES.get((doc.get("peer") or {}).get("profile"))
+            summary["no_count_reported"] = {"responses": len(rows),
+                                            "hint": profile.report_hint if profile is not None else ""}
+            if summary["headline"] == "NOT CONFORMANT" and all(
+                    r.verdict in (Verdict.ERROR, Verdict.NOT_SUPPORTED) for r in self.results):
+                summary["headline"], summary["conformant"] = "NOTHING JUDGED", False
+        vision = (doc.get("peer") or {}).get("vision")
+        if vision:
+            images = [r for r in self.results if r.id.startswith("images/")]
+            if not any(r.verdict in JUDGED for r in images):
+                why = vision.get("images_not_judged") or next(
+                    (r.reason for r in images if r.reason), "no image case ran (a selection without them)")
+                summary["vision_text_only"] = {"processor": vision.get("processor"), "why": why}
         token = (doc.get("peer") or {}).get("token_source") or {}
         summary["prompt_ids_from"] = "kit tokenizer" if token.get("kit_tokenizer") else "server tokenization"
         return doc
@@ -41,10 +59,18 @@ class PeerReport(Report):
 def peer_clauses(summary: dict) -> list:
     """What a peer run's headline does not say by itself."""
     out = []
-    if summary.get("headline") == "NOTHING JUDGED":
+    missing = summary.get("no_count_reported")
+    if missing:
+        hint = f": {missing['hint']}" if missing.get("hint") else ""
+        out.append(f"the server reported no cached-token count ({USAGE}) in any of its {missing['responses']} "
+                   f"answers{hint}")
+    elif summary.get("headline") == "NOTHING JUDGED":
         out.append("every case NOT_SUPPORTED or no judged count predicted above 0: a server that caches "
                    "nothing would have passed" if summary.get("judged") else "every case NOT_SUPPORTED: "
                    "nothing was judged")
+    text_only = summary.get("vision_text_only")
+    if text_only:
+        out.append(f"a vision model ({text_only['processor']}) judged on text only: {text_only['why']}")
     if summary.get("prompt_ids_from") == "server tokenization" and summary.get("judged"):
         out.append("prompt ids from the server's own tokenization: PEER-TOK-1 checked nothing (pass --tokenizer)")
     return out
@@ -59,14 +85,12 @@ def peer_summary_markdown(doc: dict, results: list) -> str:
     s, peer, backend = doc["summary"], doc.get("peer") or {}, doc["backend"].get("settings") or {}
     token = peer.get("token_source") or {}
     kit_tok = token.get("kit_tokenizer")
-    origin = peer.get("settings_origin") or {}
-    read = {k: v for k, v in origin.items() if v not in ("given", "default")}
+    said = peer.get("settings_said") or []
     lines = [f"# kvconform report: {s['headline']} (peer profile {peer.get('profile')}){peer_note(s)}", "",
              f"- {s['judged']} of {len(results)} case(s) judged (the rest NOT_SUPPORTED)",
              f"- server: `{backend.get('base_url')}`" + (f", model `{backend['model']}`" if backend.get("model") else ""),
              f"- peer profile `{peer.get('profile')}` {peer.get('version')} ({peer.get('spec')}), settings "
-             f"`{peer.get('settings')}`" + (f"; read from the server: {', '.join(f'{k} ({v})' for k, v in read.items())}"
-                                           if read else ""),
+             f"`{peer.get('settings')}`:", *[f"  - {line}" for line in said],
              f"- {s.get('counts_above_zero', 0)} judged count(s) predicted above 0",
              "- prompt ids: " + (f"the kit's tokenizer `{kit_tok}` ({token.get('loader')})" if kit_tok
                                  else "the server's own tokenization (no kit tokenizer given)")

@@ -7,6 +7,10 @@ tokenizer file as written (`tokenizers-raw`), vLLM and SGLang through transforme
 and tokenization (llama.cpp `/apply-template` + `/tokenize`, vLLM `/tokenize` with messages),
 every prompt is compared with it id for id before any count is judged. Without `--tokenizer`
 the server's own ids are used, and the report says that nothing cross-checked them.
+
+A prompt with images (images.py) is tokenized by the kit only: each image's token repeated as
+many times as the model's image processor gives it (`preprocessor_config.json` of the
+`--tokenizer` folder), and `images_of` says where each image lies and what it is, for the oracle.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import json
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
 from .. import KvconformError
 from . import PEER_PROFILES
+from .images import ImagePlan, Vision, image_urls, kit_messages, read_vision
 
 
 class TokenMismatch(Exception):
@@ -36,6 +41,8 @@ class TokenSource:
             if self.kit.chat_template is None:
                 raise KvconformError("--tokenizer: the folder has no chat template", tokenizer)
             _preflight(self.kit, tokenizer)
+        self.vision: Vision | None = read_vision(tokenizer)
+        """What the model folder says about images (None: a text model, or no folder given)."""
         self.offered = self.crosscheck is not None
         self._server: dict = {}
         self._kit: dict = {}
@@ -52,14 +59,52 @@ class TokenSource:
                     "model's tokenizer: pass --tokenizer DIR (tokenizer.json + tokenizer_config.json)")
         return None
 
+    def image_problem(self) -> str | None:
+        """Why image prompts cannot be laid out and judged here, or None when they can."""
+        if self.kit is None:
+            return ("image cases need the model's folder as --tokenizer (its tokenizer and its image processor, "
+                    "preprocessor_config.json): the kit lays every image out itself")
+        if self.vision is None:
+            return "the --tokenizer folder has no preprocessor_config.json: the model takes no images"
+        if self.vision.problem is not None:
+            return self.vision.problem
+        if self.kit.image_token_id is None:
+            return "the tokenizer has no single image token (<|image_pad|> or <|image|>) to lay images out with"
+        return None
+
+    def image_plan(self) -> ImagePlan:
+        problem = self.image_problem()
+        return ImagePlan(None if problem is not None else self.kit.image_token_id, problem)
+
     def kit_ids(self, messages: list) -> list:
         key = json.dumps(messages, sort_keys=True)
         if key not in self._kit:
+            urls = image_urls(messages)
             try:
-                self._kit[key] = list(self.kit.chat_ids(messages, add_generation_prompt=True))
+                if urls:
+                    problem = self.image_problem()
+                    if problem is not None:
+                        raise ValueError(problem)
+                    ids = self.kit.chat_ids(kit_messages(messages), add_generation_prompt=True)
+                    ids = self.kit.expand_images(ids, [self.vision.count(u) for u in urls])
+                else:
+                    ids = self.kit.chat_ids(messages, add_generation_prompt=True)
+                self._kit[key] = list(ids)
             except ValueError as e:          # the template refuses this conversation, or exceeds a bound
                 raise KvconformError(f"--tokenizer: {e}", self.kit.folder) from None
         return self._kit[key]
+
+    def images_of(self, messages: list, ids: list) -> list:
+        """(digest, start, length) of each image of the prompt: the k-th run of the image token
+        is the k-th image (TOK-HF-7)."""
+        urls = image_urls(messages)
+        out, at = [], 0
+        for url in urls:
+            length = self.vision.count(url)
+            at = ids.index(self.kit.image_token_id, at)
+            out.append((self.vision.digest(url), at, length))
+            at += length
+        return out
 
     def server_ids(self, messages: list) -> list | None:
         """The server's ids of the prompt; None when it does not offer them (remembered)."""

@@ -26,13 +26,13 @@ seams the kit's faulty server variants use.
 """
 from dataclasses import dataclass
 
-from .common import ChatRequest, walk
+from .common import ChatRequest, ImageSpan, walk
 from .llama import SlotCache
 from .sglang import RadixCache
 from .trtllm import TrtBlockTree
 from .vllm import BlockCache
 
-__all__ = ["SERVED", "Served", "ChatRequest", "walk", "SlotCache", "BlockCache", "RadixCache", "TrtBlockTree"]
+__all__ = ["SERVED", "Served", "ChatRequest", "ImageSpan", "walk", "SlotCache", "BlockCache", "RadixCache", "TrtBlockTree"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,10 @@ class Served:
     """prompt_logprobs or skip_reading_prefix_cache skips the cache read (vLLM, PEER-VLLM-7)."""
     timings: bool = False
     """Every completion carries the native `timings` (llama.cpp, PEER-LCPP-3)."""
+    images: bool = False
+    """Chat messages may carry images (`image_url` parts with data: URLs), and the cache keys each
+    block by the images it overlaps (vLLM, PEER-VLLM-2); elsewhere an image is refused (HTTP 400),
+    never cached as if it were text."""
 
     @property
     def settings(self) -> dict:
@@ -67,7 +71,7 @@ class Served:
 SERVED = {s.name: s for s in (
     Served("llama.cpp-server", SlotCache, "tokenizers-raw", erases_slots=True, tokenize="content", timings=True),
     Served("vllm-apc", BlockCache, "transformers-auto", "model", (("POST", "/reset_prefix_cache", {"success": True}),),
-           tokenize="messages", lists_adapters=True, read_bypass=True),
+           tokenize="messages", lists_adapters=True, read_bypass=True, images=True),
     Served("sglang-radix", RadixCache, "transformers-auto", "lora_path",
            (("POST", "/flush_cache", {"message": "Cache flushed."}), ("GET", "/flush_cache", {"message": "Cache flushed."}))),
     Served("trtllm-kv-reuse", TrtBlockTree, "transformers-auto", "lora_request"),

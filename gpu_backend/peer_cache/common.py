@@ -20,6 +20,15 @@ def walk(root):
         stack.extend(node.children.values())
 
 
+@dataclass(frozen=True)
+class ImageSpan:
+    """An image in a prompt as a cache keys it: the hex digest of its decoded pixels (with its
+    geometry) and the positions [start, start + length) its tokens take."""
+    digest: str
+    start: int
+    length: int
+
+
 @dataclass
 class ChatRequest:
     ids: list
@@ -27,6 +36,8 @@ class ChatRequest:
     salt: str | None = None
     extra_key: str | None = None
     extras: dict = field(default_factory=dict)
+    images: tuple = ()
+    """ImageSpan of each image of the prompt, in order (served only where the profile keys images)."""
     lora_path: str | None = None
     skip_prefix_cache: bool = False
 

@@ -41,8 +41,12 @@ class BlockCache:
         return [(i * self.B, (i + 1) * self.B) for i in range(n // self.B)]
 
     def extras(self, req, index: int) -> tuple:
-        """PEER-VLLM-2: the adapter's name and path key every block, cache_salt block 0."""
-        out = () if req.lora is None else (("lora", req.lora, req.lora_path),)
+        """PEER-VLLM-2: the adapter's name and path key every block, cache_salt block 0, and each
+        image a block overlaps its digest and where it starts relative to the block
+        (vllm/v1/core/kv_cache_utils.py `_gen_mm_extra_hash_keys`: offset - start_token_idx)."""
+        a, b = index * self.B, (index + 1) * self.B
+        out = tuple(("mm", img.digest, img.start - a) for img in req.images if img.start < b and img.start + img.length > a)
+        out += () if req.lora is None else (("lora", req.lora, req.lora_path),)
         if index == 0 and req.salt is not None:
             out += (("cache_salt", req.salt),)
         return out

@@ -15,22 +15,26 @@ from conformance.judge.verdicts import Failure
 from faulty_backends.servers import SERVER_VARIANTS
 from reference.peers import PEER_PROFILES
 
-from tests.helpers.peer_servers import build_engine, run_peers, serving
+from tests.helpers.peer_servers import PHI3, build_engine, build_vision_engine, run_peers, serving
 
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
     folder = tmp_path_factory.mktemp("peer-variant-engines")
-    return {loader: build_engine(folder, loader) for loader in {p.tokenizer_loader for p in PEER_PROFILES.values()}}
+    out = {loader: build_engine(folder, loader) for loader in {p.tokenizer_loader for p in PEER_PROFILES.values()}}
+    out["vision"] = build_vision_engine(folder, "transformers-auto")
+    return out
 
 
 @pytest.mark.parametrize("name", sorted(SERVER_VARIANTS))
 def test_each_faulty_server_variant_fails_and_the_oracle_says_which_rule(name, engines, tmp_path, capsys):
     variant = SERVER_VARIANTS[name]
-    peer = variant.peer(engines[PEER_PROFILES[variant.profile].tokenizer_loader])
+    engine, tokenizer = (engines["vision"] if variant.vision
+                         else (engines[PEER_PROFILES[variant.profile].tokenizer_loader], PHI3))
+    peer = variant.peer(engine)
     settings = [a for k, v in variant.settings for a in ("--peer-setting", f"{k}={v}")]
     with serving(peer) as url:
-        rc, report = run_peers(url, variant.profile, tmp_path, *settings)
+        rc, report = run_peers(url, variant.profile, tmp_path, *settings, tokenizer=tokenizer)
     printed = capsys.readouterr().out
     assert rc == 1 and report["summary"]["headline"] == "NOT CONFORMANT"
     failing = [c for c in report["cases"] if c["verdict"] == "FAIL"]

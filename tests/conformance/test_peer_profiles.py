@@ -11,7 +11,7 @@ import pytest
 from gpu_backend.serve import make_peer
 from reference.peers import PEER_PROFILES, SETTINGS
 
-from tests.helpers.peer_servers import build_engine, run_peers, serving
+from tests.helpers.peer_servers import PHI3, build_engine, build_vision_engine, run_peers, serving
 
 LOADER = {name: p.tokenizer_loader for name, p in PEER_PROFILES.items()}
 
@@ -19,7 +19,9 @@ LOADER = {name: p.tokenizer_loader for name, p in PEER_PROFILES.items()}
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
     folder = tmp_path_factory.mktemp("peer-engines")
-    return {loader: build_engine(folder, loader) for loader in set(LOADER.values())}
+    out = {loader: build_engine(folder, loader) for loader in set(LOADER.values())}
+    out["vision"] = build_vision_engine(folder, "transformers-auto")
+    return out
 
 
 def settings_args(settings: dict) -> list:
@@ -37,9 +39,12 @@ def settings_args(settings: dict) -> list:
     ("trtllm-kv-reuse", {"tokens_per_block": 16}),
 ])
 def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines, tmp_path):
-    peer = make_peer(profile, engines[LOADER[profile]], settings=settings)
+    # a profile that keys images is served by a vision engine, so that its image cases run too
+    images = "images" in PEER_PROFILES[profile].features
+    engine, tokenizer = engines["vision"] if images else (engines[LOADER[profile]], PHI3)
+    peer = make_peer(profile, engine, settings=settings)
     with serving(peer) as url:
-        rc, report = run_peers(url, profile, tmp_path, *settings_args(settings))
+        rc, report = run_peers(url, profile, tmp_path, *settings_args(settings), tokenizer=tokenizer)
     verdicts = {c["id"]: c["verdict"] for c in report["cases"]}
     assert rc == 0 and report["summary"]["headline"] == "CONFORMANT", verdicts
     # every case PASS but the one the profile's server cannot be judged on (no cache reset)
@@ -60,6 +65,7 @@ def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines
                  "eviction/lru-blocks"}, "sglang-radix": {"isolation/cache-salt", "isolation/extra-key",
                                                                    "isolation/salt-and-lora", "eviction/radix-lru"},
                  "trtllm-kv-reuse": {"isolation/cache-salt", "isolation/lora"}}[profile]
+    expected |= {"images/another-image", "images/across-boundary"} if images else set()
     assert expected <= set(verdicts)
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert f"CONFORMANT (peer profile {profile})" in summary and "| predicted | reported |" in summary

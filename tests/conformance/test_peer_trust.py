@@ -20,7 +20,7 @@ from conformance.judge.verdicts import CaseResult, Verdict
 from gpu_backend.serve import make_peer
 from reference.peers import PEER_PROFILES, check_settings
 
-from tests.helpers.peer_servers import PHI3, build_engine, run_peers, serving
+from tests.helpers.peer_servers import PHI3, build_engine, build_vision_engine, run_peers, serving
 
 LOADER = {name: p.tokenizer_loader for name, p in PEER_PROFILES.items()}
 SIZE = {"vllm-apc": "block_size", "sglang-radix": "page_size", "trtllm-kv-reuse": "tokens_per_block"}
@@ -196,8 +196,10 @@ def test_every_faulty_server_is_caught_at_every_block_size(name, size, engines, 
     if "pool_tokens" in dict(variant.settings):
         settings["pool_tokens"] = max(dict(variant.settings)["pool_tokens"], 16 * size)   # room for the layout
     given = ["--peer-setting", f"{SIZE[variant.profile]}={size}"] if variant.profile == "trtllm-kv-reuse" else []
-    with serving(variant.peer(engines[LOADER[variant.profile]], settings=settings)) as url:
-        rc, report = run_peers(url, variant.profile, tmp_path, *given)
+    engine, tokenizer = (build_vision_engine(tmp_path, LOADER[variant.profile]) if variant.vision
+                         else (engines[LOADER[variant.profile]], PHI3))
+    with serving(variant.peer(engine, settings=settings)) as url:
+        rc, report = run_peers(url, variant.profile, tmp_path, *given, tokenizer=tokenizer)
     assert rc == 1 and report["summary"]["headline"] == "NOT CONFORMANT", (name, size)
     assert any(c["verdict"] == "FAIL" for c in report["cases"])
 
