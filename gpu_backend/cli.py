@@ -251,7 +251,7 @@ def _infer(a) -> int:
     check_warmup(a.warmup)                  # flag bounds first: they cost nothing to check
     _check_outputs(a, [a.inputFile])
     doc = read_json_file(a.inputFile, "a JSON file", missing_flag="--inputFile")
-    base_dir = os.path.dirname(os.path.abspath(a.inputFile))
+    base_dir = os.path.dirname(os.path.realpath(a.inputFile))
     _check_outputs(a, [a.inputFile] + _engine_files(a.engineDir) + _referenced_files(doc, base_dir))
     rt = Runtime(a.engineDir, enable_context_reuse=a.enableContextReuse, max_records=a.contextCacheMaxRecords,
                  recurrent_snapshot_bytes=a.contextCacheRecurrentSnapshotPoolBytes,

@@ -49,7 +49,11 @@ def describe(a: dict, fail) -> dict:
         fail("tokenizer", f"{folder} is not a folder")
     for name in FILES:
         if not os.path.isfile(os.path.join(folder, name)):
-            fail("tokenizer", f"{folder} has no {name} (TOK-HF-1)")
+            fetch = (": the repository's spec/tokenizers/qwen2.5 and qwen3 come without it; "
+                     "`.venv/bin/python tools/fetch_qwen_tokenizer.py` fetches it and prints the folders to use"
+                     if name == "tokenizer.json" and os.path.basename(os.path.realpath(folder)) in ("qwen2.5", "qwen3")
+                     else "")
+            fail("tokenizer", f"{folder} has no {name} (TOK-HF-1){fetch}")
     kwargs = a["chatTemplateKwargs"] or {}
     bad = next((k for k in kwargs if k in RESERVED_KWARGS), None)
     if bad is not None:

@@ -308,7 +308,7 @@ def load_engine(path: str) -> EngineConfig:
             config = json.loads(f.read(MAX_DESCRIPTION_BYTES).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise InputError("$", f"cannot read engine description {file}: {e}") from None
-    engine = engine_from_config(resolve_paths(config, os.path.dirname(os.path.abspath(file))))
+    engine = engine_from_config(resolve_paths(config, os.path.dirname(os.path.realpath(file))))
     check_token_ids(engine)
     return engine
 
@@ -318,7 +318,7 @@ def resolve_paths(config: dict, folder: str) -> dict:
     folder beside the description (an engine folder carries its tokenizer, TOK-HF-1)."""
     tok = config.get("tokenizer") if isinstance(config, dict) else None
     if isinstance(tok, dict) and isinstance(tok.get("files"), str) and not os.path.isabs(tok["files"]):
-        config = dict(config, tokenizer=dict(tok, files=os.path.normpath(os.path.join(folder, tok["files"]))))
+        config = dict(config, tokenizer=dict(tok, files=os.path.realpath(os.path.join(folder, tok["files"]))))
     return config
 
 

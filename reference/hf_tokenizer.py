@@ -260,12 +260,12 @@ def describe_build(args: dict, where: str) -> dict:
     if not isinstance(folder, str) or not all(os.path.isfile(os.path.join(folder, f))
                                               for f in ("tokenizer.json", "tokenizer_config.json")):
         raise InputError(f"{where}.tokenizer", f"{folder!r} is not a folder with tokenizer.json and "
-                                               "tokenizer_config.json (TOK-HF-1)")
+                                               f"tokenizer_config.json (TOK-HF-1){fetch_hint(folder)}")
     if args["audio"]:
         raise InputError(f"{where}.audio", "audio input is defined for the bytes-v1 tokenizer only")
     tok = load_hf_tokenizer(folder, loader)
     kwargs = args["chatTemplateKwargs"] or {}
-    out = {"tokenizer": {"profile": "hf", "files": os.path.abspath(folder), "loader": loader,
+    out = {"tokenizer": {"profile": "hf", "files": os.path.realpath(folder), "loader": loader,
                          "chat_template_kwargs": dict(kwargs)},
            "vocab_size": tok.vocab_size, "eos_token_id": tok.eos_token_id, "image_token_id": None,
            "audio_token_id": None, "vision": None, "audio": None}
@@ -281,6 +281,18 @@ def describe_build(args: dict, where: str) -> dict:
     return out
 
 
+FETCHED = ("qwen2.5", "qwen3")
+"""spec/tokenizers/ folders committed without their 11 MB tokenizer.json (spec/tokenizers/SOURCES.md)."""
+
+
+def fetch_hint(folder: str) -> str:
+    """Where a committed folder's missing tokenizer.json comes from, or ''."""
+    if os.path.basename(os.path.realpath(folder)) in FETCHED and not os.path.isfile(os.path.join(folder, "tokenizer.json")):
+        return ("; spec/tokenizers/qwen2.5 and qwen3 are committed without their 11 MB tokenizer.json: "
+                "`.venv/bin/python tools/fetch_qwen_tokenizer.py` fetches it and prints the folders to use")
+    return ""
+
+
 def load_hf_tokenizer(folder: str, loader: str = "transformers-auto") -> HFTokenizer:
     """Load tokenizer.json and tokenizer_config.json of `folder` under `loader` (one of LOADERS).
 
@@ -289,7 +301,9 @@ def load_hf_tokenizer(folder: str, loader: str = "transformers-auto") -> HFToken
     """
     if loader not in LOADERS:
         raise ValueError(f"unknown tokenizer loader {loader!r}; expected one of {LOADERS}")
-    folder = os.path.abspath(folder)
+    folder = os.path.realpath(folder)  # as the OS opens it: `..` after a symlink leaves the link's target
+    if fetch_hint(folder):
+        raise ValueError(f"{folder} has no tokenizer.json (TOK-HF-1){fetch_hint(folder)}")
     files = [os.path.join(folder, name) for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")]
     stamp = tuple(os.stat(f).st_mtime_ns if os.path.exists(f) else None for f in files)
     key = (folder, loader, stamp)

@@ -293,6 +293,22 @@ def media_cases() -> list[dict]:
              ["CR-MEDIA-4", "CR-PLAN-2"], [user("abc", image("img_a_16x16.png")),
                                            user("abc", image("img_a_16x16.png"))], engine=VISION4,
              expect={"requests": [MISS, fact("full_input_rewind", 4, 0)]}),
+        case("sections/media/jpeg-exif-orientation", "ab + JPEG A (32x48: 6 placeholders at 2-7) + cd, then the "
+             "same JPEG with an EXIF orientation of 6 (rotate 90 degrees) added: orientation is not applied "
+             "(spec/tokenizer.md section 3, as stb_image), so the second image has A's pixels and geometry and is "
+             "the same item; n = 2 + 6 + 2 = 10 each, and the replay reuses the two full pages 0-7 (the image "
+             "whole; page 2 holds the first request's generated tokens): standard, matched 8. A loader that "
+             "applies the orientation decodes a 48x32 picture, another item, and reuses only page 0 less the "
+             "image (nothing).", ["CR-ID-4", "CR-MEDIA-3"],
+             [user("ab", image("img_j_a_32x48.jpg"), "cd"), user("ab", image("img_j_a_32x48_exif6.jpg"), "cd")],
+             engine=VISION4, expect={"requests": [MISS, fact("standard", 8)]}),
+        case("sections/media/jpeg-fill-bytes", "JPEG A, then the same JPEG with three 0xFF fill bytes before each "
+             "marker (ITU T.81 B.1.1.2: any number may precede a marker, and decoders skip them): accepted, the "
+             "same pixels, the same item; the replay reuses pages 0-7 as in jpeg-exif-orientation (standard, "
+             "matched 8). A parser that does not skip fill bytes refuses the file or misreads its frame header.",
+             ["CR-ID-4", "CR-MEDIA-3"],
+             [user("ab", image("img_j_a_32x48.jpg"), "cd"), user("ab", image("img_j_a_32x48_fill.jpg"), "cd")],
+             engine=VISION4, expect={"requests": [MISS, fact("standard", 8)]}),
         case("sections/media/aware-under-bypass", "Media-aware sequences count under bypass as well.",
              ["CR-MEDIA-2", "CR-MET-3", "CR-POL-2"],
              [user("ab", image("img_a_16x16.png"), "cdefgh"), user("ab", image("img_a_16x16.png"), "cdefgh")],
@@ -740,6 +756,35 @@ def template_and_emission_cases() -> list[dict]:
              [hello, turns(("user", "Hello"), ("assistant", "Hi there"), ("user", "More"))], engine=engine,
              settings=dict(chat, add_generation_prompt=False),
              expect={"requests": [{"input_tokens": 13}, {"input_tokens": 46}]}),
+        case("sections/tok/template-final-assistant", "A conversation that ends with an assistant message, with "
+             "the generation prompt on (the default): transformers renders the generation prompt after any last "
+             "message, so it is still appended (TOK-HF-4). <|im_start|>user\\nHello<|im_end|>\\n is 13 ids; Qwen3's "
+             "template gives the final assistant turn (after the last user query) an empty think block: "
+             "<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\nHi there<|im_end|>\\n is 1 + 10 + 1 + 2 + 1 + 2 + 8 + 1 "
+             "+ 1 = 27; the generation prompt <|im_start|>assistant\\n adds 11: n = 13 + 27 + 11 = 51 (40 for a "
+             "runtime that drops the generation prompt after an assistant message). The replay reuses the three "
+             "full pages (48 ids).", ["TOK-HF-4", "TOK-HF-9", "CR-PLAN-1"],
+             [turns(("user", "Hello"), ("assistant", "Hi there")), turns(("user", "Hello"), ("assistant", "Hi there"))],
+             engine=engine, settings=chat,
+             expect={"requests": [{"input_tokens": 51}, {"input_tokens": 51, "reused_tokens": 48}]}),
+        case("sections/tok/template-indented-blocks", "The qwen3-bytes tokenizer with a ChatML template whose block "
+             "tags are indented four spaces (cases/media/qwen3-bytes-indented/chat_template.jinja): transformers "
+             "renders with trim_blocks and lstrip_blocks, so each tag line vanishes whole (TOK-HF-4). "
+             "<|im_start|>user\\nHello<|im_end|>\\n (13) + the generation prompt (11) is 24; the second "
+             "conversation adds <|im_start|>assistant\\nHi there<|im_end|>\\n (21) and <|im_start|>user\\nMore"
+             "<|im_end|>\\n (12): 13 + 21 + 12 + 11 = 57. Without lstrip_blocks the four spaces before the if and "
+             "endif tags stay, 8 more ids per message: 32 and 81.", ["TOK-HF-4", "TOK-HF-9"],
+             [hello, turns(("user", "Hello"), ("assistant", "Hi there"), ("user", "More"))],
+             engine=dict(engine, tokenizer="../../media/qwen3-bytes-indented"), settings=chat,
+             expect={"requests": [{"input_tokens": 24}, {"input_tokens": 57}]}),
+        case("sections/tok/template-two-keyword-sets", "One runtime instance renders the same conversation under "
+             "two keyword sets: request file 0 with the engine's enable_thinking (true), request file 1 with the "
+             "file's enable_thinking false (_policy_switch names the settings batch 1 runs under). "
+             f"{rendered}: n = 24, then 24 + 6 = 30 (<think>\\n\\n</think>\\n\\n after the generation prompt); a "
+             "runtime whose rendering memo ignores the keywords answers the second from the first: 24. The second "
+             "reuses the first page (16 ids).", ["TOK-HF-4", "TOK-HF-9", "CR-BATCH-3"], [hello, hello],
+             engine=dict(engine, chatTemplateKwargs={"enable_thinking": True}),
+             settings=dict(chat, _policy_switch={"batch": 1, "enable_thinking": False})),
         case("sections/tok/special-token-bias", "A logit bias of +100 on <think> (259, the file's) and on "
              "<|im_start|> (257, request 1's own) leaves both unemitted: the engine emits only its normal tokens "
              "and the EOS (spec/engine.md section 5, Emission), and the bias is added before that mask, so the "

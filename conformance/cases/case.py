@@ -131,7 +131,7 @@ def load_case(path: str | Path) -> Case:
     if isinstance(engine, dict) and isinstance(engine.get("tokenizer"), str) and not os.path.isabs(engine["tokenizer"]):
         # a tokenizer folder is named relative to the case file, like media; resolved once, so
         # that a reproducer written elsewhere still names it
-        engine["tokenizer"] = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), engine["tokenizer"]))
+        engine["tokenizer"] = os.path.realpath(os.path.join(os.path.dirname(os.path.realpath(path)), engine["tokenizer"]))
     case = Case(Path(path), doc)
     check_templates(case)
     return case

@@ -44,7 +44,7 @@ def check_file(file: str, kind: str | None = None, engine=None) -> tuple[list[tu
     if kind is None:
         return [("$", "cannot tell what kind of file this is (request, case, engine, output, "
                       "profile, predictions, report, capabilities); pass --kind")], None
-    base_dir = os.path.dirname(os.path.abspath(file))
+    base_dir = os.path.dirname(os.path.realpath(file))
     try:
         if kind == "case":
             return check_case(doc, base_dir, file), kind
@@ -187,7 +187,7 @@ def load_engine(path: str):
     if problems:
         raise KvconformError(problems[0][1], file, problems[0][0])
     try:
-        engine = oracle.engine_from_config(oracle.resolve_engine_paths(config, os.path.dirname(os.path.abspath(file))))
+        engine = oracle.engine_from_config(oracle.resolve_engine_paths(config, os.path.dirname(os.path.realpath(file))))
         oracle.check_token_ids(engine)
         return engine
     except oracle.InputError as e:

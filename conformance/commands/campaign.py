@@ -193,11 +193,15 @@ def _campaign(args, backend: str, spec: AdapterSpec, pool, families: list[str], 
         return 128 + signum
     refresh()
     doc = report.finish()
-    _append_summary(report.folder / "summary.md", state)
+    unfinished = _unfinished_families(report.results, state)
+    _append_summary(report.folder / "summary.md", state, unfinished)
     print()
     print("\n\n".join(_tables(state)))
     distinct = len(state["distinct_failures"])
-    print(f"\n{doc['summary']['headline']}: {distinct} distinct failure(s) in {state['scenarios']} scenarios "
+    for line in unfinished:
+        print(f"\n{line}")
+    also = f" and {len(unfinished)} family verdict(s) above" if unfinished else ""
+    print(f"\n{doc['summary']['headline']}: {distinct} distinct failure(s){also} in {state['scenarios']} scenarios "
           f"({state['scenarios_per_minute']:g}/min, {state['scenarios_per_minute_per_worker']:g}/min per worker, "
           f"{pool.slots} worker(s), {state['wall_s']:.0f} s); report in {report.folder}/")
     return exit_code(doc["summary"])
@@ -246,7 +250,15 @@ def _tables(state: dict) -> list[str]:
     return out
 
 
-def _append_summary(path: Path, state: dict) -> None:
+def _unfinished_families(results: list, state: dict) -> list[str]:
+    """A family that found no failure yet is no PASS (TIMEOUT: too few batches in the campaign's
+    time; ERROR): one line each with its reason, since no distinct failure names it."""
+    failures = {d["id"] for d in state["distinct_failures"]}
+    return [f"{r.id}: {r.verdict}: {r.reason}" for r in results
+            if r.id not in failures and r.verdict >= r.verdict.TIMEOUT]
+
+
+def _append_summary(path: Path, state: dict, unfinished: list[str]) -> None:
     """summary.md gets the campaign's throughput and its distinct failures after the verdicts."""
     lines = ["", "## Campaign", "",
              f"- {state['hours']:g} h asked, {state['wall_s']:.0f} s run, {state['units']} unit(s) (one family at one "
@@ -255,7 +267,8 @@ def _append_summary(path: Path, state: dict) -> None:
              f"- throughput: **{state['scenarios_per_minute']:g} scenarios per minute, "
              f"{state['scenarios_per_minute_per_worker']:g} per worker** ({state['scenarios']} scenarios; "
              f"{state['batches']} batches judged; {state['shrink_steps']} shrink steps not counted)",
-             f"- distinct failures: {len(state['distinct_failures'])}", ""]
+             f"- distinct failures: {len(state['distinct_failures'])}"]
+    lines += [f"- not a failure, yet no PASS: {line}" for line in unfinished] + [""]
     for table in _tables(state):
         lines += ["```", table, "```", ""]
     write_text_atomic(path, path.read_text().rstrip("\n") + "\n" + "\n".join(lines))

@@ -19,6 +19,7 @@ import tempfile
 
 from .. import KvconformError
 from ..adapters.edge_llm_folder import Findings, describe
+from ..report.folder import readable_by_umask
 from .options import deprecated_spelling
 
 
@@ -99,6 +100,7 @@ def _write_whole(path: str, text: str, replace: bool) -> None:
     (`replace`) or linked to it (exclusive: a file that appeared meanwhile stays): `path` is the
     whole description or nothing, also when the disk fills up half-way."""
     fd, tmp = tempfile.mkstemp(prefix=".kvconform-", suffix=".json", dir=os.path.dirname(os.path.abspath(path)))
+    readable_by_umask(fd)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

@@ -83,6 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "baselines must hold on each")
     parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
     parser.add_argument("--no-progress", action="store_true", help="no line per finished target")
+    from ..mutation.command import add_arguments as mutation_arguments
+    mutation_arguments(parser)
 
 
 # --- one target, in a worker process ---------------------------------------------------------------
@@ -332,6 +334,12 @@ def kill_markdown(doc: dict, catalogue) -> str:
 
 
 def main(args) -> int:
+    if args.mutate is not None:          # the mutation campaign (conformance/mutation/)
+        from ..mutation.command import main as mutation_main
+        return mutation_main(args)
+    for option in ("check", "rejudge", "table"):
+        if getattr(args, option):
+            raise KvconformError(f"--{option} applies to --mutate")
     catalogue = _catalogue()
     if args.list:
         for v in catalogue.values():

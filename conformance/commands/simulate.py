@@ -27,6 +27,7 @@ from ..cases import schemas
 from .. import KvconformError
 from ..judge import oracle
 from ..judge.oracle import MAX_WARMUP
+from ..report.folder import readable_by_umask
 from ..judge.oracle import resolve_engine_paths as resolve_paths
 from ..traffic import command as traffic
 
@@ -121,7 +122,7 @@ def _simulate(args) -> int:
         warmup=args.warmup, batch_size=args.batchSize, max_generate_length=args.maxGenerateLength,
         tp_size=args.tpSize, output_hidden_states=bool(args.outputHiddenStates),
         dump_profile=args.dumpProfile, semantics_profile=args.semanticsProfile)
-    base_dir = os.path.dirname(os.path.abspath(args.inputFile))
+    base_dir = os.path.dirname(os.path.realpath(args.inputFile))
     try:
         predictions, profile = oracle.simulate(engine, flags, doc, base_dir, generated, lora_files=True)
     except oracle.InputError as e:
@@ -178,7 +179,7 @@ def _engine(file: str):
     config = schemas.read_json(file)
     schemas.check(config, "engine", file)
     try:
-        engine = oracle.engine_from_config(resolve_paths(config, os.path.dirname(os.path.abspath(file))))
+        engine = oracle.engine_from_config(resolve_paths(config, os.path.dirname(os.path.realpath(file))))
         oracle.check_token_ids(engine)          # loads an hf tokenizer (spec/engine.md section 2)
         return engine
     except oracle.InputError as e:
@@ -230,6 +231,7 @@ def _write_json(path: str, data: dict) -> None:
     try:
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".kvconform-", suffix=".json", dir=folder)
+        readable_by_umask(fd)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(dumps(data))

@@ -67,6 +67,15 @@ class LocalPool:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
+    def stop(self) -> None:
+        """Stop the worker processes now, units in hand and all (SIGTERM: a unit that runs
+        processes of its own stops them on it); for a driver interrupted by its user."""
+        if self._pool is not None:
+            for process in list(getattr(self._pool, "_processes", {}).values()):
+                if process.is_alive():
+                    process.terminate()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
     def describe(self) -> dict:
         return {"name": "local", "workers": self.slots}
 

@@ -50,6 +50,10 @@ class Setup:
     """Policy switch: the request file of this step uses the other lookup policy (session adapters
     only: one runtime instance then sees use_cache and bypass files, CR-BATCH-3). Drawn after the
     steps (`policy_switch`), so the rest of an example is drawn as without it."""
+    switch_settings: dict = field(default_factory=dict)
+    """Settings the request file of step `switch_at` has instead of the example's (a case's
+    `_policy_switch` may name the template keywords, `enable_thinking`: one runtime instance then
+    renders prompts under two keyword sets); with them the lookup policy is not switched."""
 
 
 def draw_setup(data, family: str, manifest: dict, engine: dict | None = None) -> Setup:

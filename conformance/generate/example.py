@@ -90,8 +90,11 @@ class Example:
         for s in (self.sessions or ())[:2]:
             s.close()
 
-    def doc_for(self, requests: list[dict], policy: str | None = None) -> dict:
-        doc = dict(self.setup.settings, requests=[strip_private(r) for r in requests])
+    def doc_for(self, requests: list[dict], policy: str | None = None, index: int | None = None) -> dict:
+        settings = dict(self.setup.settings)
+        if index is not None and self.switched(index):
+            settings.update(self.setup.switch_settings)
+        doc = dict(settings, requests=[strip_private(r) for r in requests])
         if self.setup.hf_engine is not None:       # letters become one-token units of the engine's tokenizer
             for r in doc["requests"]:
                 write_units(r, self.setup.hf_engine, self.setup.settings.get("apply_chat_template", True))
@@ -106,14 +109,14 @@ class Example:
     def policy_for(self, index: int) -> str:
         """The lookup policy of step `index`: the drawn one, the other one at the switch."""
         policy = self.setup.settings.get("context_cache_lookup_policy", "use_cache")
-        if self.switched(index):
+        if self.switched(index) and not self.setup.switch_settings:
             policy = "bypass" if policy == "use_cache" else "use_cache"
         return policy
 
     def step(self, batch: list[dict]) -> None:
         """Run one batch on the backend, its replay and the oracle, and judge it."""
         offset, index = len(self.resolved), len(self.batches)
-        doc = resolve_outputs(self.doc_for(batch, self.policy_for(index)), self.texts)
+        doc = resolve_outputs(self.doc_for(batch, self.policy_for(index), index), self.texts)
         doc = materialize(doc, self.base_dir, self.handle.directory)   # LoRA paths name the engine's files
         main_s, replay_s, oracle_s = self.sessions
         main = self._usable(main_s.run(doc, self.base_dir), "run")
@@ -227,13 +230,16 @@ def run_whole(example: Example, run_case_doc) -> tuple[int, str]:
 
 def replay(doc: dict, family: str, adapter: Adapter, manifest: dict, base_dir: str, media_dir: Path) -> list[Failure]:
     """Re-run a written trace batch by batch, one request file per batch on one runtime instance,
-    honouring its `_policy_switch` (which one request file cannot express). Returns the
-    failures of the first batch that disagrees, [] when none does."""
+    honouring its `_policy_switch` (which one request file cannot express): batch `batch` runs
+    under the other lookup policy, or, where the switch names settings (`enable_thinking`), under
+    those. Returns the failures of the first batch that disagrees, [] when none does."""
     meta = doc["_conformance"]
     settings = {k: v for k, v in doc.items() if k not in ("requests", "_conformance", "_policy_switch")}
     size = settings.get("batch_size", 1)
+    switch = doc.get("_policy_switch") or {}
     setup = Setup(meta["engine"], dict(meta.get("runtime", {})), settings, size, [None],
-                  switch_at=(doc.get("_policy_switch") or {}).get("batch"))
+                  switch_at=switch.get("batch"),
+                  switch_settings={k: v for k, v in switch.items() if k not in ("batch", "context_cache_lookup_policy")})
     ex = Example(family, adapter, manifest, setup, media_dir, base_dir)
     ex.start()
     try:

@@ -158,7 +158,7 @@ def compare_requests(predicted: list[dict], responses: list[dict], ex: Explainer
         if input_tokens and "input_tokens" in r:
             _count(tally)
         if input_tokens and "input_tokens" in r and r["input_tokens"] != p["input_tokens"]:
-            rule, why, chain = ex.input_tokens(i)
+            rule, why, chain = ex.input_tokens(i, r["input_tokens"])
             out.append(Failure(rule, f"responses[{i}].input_tokens", p["input_tokens"], r["input_tokens"], why, i,
                                chain=chain))
         want = p.get("context_cache")

@@ -15,6 +15,8 @@ from __future__ import annotations
 from reference.requests import input_steps
 from reference.trace import chain, deciding
 
+from . import oracle
+
 MAX_CHAIN = 8
 """Steps shown per failure: the deciding step and the latest of its causes."""
 MAX_CITED = 4
@@ -38,6 +40,7 @@ class Explainer:
         self.trace = prediction.trace
         self.parsed = prediction.parsed
         self.pred = prediction.responses
+        self.source = getattr(prediction, "source", None)
 
     # --- the steps of a value ----------------------------------------------------------------
     def steps(self, i: int, value: str) -> list:
@@ -77,13 +80,33 @@ class Explainer:
     def status(self, i: int) -> tuple[str | None, str, list]:
         return self.explained(self.steps(i, "status"))
 
-    def input_tokens(self, i: int) -> tuple[str | None, str, list]:
+    def input_tokens(self, i: int, observed=None) -> tuple[str | None, str, list]:
         """The steps that decided n: the trace's, or for a request the prediction does not cover,
-        the oracle's input steps of its parse (reference.requests.input_steps)."""
+        the oracle's input steps of its parse (reference.requests.input_steps).
+
+        On an `hf` engine the loader's step decides a text-only n, but the chat template's
+        rendering decides it as much (TOK-HF-4). Which one to blame is told by evidence: when the
+        other loader reads the same request to the observed n, the loader rule stands; when
+        neither loader gives it, the rendered prompt differs, and TOK-HF-4 is the rule."""
         steps = self.steps(i, "input_tokens")
         if not steps and self.parsed is not None and i < len(self.parsed.requests):
             steps = input_steps(self.engine, self.parsed, self.parsed.requests[i])
-        return self.explained(steps)
+        rule, why, chain = self.explained(steps)
+        if rule in ("TOK-HF-2", "TOK-HF-3") and isinstance(observed, int) and self._rendered(i):
+            other = oracle.input_length_under_other_loader(self.engine, self.flags, self.source, i)
+            if other is not None and other[1] != observed:
+                why = (f"the chat template's rendering decides n with the loader (spec/hf-tokenizer.md TOK-HF-4: "
+                       f"jinja2 with trim_blocks and lstrip_blocks, the generation prompt after any last message, "
+                       f"the file's keywords over the engine's); neither this loader nor {other[0]} (n = {other[1]}) "
+                       f"reads the prompt to {observed}, so the rendered text differs; {why}")
+                return "TOK-HF-4", why, chain
+        return rule, why, chain
+
+    def _rendered(self, i: int) -> bool:
+        """Whether request `i` is text only and rendered by the chat template."""
+        if self.parsed is None or i >= len(self.parsed.requests) or self.parsed.requests[i].spans:
+            return False
+        return self.parsed.template.get("apply_chat_template", True) is not False
 
     def output(self, i: int, detail: str) -> str:
         """Why a greedy output must equal the bypass replay's: what the request reused."""

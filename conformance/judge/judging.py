@@ -135,7 +135,7 @@ def _input_tokens_beyond(prediction, responses: list, ex, first: int, tally: dic
             tally["counts"] = tally.get("counts", 0) + 1
             n = len(prediction.parsed.requests[i].tokens)
             if r["input_tokens"] != n:
-                rule, why, chain = ex.input_tokens(i)
+                rule, why, chain = ex.input_tokens(i, r["input_tokens"])
                 out.append(Failure(rule, f"responses[{i}].input_tokens", n, r["input_tokens"], why, i, chain=chain))
     return out
 

@@ -40,6 +40,8 @@ class Prediction:
     trace: object = None
     """The oracle's decision trace (reference.trace.Trace): the rule-tagged step that decided
     each predicted value, indexed by the request's place on the runtime instance."""
+    source: tuple | None = None
+    """(the request file, its folder): what a failure's explanation may tokenize again."""
 
 
 def derive_engine(build_args: dict):
@@ -81,7 +83,28 @@ def predict(engine, flags, doc: dict, base_dir: str, generated: list | None,
     if parsed is None and sim.rejection is None:      # a refused deployment raises before parsing
         parsed = parse(doc, base_dir, engine, flags)
     responses = sim.run(doc, base_dir, generated=generated, last_accepted=last_accepted, parsed=parsed)
-    return Prediction(responses, list(sim.batches), sim.profile(), parsed, list(generated or []), sim.trace)
+    return Prediction(responses, list(sim.batches), sim.profile(), parsed, list(generated or []), sim.trace,
+                      (doc, base_dir))
+
+
+OTHER_LOADER = {"tokenizers-raw": "transformers-auto", "transformers-auto": "tokenizers-raw"}
+
+
+def input_length_under_other_loader(engine, flags, source: tuple | None, i: int) -> tuple[str, int] | None:
+    """(the other loader, request `i`'s n when the engine's tokenizer files are read by that
+    loader: TOK-HF-2 against TOK-HF-3), or None where no other loader applies or the file does
+    not parse under it. Evidence for blaming a wrong n on the loader or on the rendering."""
+    tok = getattr(engine, "tokenizer", None)
+    if source is None or not isinstance(tok, dict) or tok.get("loader") not in OTHER_LOADER:
+        return None
+    other = OTHER_LOADER[tok["loader"]]
+    try:
+        config = engine.to_config()
+        config["tokenizer"] = dict(config["tokenizer"], loader=other)
+        parsed = parse(source[0], source[1], engine_of(config), flags)
+        return other, len(parsed.requests[i].tokens)
+    except Exception:            # the other loader refuses the files: no evidence either way
+        return None
 
 
 class OracleSession:
@@ -96,7 +119,7 @@ class OracleSession:
         parsed = parse(doc, base_dir, self.engine, self.flags) if self.sim.rejection is None else None
         responses = self.sim.run(doc, base_dir, generated=generated, last_accepted=last_accepted, parsed=parsed)
         return Prediction(responses, list(self.sim.batches)[before:], self.sim.profile(), parsed,
-                          list(generated or []), self.sim.trace)
+                          list(generated or []), self.sim.trace, (doc, base_dir))
 
 
 def transcript(response: dict, engine=None) -> list[int] | None:

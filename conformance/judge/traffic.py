@@ -51,7 +51,7 @@ def request_file_traffic(file: str, document: dict, tokenizer: str | None = None
     """A request file's requests in file order, each sampling its max_generate_length."""
     engine = _engine(tokenizer, loader)
     try:
-        parsed = reference.parse_request_file(document, os.path.dirname(os.path.abspath(file)), engine)
+        parsed = reference.parse_request_file(document, os.path.dirname(os.path.realpath(file)), engine)
     except reference.InputError as e:
         raise KvconformError(e.message, file, e.path) from None
     chains, g = BlockChains(1), 1 if ignore_outputs else parsed.max_generate_length
@@ -88,7 +88,7 @@ def _chat_tokens(file: str, entry, engine):
     chat template on, with the generation prompt)."""
     doc = {"requests": [{"messages": entry.messages}], "max_generate_length": 1}
     try:
-        parsed = reference.parse_request_file(doc, os.path.dirname(os.path.abspath(file)), engine)
+        parsed = reference.parse_request_file(doc, os.path.dirname(os.path.realpath(file)), engine)
     except reference.InputError as e:
         raise KvconformError(e.message, file, f"{entry.source}: {e.path.replace('$.requests[0]', '$', 1)}") from None
     request = parsed.requests[0]

@@ -233,17 +233,25 @@ def headline_clauses(summary: dict) -> list[str]:
                "not run"] + out
     selection = summary.get("selection")
     if selection:
-        by = f" ({', '.join(selection['filters'])})" if selection.get("filters") else ""
+        by = f" ({_first(selection['filters'], 2)})" if selection.get("filters") else ""
         out.append(f"a selection: {selection['selected']} of {selection['available']} cases and families{by}")
     thin = [x for x in summary.get("sections", []) if x["section"] in summary.get("thin_sections", [])]
     if thin and summary.get("judged"):
-        out.append("thin coverage: " + ", ".join(f"{x['section']} {x['judged']} of {x['cases']} judged" for x in thin))
+        out.append("thin coverage: " + _first([f"{x['section']} {x['judged']} of {x['cases']} judged" for x in thin],
+                                              2, "section(s), in summary.md"))
     partly = summary.get("partly_judged")
     if partly:
         out.append(f"{partly['cases']} case(s) judged in part: {partly['values_not_judged']} value(s) NOT_SUPPORTED, "
                    "each with its reason in report.json")
     out += _output_clause(summary)
     return out
+
+
+def _first(items: list, shown: int, rest: str = "") -> str:
+    """The headline is one line a person reads: `a, b and 7 more` rather than every item."""
+    more = len(items) - shown
+    head = ", ".join(str(i) for i in items[:shown])
+    return head if more <= 0 else f"{head} and {more} more{' ' + rest if rest else ''}"
 
 
 def _output_clause(summary: dict) -> list[str]:

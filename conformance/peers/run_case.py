@@ -156,6 +156,17 @@ def _reset_one(ctx: PeerContext, result: CaseResult, path: str) -> bool:
         time.sleep(0.25)
 
 
+def _reset_hint(ctx: PeerContext, salt: str | None, k: int, predicted: int, reported: int) -> str:
+    """The first request after a reset can reuse nothing: a count above the prediction there says
+    the cache was not empty, which the FAIL should say rather than leave to be guessed."""
+    reset = PEER_PROFILES[ctx.profile].reset
+    if k != 0 or salt is not None or reset is None or reported <= predicted:
+        return ""
+    return (f"; this is the case's first request, sent right after POST {reset} answered success, yet the server "
+            f"reused {reported} token(s): the cache was not empty, so the reset cleared nothing (or another client "
+            "filled it meanwhile)")
+
+
 def adapter_hint(step, ctx: PeerContext, e: ServerFailure) -> str:
     """Where a request on a LoRA adapter failed with a client error: which adapter, and what the
     server lists."""
@@ -252,6 +263,7 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
                 above_zero += predicted > 0
                 depends += foil is not None and predicted != foil.predict(req)
                 for f in judge_count(ctx.profile, predicted, reported, explained, k):
+                    f.why += _reset_hint(ctx, case_salt(case, ctx, attempt), k, predicted, reported)
                     result.add(f)
                 if "timings" in PEER_PROFILES[ctx.profile].features:
                     for f in judge_timings(completion, reported, len(ids), k):

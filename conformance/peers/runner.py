@@ -72,9 +72,12 @@ def _setting_value(profile: str, key: str, text: str, item: str):
             return float(text)
         except ValueError:
             raise KvconformError(f"--peer-setting {item!r}: expected {key}=X with a number X in [0, 1]") from None
-    if not text.isdigit() or len(text) > 12:
+    if not text.isdigit():
         raise KvconformError(f"--peer-setting {item!r}: expected KEY=N with an integer N"
                              + ("" if kind else f" ({profile} settings: {', '.join(settings)})"))
+    if len(text) > 40:   # an integer still, only far out of any range: the range check says so
+        raise KvconformError(f"--peer-setting {key}={text[:20]}...: a {len(text)}-digit integer, far above "
+                             f"any {profile} {key}")
     return int(text)
 
 
@@ -204,7 +207,7 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
     print(f"kvconform run: backend openai at {display_url(args.base_url)}, peer profile {profile} {settings}, "
           f"{len(plan)} case(s)", file=sys.stderr)
     try:
-        for case in plan:
+        for k, case in enumerate(plan):
             result, transcript = run_case(case, ctx)
             if result.verdict not in (Verdict.PASS, Verdict.NOT_SUPPORTED):
                 folder = Path(args.report) / "reproducers" / f"{safe_name(case.id)}{EVIDENCE_SUFFIX}"
@@ -217,6 +220,9 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
             raise_pending()             # a signal whose exception was dropped (conformance/run/interrupts.py)
             if not args.no_progress:
                 print(f"  {result.verdict!s:<14} {case.id}", file=sys.stderr)
+            if getattr(args, "fail_fast", False) and result.verdict in (Verdict.FAIL, Verdict.ERROR, Verdict.TIMEOUT):
+                report.stopped_early(case.id, len(plan) - k - 1)    # --fail-fast: the verdict is decided
+                break
     except KeyboardInterrupt as e:
         return stop_interrupted(report, e)
     doc = report.finish()

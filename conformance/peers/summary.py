@@ -8,6 +8,8 @@ judged request as predicted against reported, so a reader can check each count b
 """
 from __future__ import annotations
 
+import os
+
 from ..report.document import Report
 from ..report.tables import problems_table, verdict_table
 from ..judge.peer_oracle import PEER_PROFILES
@@ -81,10 +83,20 @@ def peer_note(summary: dict) -> str:
     return f" ({'; '.join(clauses)})" if clauses else ""
 
 
+def _shown_path(path: str | None) -> str | None:
+    """A folder inside the directory the run started in is shown relative to it: summary.md is
+    read on other machines (CI artifacts, committed examples), where this machine's path means
+    nothing; report.json keeps the absolute path."""
+    if not path or not os.path.isabs(path):
+        return path
+    here = os.getcwd()
+    return os.path.relpath(path, here) if os.path.commonpath([path, here]) == here else path
+
+
 def peer_summary_markdown(doc: dict, results: list) -> str:
     s, peer, backend = doc["summary"], doc.get("peer") or {}, doc["backend"].get("settings") or {}
     token = peer.get("token_source") or {}
-    kit_tok = token.get("kit_tokenizer")
+    kit_tok = _shown_path(token.get("kit_tokenizer"))
     said = peer.get("settings_said") or []
     lines = [f"# kvconform report: {s['headline']} (peer profile {peer.get('profile')}){peer_note(s)}", "",
              f"- {s['judged']} of {len(results)} case(s) judged (the rest NOT_SUPPORTED)",

@@ -205,11 +205,22 @@ def write_text_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(Path(path), mask(text).encode("utf-8"))
 
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)        # read once, at import (single-threaded): os.umask cannot be read without setting it
+
+
+def readable_by_umask(fd: int) -> None:
+    """A temporary file is created 0600; the file it becomes is 0666 less the umask, as `open`
+    would make it (0644 usually): a CI artifact server reading as another user can read it."""
+    os.fchmod(fd, 0o666 & ~_UMASK)
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write a temporary file beside `path`, fsync it, rename it over `path` (see write_text_atomic)."""
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        readable_by_umask(fd)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -51,7 +51,9 @@ def problems_table(results: list[CaseResult], fmt: str = "simple", limit: int = 
             continue
         f = r.first_failure()
         detail = f.line() if f else r.reason
-        repro = str(Path(folder) / r.reproducer) if r.reproducer and folder else r.reproducer or ""
+        # a peer case has no request file to re-run: its reproducer is the transcript of what was sent
+        shown = r.reproducer or (f"{r.evidence}/transcript.json" if r.evidence and r.rerun else None)
+        repro = str(Path(folder) / shown) if shown and folder else shown or ""
         rows.append([r.id, str(r.verdict), clip(detail, 140), repro])
     if not rows:
         return ""

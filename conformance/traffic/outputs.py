@@ -16,6 +16,7 @@ import tempfile
 from tabulate import tabulate
 
 from .. import KvconformError
+from ..report.folder import readable_by_umask
 from ..report.html import ASSETS, CSP
 
 FORMAT = "kvconform-trace-replay-v1"
@@ -151,6 +152,7 @@ def write_file(path: str, data) -> None:
     try:
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".kvconform-", dir=folder)
+        readable_by_umask(fd)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data if isinstance(data, bytes) else data.encode("utf-8"))

@@ -214,3 +214,18 @@ def test_an_interrupted_campaign_leaves_a_valid_report(tmp_path):
     assert doc["complete"] is False and doc["summary"]["headline"] == "INCOMPLETE"
     assert doc["campaign"]["units"] >= 1 and doc["campaign"]["families"]["text"]["scenarios"] >= 1
     assert "Traceback" not in err and "complete: False" in (folder / "summary.md").read_text()
+
+
+def test_a_campaign_with_no_failure_that_is_no_pass_says_why(tmp_path, capsys):
+    """A family that judged too few batches is TIMEOUT: with 0 distinct failures, the console line
+    and summary.md's campaign section must say which family and why, not only '0 distinct failure(s)'."""
+    folder = tmp_path / "rep"
+    code = kvconform(["campaign", "--hours", "0.0005", "--backend", "reference", "--families", "text",
+                      "--min-batches", "100000", "--seed-seconds", "1", "--no-progress", "--report", str(folder)])
+    out = capsys.readouterr().out
+    assert code == 1
+    line = "generated/text: TIMEOUT: "
+    assert line in out and "fewer than the 100000 batches" in out, out
+    assert "0 distinct failure(s) and 1 family verdict(s) above" in out
+    campaign_section = (folder / "summary.md").read_text().split("## Campaign")[1]
+    assert f"no PASS: {line}" in campaign_section

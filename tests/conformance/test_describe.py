@@ -10,6 +10,7 @@ visual/visual.engine, audio/audio_encoder.engine and action/action.engine, each 
 config.json (cpp/builder/builderUtils.cpp saveConfigWithBuilderInfo).
 """
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -349,6 +350,29 @@ def test_bundled_backend_folder_is_read_as_it_is(capsys, tmp_path):
     assert engine.kind == "hybrid" and engine.vision == {"patch_size": 16} and "a" in engine.lora_adapters
     assert err == [f"kvconform: note: describe: {folder / 'config.json'} is already a kvconform-engine-v1 "
                    "description; written unchanged"]
+
+
+def test_a_relative_tokenizer_folder_is_written_absolute(capsys, tmp_path, monkeypatch):
+    """The documented `--engine-config my-engine.json` recipe on a bundled-built hf engine: its
+    config.json names the tokenizer folder beside it (`"files": "tokenizer"`); the copy written
+    elsewhere must still name that folder, so describe writes it absolute."""
+    monkeypatch.chdir(tmp_path)
+    built = subprocess.run([sys.executable, "-m", "gpu_backend", "build", "--engineDir", "eng",
+                            "--maxInputLen", "40", "--maxKVCacheCapacity", "48", "--maxKVPoolPages", "0",
+                            "--tokenizer", str(ROOT / "spec" / "tokenizers" / "phi-3-vision")],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert built.returncode == 0, built.stderr
+    assert json.loads((tmp_path / "eng" / "config.json").read_text())["tokenizer"]["files"] == "tokenizer"
+    (tmp_path / "out").mkdir()
+    code, out, err = kv(capsys, "describe", "--engine-dir", "eng", "--output", "out/my-engine.json")
+    assert code == 0, err
+    doc = json.loads((tmp_path / "out" / "my-engine.json").read_text())
+    assert doc["tokenizer"]["files"] == str((tmp_path / "eng" / "tokenizer").resolve())
+    assert any("made absolute" in line for line in err)
+    code, out, err = kv(capsys, "validate", "out/my-engine.json")
+    assert code == 0, err
+    assert reference.load_engine("out/my-engine.json").vocab_size == 32045
 
 
 # -- the folder's own tokenizer --------------------------------------------------------------------

@@ -50,3 +50,22 @@ def test_a_deployment_refused_as_bad_input_fails_its_sup_rule_without_a_tracebac
     assert line.startswith("FAIL [CR-SUP-9] deployment: expected 'the CR-SUP-9 refusal', observed 'refused as "
                            "bad input'; the backend exited 2 with --tpSize:"), line
     assert "Traceback" not in result.stderr_tail and "raised" not in result.reason
+
+
+def test_a_prompt_rendered_differently_is_blamed_on_the_template_not_the_loader(monkeypatch):
+    """TOK-HF-4: a template worker without lstrip_blocks keeps the four spaces before each
+    indented block tag (8 more ids per message on qwen3-bytes). Neither loader reads the
+    prompt to that n, so the failure names the chat template's rule, not the loader's (TOK-HF-2);
+    a runtime that read the files with the other loader keeps the loader's rule (above)."""
+    from gpu_backend.chat_template import ChatTemplate
+    rendered = ChatTemplate.render
+
+    def without_lstrip_blocks(self, messages, add_generation_prompt, kwargs):
+        return rendered(self, messages, add_generation_prompt, kwargs).replace("<|im_start|>", "    <|im_start|>")
+    monkeypatch.setattr(ChatTemplate, "render", without_lstrip_blocks)
+    result = _run("sections/tok/template-indented-blocks.json", InprocessAdapter(device="cpu"))
+    wrong = [f for f in result.failures if f.what.endswith(".input_tokens")]
+    assert result.verdict == Verdict.FAIL and wrong, [f.line() for f in result.failures]
+    assert {f.rule for f in wrong} == {"TOK-HF-4"}, [f.line() for f in wrong]
+    assert (wrong[0].expected, wrong[0].observed) == (24, 32)
+    assert "neither this loader nor transformers-auto" in wrong[0].why and "lstrip_blocks" in wrong[0].why

@@ -98,3 +98,19 @@ def test_summary_lists_the_cases_judged_in_part(tmp_path):
     summary = (tmp_path / "r" / "summary.md").read_text()
     assert "## Cases judged in part" in summary
     assert "`a` (PASS, 3 value(s) judged): responses[1..2]: finish_reason not judged: from batch 1 on" in summary
+
+
+def test_the_headline_stays_one_readable_line():
+    """Every section thin and eight filters made a 677-character headline: the clauses name the
+    first few and count the rest, which summary.md lists."""
+    from conformance.report.tables import section_of, section_order
+    sections = ["ID", "PLAN", "MEDIA", "PUB", "POL", "CAP", "BATCH", "HYB", "SUP", "MET", "SPEC", "TOK"]
+    results = [result(f"{s}{k}", Verdict.NOT_SUPPORTED, s) for s in sections for k in range(9)]
+    results += [result(f"{s}-judged", Verdict.PASS, s) for s in sections]
+    s = summarize(results, group=section_of, order=section_order,
+                  selection={"narrowed": True, "selected": 120, "available": 189,
+                             "filters": [f"-k some/long/case-name-{k}" for k in range(8)] + ["--no-generated"]})
+    assert len(s["thin_sections"]) == 12
+    note = "; ".join(["profile kvconform-1"] + headline_clauses(s))
+    assert len(note) <= 330, (len(note), note)
+    assert "and 10 more section(s), in summary.md" in note and "and 7 more" in note

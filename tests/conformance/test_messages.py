@@ -93,3 +93,11 @@ def test_the_radix_explanation_does_not_call_a_page_count_the_common_prefix():
     assert head.rule == "PEER-SGL-1" and "longest common prefix" not in head.why
     assert "= 16 * floor(32 / 16) = 32" in head.why and "whole pages of 16" in head.why
     assert [s.rule for s in steps] == ["PEER-SGL-3", "PEER-SGL-4", "PEER-SGL-1"]
+
+
+def test_a_timeout_too_short_for_the_capabilities_probe_says_so(capsys, tmp_path):
+    """`--timeout 1e-9` on the bundled CLI: the probe is killed at the deadline; the message said
+    it "exited None"."""
+    line = error_line(capsys, "run", "--backend", "command", "--no-generated", "-k", "golden/plan-kinds-p4",
+                      "--report", tmp_path / "r", "--no-progress", "--timeout", "1e-9")
+    assert "None" not in line and "did not finish within --timeout" in line, line

@@ -126,3 +126,46 @@ def test_without_a_tokenizer_the_headline_says_nothing_cross_checked(engines, tm
     with serving(make_peer("vllm-apc", engines["transformers-auto"])) as url:
         rc, report = run_peers(url, "vllm-apc", tmp_path, "-k", "reuse/replay", tokenizer=PHI3)
     assert "PEER-TOK-1" not in (tmp_path / "report" / "summary.md").read_text().splitlines()[0]
+
+
+def test_a_reset_that_clears_nothing_says_the_cache_was_not_empty(engines, tmp_path, capsys):
+    """A server whose reset answers success but empties nothing: the case's first request reuses
+    what the previous case left. The FAIL must say that the first request after the reset found
+    a non-empty cache, not only that the count differs."""
+    def no_op_reset(server, body):
+        return 200, {"success": True}
+    server = Wrapped(make_peer("vllm-apc", engines["transformers-auto"]), **{"/reset_prefix_cache": no_op_reset})
+    with serving(server) as url:
+        rc, report = run_peers(url, "vllm-apc", tmp_path / "first", "-k", "reuse/replay")
+        assert rc == 0, report          # an empty server: the first run judges the case from empty
+        capsys.readouterr()
+        rc, report = run_peers(url, "vllm-apc", tmp_path / "again", "-k", "reuse/replay")
+    assert rc == 1
+    failed = [f for c in report["cases"] for f in c["failures"] if f.get("request") == 0]
+    assert failed, report["cases"]
+    assert "the cache was not empty, so the reset cleared nothing" in failed[0]["why"]
+    # the peer suite writes no request file to re-run: the reproducer column of summary.md and of
+    # the console named nothing for a FAIL; it names the transcript of what was sent
+    (case,) = report["cases"]
+    transcript = f"{case['evidence']}/transcript.json"
+    assert case["verdict"] == "FAIL" and transcript.startswith("reproducers/")
+    assert (tmp_path / "again" / "report" / transcript).is_file()
+    row = next(line for line in (tmp_path / "again" / "report" / "summary.md").read_text().splitlines()
+               if line.startswith(f"| {case['id']} ") and "FAIL" in line)
+    assert row.rstrip(" |").endswith(transcript), row
+    console = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(case["id"] + " "))
+    assert console.rstrip().endswith(transcript), console
+
+
+def test_summary_md_shows_the_tokenizer_relative_to_the_run(engines, tmp_path, monkeypatch):
+    """summary.md travels (CI artifacts, the committed examples/): a tokenizer folder inside the
+    folder the run started in is shown relative to it, not as this machine's absolute path."""
+    from pathlib import Path
+    root = Path(PHI3).resolve().parents[2]
+    monkeypatch.chdir(root)
+    with serving(make_peer("vllm-apc", engines["transformers-auto"])) as url:
+        rc, report = run_peers(url, "vllm-apc", tmp_path, "-k", "reuse/replay", tokenizer=str(Path(PHI3).resolve()))
+    assert rc == 0
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert "the kit's tokenizer `spec/tokenizers/phi-3-mini`" in summary, summary
+    assert str(root) not in summary.split("## ")[0]

@@ -87,7 +87,10 @@ def test_a_setting_that_contradicts_the_server_is_bad_input(engines, tmp_path, c
 
 
 @pytest.mark.parametrize("settings, words", [
-    (["block_size=100000000000000000000"], "expected KEY=N with an integer N"),
+    # 10^20 is an integer: the message names its range, not its form
+    (["block_size=100000000000000000000"], "must be an integer 1..1048576, got 100000000000000000000"),
+    (["block_size=1" + "0" * 5000], "a 5001-digit integer, far above any vllm-apc block_size"),
+    (["block_size=10^20"], "expected KEY=N with an integer N"),
     (["block_size=2000000"], "must be an integer 1..1048576"),
     (["block_size=32", "block_size=32"], "given twice"),
     (["eagle=maybe"], "expected eagle=true or eagle=false"),

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from xml.etree import ElementTree as ET
+
+import pytest
 
 from conformance.cli import main as kvconform
 from conformance.run.execute import run_case
@@ -146,3 +150,30 @@ def test_a_generated_case_says_so_and_a_hand_edit_is_told_where_to_go(tmp_path, 
                    "tools/make_cases.py",
                    "orphan: cases/sections/id/gone.json carries the tools/make_cases.py marker, but the generator "
                    "no longer writes it: delete it, or give it back to the generator"]
+
+def test_written_files_are_readable_as_the_umask_allows(tmp_path):
+    """Files were written through mkstemp and kept its 0600: a CI artifact server reading the
+    report folder as another user could not. Every file the kit writes is 0666 less the umask
+    (umask 027 here, so 0640: the group bit shows it is the umask, not a fixed mode)."""
+    umask, mode = 0o027, 0o640
+    import stat
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def kv(*argv):
+        done = subprocess.run([sys.executable, "-m", "conformance.cli", *map(str, argv)], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=120, preexec_fn=lambda: os.umask(umask))
+        assert done.returncode == 0, done.stderr
+    kv("run", "--backend", "reference", "--no-generated", "-k", "golden/plan-kinds-p4", "--no-progress",
+       "--report", tmp_path / "rep")
+    request = tmp_path / "in.json"
+    request.write_text(json.dumps({"max_generate_length": 1, "requests": [{"messages": [{"role": "user", "content": "hi"}]}]}))
+    kv("simulate", "--engineConfig", root / "tests" / "meta" / "fixtures" / "engine" / "valid" / "attention.json",
+       "--inputFile", request, "--outputFile", tmp_path / "pred.json",
+       "--profileOutputFile", tmp_path / "prof.json")
+    written = [tmp_path / "rep" / n for n in ("report.json", "summary.md", "junit.xml", "report.html")]
+    written += [tmp_path / "pred.json", tmp_path / "prof.json"]
+    for path in written:
+        assert stat.S_IMODE(path.stat().st_mode) == mode, f"{path.name}: {oct(stat.S_IMODE(path.stat().st_mode))}"

@@ -192,3 +192,28 @@ def test_an_unreported_eagle_acceptance_leaves_decode_end_pairs_unspecified(refe
     result = run_case(c, reference_adapter, manifest)
     assert result.verdict is Verdict.UNSPECIFIED, result.reason
     assert "last_verification_accepted" in result.reason and "request 0" in result.reason
+
+
+def test_a_verification_that_accepted_nothing_is_judged_under_cr_spec_4():
+    """CR-SPEC-4: a round after the prefill's first token accepts 1 .. g - 1 tokens. A backend
+    that reports `last_verification_accepted: 0` breaks that rule: the run is judged against it
+    (FAIL naming CR-SPEC-4 and the request), not refused as a malformed file with no rule."""
+    import gpu_backend
+    from conformance.adapters.inprocess import InprocessAdapter
+
+    class AcceptsNothing(gpu_backend.Runtime):
+        def infer(self, *args, **kwargs):
+            out = super().infer(*args, **kwargs)
+            for response in out.get("responses") or []:
+                if "last_verification_accepted" in response:
+                    response["last_verification_accepted"] = 0
+            return out
+
+    adapter = InprocessAdapter(device="cpu", runtime_factory=AcceptsNothing)
+    c = case("sections/spec/decode-end-feedback")
+    result = run_case(c, adapter, adapter.capabilities())
+    adapter.close()
+    first = result.first_failure()
+    assert result.verdict in (Verdict.FAIL, Verdict.ERROR) and first is not None, result.reason
+    assert first.rule == "CR-SPEC-4" and first.what.endswith(".last_verification_accepted"), first.line()
+    assert "must be a positive integer" in str(first.observed), first.line()

@@ -280,3 +280,62 @@ def test_simulate_bad_inputs(capsys, tmp_path):
                         "--profileOutputFile", request_file)
     assert code == 2 and "overwrite" in err[0]
     assert json.loads(request_file.read_text()) == doc
+
+
+def test_relative_paths_resolve_from_the_real_file_through_a_symlink(capsys, tmp_path):
+    """tests/test_cases is a symlink to cases/: a case's `../../../spec/tokenizers/...` names a
+    folder from the case's real place, as the operating system opens it; a lexical join of the
+    linked path named tests/spec/... and failed with a traceback."""
+    linked = ROOT / "tests" / "test_cases" / "sections" / "neg" / "aspect-limit-edge-llm-qwen-vl.json"
+    assert os.path.islink(ROOT / "tests" / "test_cases")
+    code, out, err = kv(capsys, "validate", linked)
+    assert code == 0, err
+    # the same through a link to the file's folder made here
+    os.symlink(CASES / "sections" / "neg", tmp_path / "neg")
+    code, out, err = kv(capsys, "validate", tmp_path / "neg" / "aspect-limit-edge-llm-qwen-vl.json")
+    assert code == 0, err
+    # and an engine description whose tokenizer folder sits beside its real file
+    engine_dir = tmp_path / "real" / "engine"
+    engine_dir.mkdir(parents=True)
+    os.symlink(ROOT / "spec" / "tokenizers" / "phi-3-vision", engine_dir / "tok")
+    config = {"format": "kvconform-engine-v1", "model": "attention", "layer_kinds": ["attention"],
+              "hidden_size": 32, "num_attention_heads": 2, "num_kv_heads": 1, "head_dim": 16,
+              "intermediate_size": 32, "tokens_per_page": 128, "max_input_len": 256,
+              "max_kv_cache_capacity": 512, "max_batch_size": 1, "kv_pool_pages": 4,
+              "vocab_size": 32045, "eos_token_id": 32000,
+              "tokenizer": {"profile": "hf", "files": "tok", "loader": "tokenizers-raw"},
+              "rope_theta": 10000.0, "tie_embeddings": True, "recurrent": None, "vision": None, "audio": None,
+              "image_token_id": None, "audio_token_id": None, "kv_cache_dtype": "fp16", "lora_adapters": {},
+              "deployment": {"spec_decode": None, "action_runner": False, "block_diffusion": False,
+                             "vision_bidirectional": False}, "seed": 0, "weights": "model.safetensors"}
+    (engine_dir / "config.json").write_text(json.dumps(config))
+    (tmp_path / "elsewhere" / "deep").mkdir(parents=True)
+    os.symlink(engine_dir / "config.json", tmp_path / "elsewhere" / "deep" / "engine.json")
+    code, out, err = kv(capsys, "validate", tmp_path / "elsewhere" / "deep" / "engine.json")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("model", ["qwen2.5", "qwen3"])
+def test_the_committed_qwen_folders_point_to_the_fetch_tool(capsys, tmp_path, model):
+    """spec/tokenizers/qwen2.5 and qwen3 hold tokenizer_config.json only: naming one says where
+    tokenizer.json comes from (it read 'not a tokenizer the tokenizers library reads: No such file')."""
+    import subprocess
+    import sys
+    folder = ROOT / "spec" / "tokenizers" / model
+    assert not (folder / "tokenizer.json").exists() and (folder / "tokenizer_config.json").is_file()
+    config = {"format": "kvconform-engine-v1", "model": "attention", "layer_kinds": ["attention"],
+              "hidden_size": 32, "num_attention_heads": 2, "num_kv_heads": 1, "head_dim": 16,
+              "intermediate_size": 32, "tokens_per_page": 128, "max_input_len": 256,
+              "max_kv_cache_capacity": 512, "max_batch_size": 1, "kv_pool_pages": 4,
+              "vocab_size": 151669, "eos_token_id": 151645,
+              "tokenizer": {"profile": "hf", "files": str(folder), "loader": "tokenizers-raw"},
+              "rope_theta": 10000.0, "tie_embeddings": True, "recurrent": None, "vision": None, "audio": None,
+              "image_token_id": None, "audio_token_id": None, "kv_cache_dtype": "fp16", "lora_adapters": {},
+              "deployment": {"spec_decode": None, "action_runner": False, "block_diffusion": False,
+                             "vision_bidirectional": False}, "seed": 0, "weights": "model.safetensors"}
+    code, out, err = kv(capsys, "validate", write(tmp_path, "engine.json", config))
+    assert code == 2 and len(err) == 1 and "tools/fetch_qwen_tokenizer.py" in err[0], err
+    built = subprocess.run([sys.executable, "-m", "gpu_backend", "build", "--engineDir", str(tmp_path / "e"),
+                            "--maxInputLen", "40", "--maxKVCacheCapacity", "48", "--maxKVPoolPages", "0",
+                            "--tokenizer", str(folder)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert built.returncode == 2 and "tools/fetch_qwen_tokenizer.py" in built.stderr, built.stderr
