@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpu_backend.peer_cache import SERVED, BlockCache, RadixCache, SlotCache, TrtBlockTree, walk
+from gpu_backend.peer_cache import SERVED, BlockCache, RadixCache, SlotCache, TrtBlockTree
 
 
 @dataclass(frozen=True)
@@ -166,8 +166,22 @@ class SaltIgnoredTrt(TrtBlockTree):
     Mirrors: TensorRT-LLM before cacheSaltID joined BlockKey (kvCacheManager.h), where only the
     hash of the first block carried the salt."""
 
-    def label(self, req) -> tuple:
-        return (req.lora, None, req.extra_key)                # DEFECT: the salt keys nothing
+    def label(self, req, start: int, end: int) -> tuple:
+        lora, _, extra_key, images = super().label(req, start, end)
+        return (lora, None, extra_key, images)                # DEFECT: the salt keys nothing
+
+
+@server_variant("trtllm-image-ignored", vision=True)
+class ImageIgnoredTrt(TrtBlockTree):
+    """Keys blocks by their tokens, adapter and salt alone, leaving out the images they overlap.
+    Bug class: an image left out of the cache key (another image of the same size reuses its KV).
+    Violates: PEER-TRT-10.
+    Mirrors: buildBlockKeys without generateBlockHashExtraKeys (kvCacheManager.cpp), the profile's
+    old reading that predicted an image request as text."""
+
+    def label(self, req, start: int, end: int) -> tuple:
+        lora, salt, extra_key, _ = super().label(req, start, end)
+        return (lora, salt, extra_key, ())                     # DEFECT: images key nothing
 
 
 @server_variant("trtllm-whole-blocks")
@@ -190,12 +204,8 @@ class PartlyReusedLeafKept(TrtBlockTree):
     Mirrors: loadOrAllocateBlocks' "Leaf block that nobody is using. Make block private and reuse"
     (freeLeafBlock) replaced by a copy."""
 
-    def lookup(self, req):
-        saved = {id(n): dict(n.children) for n in walk(self.root)}
-        out = super().lookup(req)
-        for node in walk(self.root):                           # DEFECT: the leaf taken out is put back
-            node.children.update({k: v for k, v in saved.get(id(node), {}).items() if k not in node.children})
-        return out
+    def takes_leaf(self, node) -> bool:
+        return False                                           # DEFECT: the leaf is copied, so it stays
 
 
 @server_variant("vllm-salt-dropped-on-adapters")
@@ -326,3 +336,56 @@ class ShiftDiscardsHalfTheContext(SlotCache):
     def discard(self, held: int, n_ctx: int) -> tuple[int, int]:
         kept = min(self.keep, n_ctx - 4)
         return kept, n_ctx // 2                                     # DEFECT: half of n_ctx, not of n_left
+
+
+TRT_POOL = (("max_blocks", 12), ("retention_config", True))
+"""A bounded TensorRT-LLM pool whose server takes retention configs: the eviction cases run."""
+
+
+@server_variant("trtllm-frees-first-block-first", TRT_POOL)
+class FreesFirstBlockFirstTrt(TrtBlockTree):
+    """Frees a finished request's blocks first block first, so its prompt's head is evicted first.
+    Bug class: eviction order (a sequence's first blocks evicted before its last).
+    Violates: PEER-TRT-6.
+    Mirrors: WindowBlockManager::releaseBlocks walking allocatedBlocks from begin() instead of
+    rbegin() (kvCacheManager.cpp)."""
+
+    def free_order(self, blocks: list) -> list:
+        return list(blocks)                                    # DEFECT: first block first
+
+
+@server_variant("trtllm-priority-ignored", TRT_POOL)
+class PriorityIgnoredTrt(TrtBlockTree):
+    """Frees every block into the default priority's queue, whatever its retention priority.
+    Bug class: a retention priority ignored (eviction in plain LRU order).
+    Violates: PEER-TRT-8.
+    Mirrors: LRUEvictionPolicy::releaseBlock queueing by the default priority, as before the
+    per-priority free queues (evictionPolicy.cpp mFreeQueues[cacheLevel][priorityIdx])."""
+
+    def queue_priority(self, node) -> int:
+        return 35                                              # DEFECT: the block's priority is not used
+
+
+@server_variant("trtllm-duration-ignored", TRT_POOL)
+class DurationIgnoredTrt(TrtBlockTree):
+    """Keeps a block's retention priority after its duration has run out.
+    Bug class: a retention duration ignored (a priority held forever).
+    Violates: PEER-TRT-9.
+    Mirrors: a scheduler that never calls refreshBlocks, so LRUEvictionPolicy::refresh never
+    moves expired blocks back to the default queue."""
+
+    def expired(self, node, now) -> bool:
+        return False                                           # DEFECT: durations never run out
+
+
+@server_variant("trtllm-window-cyclic", (("max_attention_window", [96, 160]),))
+class CyclicWindowTrt(TrtBlockTree):
+    """Stores nothing of a sequence that reaches its smallest attention window.
+    Bug class: a sliding window that throws away what it could store (the cyclic KV cache).
+    Violates: PEER-TRT-7.
+    Mirrors: TensorRT-LLM's cyclic KV cache before sliding-window blocks were detached
+    (BlockManager::releaseBlocks: no store once `sequence.isCyclic()`, numTokens >= the smallest
+    window)."""
+
+    def may_store(self, run, window, sequence) -> bool:
+        return run.may_store and len(sequence) < min(self.window_sizes)   # DEFECT: cyclic sequences drop out

@@ -15,7 +15,8 @@ peer_cache.SERVED says (this module never tells profiles apart by name):
     vLLM      POST /tokenize {messages}, POST /reset_prefix_cache; the `model` may name a LoRA adapter
     SGLang    POST /flush_cache; `lora_path` names a LoRA adapter, `extra_key` and `cache_salt` namespace
     TRT-LLM   no cache reset (as trtllm-serve); `lora_request.lora_name` names a LoRA adapter, every
-              block is keyed by it and by `cache_salt`
+              block is keyed by it and by `cache_salt`; with --setting retention_config=true the
+              body's `kv_cache_retention_config` sets block priorities (a bad one is HTTP 400)
 
 Every completion returns the sampled ids in `logprobs.content[k].id` (as llama-server does) and,
 with `return_tokens_as_token_ids`, as `"token": "token_id:ID"` (as vLLM does).
@@ -196,10 +197,14 @@ class PeerServer:
         req = ChatRequest(ids, lora=lora, images=tuple(ImageSpan(s.digest.hex(), s.start, s.count) for s in spans),
                           salt=_optional_string(body, "cache_salt"), extra_key=_optional_string(body, "extra_key"),
                           lora_path=None if lora is None else self.engine.lora_paths[lora],
-                          skip_prefix_cache=self.served.read_bypass and _skips_reading(body))
+                          skip_prefix_cache=self.served.read_bypass and _skips_reading(body),
+                          retention=body.get("kv_cache_retention_config"))
         n = len(req.ids)
         window = self._window(req, max_tokens)
-        cached, kv = self.cache.lookup(req)
+        try:
+            cached, kv = self.cache.lookup(req)
+        except ValueError as e:                        # a request field the cache refuses (a retention config)
+            raise RequestError(400, str(e)) from None
         out = self.engine.generate(req.ids, kv, max_tokens, req.lora, _logit_bias(body), images=spans, **window)
         self.cache.store(req, out["sequence"], out["kv"], out["sampled"])
         return self._response(body, n, cached, out)
@@ -267,10 +272,14 @@ class PeerServer:
 
 
 def _setting(item: str, sep: str, value: str):
-    """A --setting value: N >= 1, true/false, or a number in [0, 1] (slot_prompt_similarity)."""
+    """A --setting value: N >= 1, true/false, a number in [0, 1] (slot_prompt_similarity), or a
+    list N,N,... (TensorRT-LLM's max_attention_window)."""
     from .errors import BackendInputError
     if sep and value.lower() in ("true", "false"):
         return value.lower() == "true"
+    parts = value.strip("[]").split(",")
+    if sep and ("," in value or value.startswith("[")) and all(p.strip().isdigit() and int(p) >= 1 for p in parts):
+        return [int(p) for p in parts]
     if sep and value.isdigit() and int(value) >= 1:
         return int(value)
     try:

@@ -28,8 +28,8 @@ speed. Its modules, by the spec section each transcribes:
     transcript.py    generated tokens from a backend's output (spec/RUNNING.md section 4)
     errors.py        InputError and the other exceptions of the oracle
     version.py       SPEC_VERSION, the version of the spec transcribed here
-    peers.py, peer_common.py, peer_llama.py, peer_vllm.py, peer_sglang.py, peer_trtllm.py
-                     the peer profiles of OpenAI-compatible servers (spec/peer-profiles.md)
+    peers.py, peer_common.py, peer_llama.py, peer_vllm.py, peer_sglang.py, peer_trtllm.py,
+    peer_trtllm_keys.py  the peer profiles of OpenAI-compatible servers (spec/peer-profiles.md)
     peer_profile.py  what a peer profile is, as data (PeerProfile: settings, rules, server API)
     peer_trace.py    the peer caches' decision trace (reference.trace.Step, recorded where they decide)
     traffic.py       a recorded trace's requests: hash-id tokens and page keys (spec/trace-replay.md)

@@ -24,7 +24,9 @@ class PeerRequest:
 
     `lora` names the adapter (vLLM, SGLang) or the LoRA task id (TensorRT-LLM); `lora_path` is
     the folder vLLM loaded that adapter from (PEER-VLLM-2 keys blocks by name and path);
-    `skip_prefix_cache` is vLLM's per-request read bypass (PEER-VLLM-7)."""
+    `skip_prefix_cache` is vLLM's per-request read bypass (PEER-VLLM-7); `retention` is the
+    request's TensorRT-LLM `kv_cache_retention_config` (PEER-TRT-8) and `token_extra_ids` its
+    per-token extra ids (PEER-TRT-10)."""
     ids: list
     lora: str | None = None
     salt: str | None = None
@@ -32,6 +34,8 @@ class PeerRequest:
     images: list = field(default_factory=list)
     lora_path: str | None = None
     skip_prefix_cache: bool = False
+    retention: dict | None = None
+    token_extra_ids: list | None = None
 
 
 def common_prefix(a, b) -> int:

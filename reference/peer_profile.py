@@ -17,9 +17,10 @@ MAX_UNIT = 1 << 20
 """The largest block, page or pool size a setting may name (tokens); the peer suite also bounds
 sizes by the server's own context length."""
 
-KINDS = ("size", "count", "count0", "fraction", "bool")
+KINDS = ("size", "count", "count0", "fraction", "bool", "sizes")
 """What a setting's value may be: size (an integer 1..MAX_UNIT), count (an integer >= 1, or None:
-unbounded), count0 (an integer >= 0), fraction (a number in [0, 1]), bool (true or false)."""
+unbounded), count0 (an integer >= 0), fraction (a number in [0, 1]), bool (true or false), sizes
+(a non-empty list of sizes, or None: unset)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,14 @@ class Setting:
             if type(value) not in (int, float) or not 0 <= value <= 1:
                 raise PeerProfileError(f"setting {self.name} must be a number in [0, 1], got {value!r}")
             return float(value)
+        if self.kind == "sizes":
+            if value is None:
+                return None
+            if not isinstance(value, (list, tuple)) or not value or any(
+                    type(v) is not int or not 1 <= v <= MAX_UNIT for v in value):
+                raise PeerProfileError(f"setting {self.name} must be a non-empty list of integers 1..{MAX_UNIT}, "
+                                       f"got {value!r}")
+            return list(value)
         if self.kind == "count" and value is None:
             return None
         low = 0 if self.kind == "count0" else 1

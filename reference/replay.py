@@ -24,6 +24,7 @@ from .peer_common import PeerProfileError
 from .peer_llama import LlamaSlots
 from .peer_sglang import RadixCache
 from .peer_trtllm import TrtllmBlockPool, trtllm_cached
+from .peer_trtllm_keys import DEFAULT_PRIORITY
 from .peers import PROFILES as PEER_PROFILES, check_settings
 from .replay_adapters import (FreeQueue, KeyedPeerRequest, QueuedVllmBlockPool, EdgeLlmRequest,
                               KeyedEdgeLlmRequest, check_hooks, peer_request)
@@ -342,10 +343,11 @@ class TrtllmReplayer(Replayer):
         self.T, self.K = s["tokens_per_block"], units
         self.pool = TrtllmBlockPool(self.T, s["enable_block_reuse"], s["enable_partial_reuse"],
                                     s["copy_on_partial_reuse"], units)
+        window = self.pool.main                     # one window: full attention, one free queue
         if units is not None:
-            self.pool.free = FreeQueue(units, first=0)
+            window.queues = {DEFAULT_PRIORITY: FreeQueue(units, first=0)}
         self.evicted, self.evicted_tokens, self._taking = 0, 0, False
-        take, detach = self.pool.take, self.pool.detach
+        take, detach = window.take, window.detach
 
         def taking(*args, **kwargs) -> int:
             self._taking = True
@@ -360,7 +362,7 @@ class TrtllmReplayer(Replayer):
                 self.evicted += 1
                 self.evicted_tokens += len(block.key.tokens)
             detach(b, *args, **kwargs)
-        self.pool.take, self.pool.detach = taking, counted
+        window.take, window.detach = taking, counted
 
     def run(self, request) -> int | None:
         n, g = request.n, request.output

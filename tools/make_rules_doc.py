@@ -294,12 +294,20 @@ def peer_cases(root: Path) -> tuple[str | None, list[tuple[str, str, list]]]:
     def ids(messages) -> list[int]:
         return list("".join(m["content"] if isinstance(m["content"], str) else json.dumps(m["content"])
                             for m in messages).encode())
+
+    def unset_size(profile: str, defaults: dict, key: str):
+        """512 for a size the defaults leave unset, or [512] where the setting is a list (windows)."""
+        try:
+            check_settings(profile, dict(defaults, **{key: 512}))
+            return 512
+        except ValueError:
+            return [512]
     out = {}
     for profile, defaults in SETTINGS.items():
         tries = [dict(defaults)] + [dict(defaults, **{k: 2 * v}) for k, v in defaults.items()
                                     if isinstance(v, int) and not isinstance(v, bool) and v > 0]
         tries.append(dict(defaults, **{k: True for k, v in defaults.items() if v is False},
-                          **{k: 512 for k, v in defaults.items() if v is None}))
+                          **{k: unset_size(profile, defaults, k) for k, v in defaults.items() if v is None}))
         for settings in tries:
             for case in builder.cases(profile, check_settings(profile, settings), ids):
                 out.setdefault((case.id, profile), set()).update(case.rules)

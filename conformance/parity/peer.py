@@ -10,13 +10,18 @@ A scenario names the profile's settings and a list of steps (docs/parity.md sect
   own block-pool tests do; the vLLM and TensorRT-LLM pools of the oracle define it);
 - `{"release": NAME}`, optionally with `tokens`: the tokens TensorRT-LLM's `releaseBlocks` is
   given (a request released with fewer tokens than it computed);
-- `{"reset": true}`: the profile's reset (on vLLM, refused while a request holds blocks).
+- `{"reset": true}`: the profile's reset (on vLLM, refused while a request holds blocks);
+- `{"advance_ms": N}`: N ms pass (a test's sleep; TensorRT-LLM's retention durations run out);
+- `{"grow": NAME, "add_tokens": N, "sampled": [...]}`: a held TensorRT-LLM request gets the KV of N
+  more tokens (`addToken` N times) and the sampled ids appended. A held request's `add_tokens`
+  says how many `addToken` calls follow its admission (default: one per sampled id but the last).
 
 Ids are the upstream test's own: a peer profile speaks of token ids as the server sees them.
 What a step can be observed for (`observe.value`): `cached`, `prompt_n`, and what the profile's
 pool publishes through its documented accessors, read after the step: `free_queue` (block ids,
 head first), `free_blocks` (its length), `blocks` (the blocks the step's request took, in
-order; on vLLM also `hit_blocks` and `new_blocks`), `admitted` (whether a held request
+order; on vLLM also `hit_blocks` and `new_blocks`; on TensorRT-LLM also `window_blocks`, each
+attention window's), `admitted` (whether a held request
 fitted), `reset` (whether the reset was accepted), `slot_tokens` (llama.cpp's slot). Where a
 step gives `max_tokens` (-1 or null: no limit), `sampled` is what the model would go on to sample
 and the profile cuts it (llama.cpp: at the slot's context without context shift): `predicted_n`,
@@ -29,7 +34,7 @@ from ..judge import peer_oracle as peers
 
 from .engine import NotExpressible, expand
 
-REQUEST_FIELDS = ("lora", "lora_path", "salt", "extra_key", "skip_prefix_cache")
+REQUEST_FIELDS = ("lora", "lora_path", "salt", "extra_key", "skip_prefix_cache", "retention", "token_extra_ids")
 
 
 class Run:
@@ -53,6 +58,13 @@ class Run:
             return self._state(reset=accepted)
         if "release" in step:
             return self._release(step, k)
+        if "grow" in step:
+            return self._grow(step, k)
+        if "advance_ms" in step:
+            if not hasattr(self.sim, "advance"):
+                raise NotExpressible(f"step {k}: the {type(self.sim).__name__} simulator has no clock")
+            self.sim.advance(step["advance_ms"])
+            return self._state()
         request = _request(step, k)
         refusal = getattr(self.sim, "refusal", None)
         error = refusal(request) if refusal is not None else None
@@ -67,7 +79,7 @@ class Run:
             seen.update(predicted_n=len(sampled), truncated=truncated,
                         finish_reason="length" if len(sampled) < len(expand(step.get("sampled", [0]))) else "stop")
         if "hold" in step:
-            run = self._hold(request, sampled, k)
+            run = self._hold(request, sampled, k, step.get("add_tokens"))
             if run is not None:
                 self.held[step["hold"]] = run
             return self._state(admitted=run is not None, **_blocks(run), **seen)
@@ -93,10 +105,21 @@ class Run:
                                  "and the context cut generation")
         return served(request, stream, max_tokens)
 
-    def _hold(self, request, sampled, k: int):
+    def _hold(self, request, sampled, k: int, add_tokens=None):
         if not hasattr(self.sim, "hold"):
             raise NotExpressible(f"step {k}: the {type(self.sim).__name__} simulator runs one request at a time")
-        return self.sim.hold(request, sampled)
+        if add_tokens is None:
+            return self.sim.hold(request, sampled)
+        if not isinstance(self.sim, peers.TrtllmBlockPool):
+            raise NotExpressible(f"step {k}: only TensorRT-LLM's pool adds KV tokens apart from sampled ids")
+        return self.sim.hold(request, sampled, add_tokens)
+
+    def _grow(self, step: dict, k: int) -> dict:
+        run = self.held.get(step["grow"])
+        if run is None or not isinstance(self.sim, peers.TrtllmBlockPool):
+            raise NotExpressible(f"step {k}: no held TensorRT-LLM request named {step['grow']!r}")
+        self.sim.extend(run, expand(step.get("sampled", [])), step.get("add_tokens", 0))
+        return self._state(**_blocks(run))
 
     def _release(self, step: dict, k: int) -> dict:
         run = self.held.pop(step["release"], None)
@@ -135,6 +158,8 @@ def _blocks(run) -> dict:
     if run is None:
         return {}
     out = {"blocks": list(run.blocks)}
+    if hasattr(run, "window_blocks"):
+        out["window_blocks"] = {str(w): list(b) for w, b in run.window_blocks.items()}
     if hasattr(run, "hits"):
         out.update(hit_blocks=run.blocks[:run.hits], new_blocks=run.blocks[run.hits:])
     return out

@@ -63,6 +63,8 @@ def request_fields(profile: str, step, case_salt: str | None = None) -> dict:
         out["prompt_logprobs"] = 1
     if step.logit_bias:
         out["logit_bias"] = dict(step.logit_bias)
+    if step.retention is not None:
+        out["kv_cache_retention_config"] = step.retention
     return out
 
 
@@ -224,7 +226,7 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
         req = oracle.PeerRequest(ids, step.lora, step.salt, step.extra_key,
                                  images=[oracle.ImageItem(*image) for image in ctx.tokens.images_of(messages, ids)],
                                  lora_path=(ctx.facts.adapters or {}).get(step.lora) if step.lora else None,
-                                 skip_prefix_cache=step.skip_read)
+                                 skip_prefix_cache=step.skip_read, retention=step.retention)
         trace.begin(k)
         if unknown is None and _refused(sim, req):
             if not _judge_refusal(step, messages, ids, k, ctx, trace, result, transcript, rows, case, attempt):

@@ -67,6 +67,11 @@ def _setting_value(profile: str, key: str, text: str, item: str):
         return value
     if kind == "count" and text.lower() in ("none", "unbounded"):
         return None
+    if kind == "sizes":
+        parts = text.strip("[]").split(",")
+        if not all(p.strip().isdigit() and len(p.strip()) <= 12 for p in parts):
+            raise KvconformError(f"--peer-setting {item!r}: expected {key}=N[,N...] with integers N")
+        return [int(p) for p in parts]
     if kind == "fraction":
         try:
             return float(text)

@@ -11,7 +11,8 @@ implements):
     BlockCache    vllm-apc          chained hashes of full blocks; B * min(hits, (N - 1) // B);
                                     freed blocks without a key reused first
     RadixCache    sglang-radix      radix tree per (extra key + adapter, salt); page-aligned; LRU leaves
-    TrtBlockTree  trtllm-kv-reuse   a tree of blocks keyed by tokens, adapter and salt; partial reuse
+    TrtBlockTree  trtllm-kv-reuse   a tree of blocks keyed by tokens, adapter and salt, one per attention
+                                    window; partial reuse; eviction by retention priority
 
     cache.lookup(req) -> (reported count, KV of the reused tokens or None)
     cache.store(req, sequence, kv, sampled)   sequence = prompt + sampled[:-1], kv of all of it
@@ -21,8 +22,9 @@ implements):
 SERVED (at the end) is the server's one list of the profiles it serves: each profile's cache,
 settings and defaults, and the parts of its runtime's HTTP API that serve.py imitates; the
 command line and the server read it. Subclasses change one method (`cap`, `spans`, `reported`,
-`extras`, `namespace`, `release`, `touch`, `label`, `above`, `long_enough`, `fits`, `discard`): the
-seams the kit's faulty server variants use.
+`extras`, `namespace`, `release`, `touch`, `label`, `above`, `long_enough`, `fits`, `discard`,
+`takes_leaf`, `free_order`, `queue_priority`, `expired`, `may_store`): the seams the kit's faulty
+server variants use.
 """
 from dataclasses import dataclass
 
@@ -60,7 +62,7 @@ class Served:
     """Every completion carries the native `timings` (llama.cpp, PEER-LCPP-3)."""
     images: bool = False
     """Chat messages may carry images (`image_url` parts with data: URLs), and the cache keys each
-    block by the images it overlaps (vLLM, PEER-VLLM-2); elsewhere an image is refused (HTTP 400),
+    block by the images it overlaps (vLLM, PEER-VLLM-2; TensorRT-LLM, PEER-TRT-10); elsewhere an image is refused (HTTP 400),
     never cached as if it were text."""
 
     @property
@@ -74,6 +76,6 @@ SERVED = {s.name: s for s in (
            tokenize="messages", lists_adapters=True, read_bypass=True, images=True),
     Served("sglang-radix", RadixCache, "transformers-auto", "lora_path",
            (("POST", "/flush_cache", {"message": "Cache flushed."}), ("GET", "/flush_cache", {"message": "Cache flushed."}))),
-    Served("trtllm-kv-reuse", TrtBlockTree, "transformers-auto", "lora_request"),
+    Served("trtllm-kv-reuse", TrtBlockTree, "transformers-auto", "lora_request", images=True),
 )}
 """Every profile the server serves, by name (the kit's peer profiles; a test holds the two lists equal)."""

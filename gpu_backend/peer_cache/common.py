@@ -40,6 +40,8 @@ class ChatRequest:
     """ImageSpan of each image of the prompt, in order (served only where the profile keys images)."""
     lora_path: str | None = None
     skip_prefix_cache: bool = False
+    retention: dict | None = None
+    """TensorRT-LLM's `kv_cache_retention_config` body field, as the request sent it."""
 
 
 def shared_prefix(a, b) -> int:

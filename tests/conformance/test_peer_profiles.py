@@ -37,6 +37,10 @@ def settings_args(settings: dict) -> list:
     ("vllm-apc", {"block_size": 16, "cache_blocks": 24}),
     ("sglang-radix", {"page_size": 4, "pool_tokens": 600}),
     ("trtllm-kv-reuse", {"tokens_per_block": 16}),
+    ("trtllm-kv-reuse", {"tokens_per_block": 16, "max_blocks": 12, "retention_config": True,
+                         "max_attention_window": [48, 80]}),
+    ("trtllm-kv-reuse", {"tokens_per_block": 16, "max_blocks": 12}),      # a pool, no retention field
+    ("trtllm-kv-reuse", {"tokens_per_block": 32, "max_attention_window": [80]}),   # one window, no pool
 ])
 def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines, tmp_path):
     # a profile that keys images is served by a vision engine, so that its image cases run too
@@ -47,9 +51,13 @@ def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines
         rc, report = run_peers(url, profile, tmp_path, *settings_args(settings), tokenizer=tokenizer)
     verdicts = {c["id"]: c["verdict"] for c in report["cases"]}
     assert rc == 0 and report["summary"]["headline"] == "CONFORMANT", verdicts
-    # every case PASS but the one the profile's server cannot be judged on (no cache reset)
-    assert {k for k, v in verdicts.items() if v != "PASS"} == ({"eviction/trt-blocks"} if profile == "trtllm-kv-reuse"
-                                                               else set())
+    # every case PASS but those the settings leave unjudged
+    unjudged = trt_unjudged(settings) if profile == "trtllm-kv-reuse" else set()
+    assert {k for k, v in verdicts.items() if v != "PASS"} == unjudged, verdicts
+    for case in (c for c in report["cases"] if c["id"] in unjudged):     # each says which setting it lacks
+        lacking = ("max_blocks" if "max_blocks" not in settings else "retention_config") if case["id"] in \
+            TRT_EVICTION else "max_attention_window"
+        assert case["verdict"] == "NOT_SUPPORTED" and f"--peer-setting {lacking}=" in case["reason"], case
     published = {k: v for k, v in report["peer"]["settings"].items()
                  if report["peer"]["settings_origin"][k] not in ("given", "default")}
     assert report["peer"]["profile"] == profile and report["peer"]["settings"] == {
@@ -64,11 +72,46 @@ def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines
                     {"eviction/one-slot"}), "vllm-apc": {"isolation/cache-salt", "isolation/lora",
                  "eviction/lru-blocks"}, "sglang-radix": {"isolation/cache-salt", "isolation/extra-key",
                                                                    "isolation/salt-and-lora", "eviction/radix-lru"},
-                 "trtllm-kv-reuse": {"isolation/cache-salt", "isolation/lora"}}[profile]
+                 "trtllm-kv-reuse": {"isolation/cache-salt", "isolation/lora"} | (
+                     {"eviction/trt-priority", "boundaries/trt-window-W"} if "max_blocks" in settings else set())}[profile]
     expected |= {"images/another-image", "images/across-boundary"} if images else set()
     assert expected <= set(verdicts)
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert f"CONFORMANT (peer profile {profile})" in summary and "| predicted | reported |" in summary
+
+
+TRT_EVICTION = {"eviction/trt-blocks", "eviction/trt-priority", "eviction/trt-duration"}
+TRT_WINDOW = {f"boundaries/trt-window-{w}" for w in ("W-1", "W", "W+1")}
+TRT_IMAGES = {f"images/{c}" for c in ("same-image", "another-image", "another-position", "across-boundary")}
+
+
+def trt_unjudged(settings: dict) -> set:
+    """The TensorRT-LLM cases a run under `settings` cannot judge (trtllm-serve publishes no
+    setting): eviction needs max_blocks, and the retention cases retention_config too; the window
+    cases need max_attention_window."""
+    out = set() if "max_attention_window" in settings else set(TRT_WINDOW)
+    if "max_blocks" not in settings:
+        return out | TRT_EVICTION
+    return out | (set() if settings.get("retention_config") else {"eviction/trt-priority", "eviction/trt-duration"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [16, 32, 64, 128])
+def test_bundled_trtllm_server_conforms_under_its_new_settings_at_every_block_size(size, engines, tmp_path):
+    """The eviction, retention, window and image cases are laid out from the settings (K blocks of
+    B, the smallest window W), so the unmutated server is CONFORMANT with every one of them judged at
+    B = 16..128, as each faulty TensorRT-LLM server is caught there (tests/conformance/test_peer_trust.py)."""
+    settings = {"tokens_per_block": size, "max_blocks": 12, "retention_config": True,
+                "max_attention_window": [3 * size, 5 * size]}
+    engine, tokenizer = engines["vision"]                  # so that the image cases (PEER-TRT-10) run too
+    with serving(make_peer("trtllm-kv-reuse", engine, settings=settings)) as url:
+        rc, report = run_peers(url, "trtllm-kv-reuse", tmp_path, *settings_args(settings), tokenizer=tokenizer)
+    verdicts = {c["id"]: c["verdict"] for c in report["cases"]}
+    assert rc == 0 and report["summary"]["headline"] == "CONFORMANT", verdicts
+    assert all(v == "PASS" for v in verdicts.values()) and TRT_EVICTION | TRT_WINDOW | TRT_IMAGES <= set(verdicts), \
+        verdicts
+    steps = [s for c in report["cases"] for s in (c.get("details") or {}).get("steps", [])]
+    assert all(s["predicted"] == s["reported"] for s in steps)
 
 
 def chat(peer, content: str, max_tokens: int = 1, **fields) -> dict:
@@ -165,3 +208,40 @@ def test_the_serve_command_takes_every_profile(profile, capsys):
     from gpu_backend.cli import main
     assert main(["serve", "--profile", profile, "--port", "0", "--host", "0.0.0.0"]) == 2
     assert "loopback only" in capsys.readouterr().err
+
+
+def test_bundled_trtllm_server_evicts_by_retention_priority_by_hand(engines):
+    """PEER-TRT-6 and PEER-TRT-8 by hand on the server: prompts A (at priority 90), B and C of b
+    blocks of 4 each (digits tokenize one by one, so the three are equally long), each under a salt
+    of its own, in a pool of 2b blocks: C takes B's blocks (the lowest priority first), so A still
+    reports N - 1 and B 0. A config TensorRT-LLM refuses is HTTP 400, never a count."""
+    from gpu_backend.peer_cache import TrtBlockTree
+    from gpu_backend.serve import RequestError
+    peer = make_peer("trtllm-kv-reuse", engines["transformers-auto"])
+    texts = {"A": "1111111", "B": "2222222", "C": "3333333"}
+    n = {len(peer.engine.prompt([{"role": "user", "content": x}])[0]) for x in texts.values()}
+    assert len(n) == 1
+    n = n.pop()
+    peer.cache = TrtBlockTree(tokens_per_block=4, max_blocks=2 * -(-n // 4), retention_config=True)
+    high = {"token_range_retention_configs": [{"token_start": 0, "token_end": None, "priority": 90}]}
+
+    def ask(name, **fields):
+        body = {"messages": [{"role": "user", "content": texts[name]}], "max_tokens": 1, "cache_salt": name,
+                **fields}
+        status, doc = peer.handle("POST", "/v1/chat/completions", body)
+        assert status == 200 and doc["usage"]["prompt_tokens"] == n, doc
+        return doc["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert [ask("A", kv_cache_retention_config=high), ask("B"), ask("C")] == [0, 0, 0]
+    assert ask("A", kv_cache_retention_config=high) == n - 1
+    assert ask("B") == 0
+    bad = {"token_range_retention_configs": [{"token_start": 0, "token_end": 8, "priority": 90},
+                                             {"token_start": 4, "token_end": None, "priority": 10}]}
+    with pytest.raises(RequestError, match="not overlap") as refused:
+        ask("A", kv_cache_retention_config=bad)
+    assert refused.value.status == 400
+
+
+def test_bundled_trtllm_server_takes_windows_as_a_list():
+    from gpu_backend.serve import _setting
+    assert _setting("max_attention_window=48,80", "=", "48,80") == [48, 80]
+    assert _setting("max_attention_window=[48, 80]", "=", "[48, 80]") == [48, 80]

@@ -199,6 +199,12 @@ def test_every_faulty_server_is_caught_at_every_block_size(name, size, engines, 
     if "pool_tokens" in dict(variant.settings):
         settings["pool_tokens"] = max(dict(variant.settings)["pool_tokens"], 16 * size)   # room for the layout
     given = ["--peer-setting", f"{SIZE[variant.profile]}={size}"] if variant.profile == "trtllm-kv-reuse" else []
+    if variant.profile == "trtllm-kv-reuse":            # trtllm-serve publishes nothing: the kit is told
+        extra = dict(variant.settings)
+        if "max_attention_window" in extra:
+            extra["max_attention_window"] = [3 * size, 5 * size]   # an edge the layout reaches at any B
+        settings.update(extra)
+        given += [a for k, v in extra.items() for a in ("--peer-setting", f"{k}={v}")]
     engine, tokenizer = (build_vision_engine(tmp_path, LOADER[variant.profile]) if variant.vision
                          else (engines[LOADER[variant.profile]], PHI3))
     with serving(variant.peer(engine, settings=settings)) as url:
@@ -242,3 +248,24 @@ def test_eagle_hashing_is_a_setting(engines, tmp_path):
         assert steps[1]["reported"] == 16 * ((steps[1]["prompt_tokens"] - 1) // 16 - 1)
         rc, report = run_peers(url, "vllm-apc", tmp_path, "-k", "reuse/replay")
         assert rc == 1 and report["cases"][0]["verdict"] == "FAIL"
+
+
+def test_trtllm_tokens_per_block_beyond_the_context_is_bad_input(engines, tmp_path, capsys):
+    """trtllm-serve publishes no setting, but where the server says its context (the bundled one
+    does, in /v1/models), a block larger than it is one line and exit 2 (PEER-API-5)."""
+    peer = make_peer("trtllm-kv-reuse", engines["transformers-auto"])
+    with serving(peer) as url:
+        one_line_exit_2(capsys, "exceeds the server's context of 4096 tokens", "run", "--backend", "openai",
+                        "--base-url", url, "--profile", "trtllm-kv-reuse", "--report", str(tmp_path / "r"),
+                        "--tokenizer", PHI3, "--peer-setting", "tokens_per_block=8192")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("item, words", [
+    ("max_attention_window=48,x", "expected max_attention_window=N[,N...]"),
+    ("max_attention_window=0", "must be a non-empty list of integers 1..1048576"),
+    ("retention_config=yes", "expected retention_config=true or retention_config=false"),
+])
+def test_bad_trtllm_settings_are_one_line(item, words, tmp_path, capsys):
+    one_line_exit_2(capsys, words, "run", "--backend", "openai", "--base-url", "http://127.0.0.1:9", "--profile",
+                    "trtllm-kv-reuse", "--report", str(tmp_path / "r"), "--peer-setting", item)

@@ -224,6 +224,37 @@ def test_an_unbounded_pool_has_no_free_queue():
     assert outcome.status == parity.NOT_EXPRESSIBLE and "has no free_queue" in outcome.reason
 
 
+def trt_disagreements() -> set:
+    docs = [d for d in parity.load(SUITE) if d["runtime"] == "TensorRT-LLM"]
+    return {o.test for o in parity.unexplained(parity.evaluate(docs))}
+
+
+@pytest.mark.parametrize("reading, tests", [
+    ("priorities ignored (every block at the default)", {"BlockManagerBlockPriorityTest",
+                                                         "KVCacheManagerDecodeBlockPriorityTest"}),
+    ("durations never run out", {"KVCacheManagerTimedEvictionTest"}),
+    ("images left out of the key", {"BlockManagerReuseWithMultimodalHashTest"}),
+    ("per-token extra ids left out of the key", {"BlockManagerReuseWithExtraIdTest",
+                                                 "BlockManagerReuseWithExtraIdAndLoraTaskIdTest"}),
+])
+def test_the_suite_catches_each_trtllm_rule_left_out(reading, tests, monkeypatch):
+    """PEER-TRT-8, -9 and -10 each decide assertions of TensorRT-LLM's own tests: the oracle with
+    one of them left out disagrees with those tests again."""
+    import reference.peer_trtllm as peer_trtllm
+    import reference.peer_trtllm_keys as keys
+    if reading.startswith("priorities"):
+        take, claim = peer_trtllm.WindowPool.take, peer_trtllm.WindowPool.claim
+        monkeypatch.setattr(peer_trtllm.WindowPool, "take", lambda self, run, p, d: take(self, run, 35, d))
+        monkeypatch.setattr(peer_trtllm.WindowPool, "claim", lambda self, b, p=None, d=(None,): claim(self, b, None, d))
+    elif reading.startswith("durations"):
+        monkeypatch.setattr(peer_trtllm.WindowPool, "refresh", lambda self: None)
+    elif reading.startswith("images"):
+        monkeypatch.setattr(keys, "mm_keys", lambda request, start, end: ())
+    else:
+        monkeypatch.setattr(keys, "unique_tokens", lambda request, ids: list(ids))
+    assert tests <= trt_disagreements(), reading
+
+
 # --- Edge-LLM's context cache driven call by call (cache and identity scenarios) ---
 
 def _edge_llm():

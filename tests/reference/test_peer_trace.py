@@ -22,6 +22,7 @@ SETTINGS = [
     ("trtllm-kv-reuse", {"tokens_per_block": 4}), ("trtllm-kv-reuse", {"tokens_per_block": 4, "max_blocks": 16}),
     ("trtllm-kv-reuse", {"tokens_per_block": 4, "copy_on_partial_reuse": False, "max_blocks": 20}),
     ("trtllm-kv-reuse", {"tokens_per_block": 3, "enable_partial_reuse": False}),
+    ("trtllm-kv-reuse", {"tokens_per_block": 4, "max_blocks": 16, "max_attention_window": [8, 12]}),
 ]
 
 
@@ -34,7 +35,10 @@ def stream(seed: int, length: int = 40) -> list:
     for _ in range(length):
         ids = list(rng.choice(heads)) + [rng.randrange(6) for _ in range(rng.randrange(0, 9))]
         req = PeerRequest(ids, lora=rng.choice([None, None, "alpha"]), salt=rng.choice([None, None, "s1"]),
-                          extra_key=rng.choice([None, None, "k1"]), skip_prefix_cache=rng.random() < 0.05)
+                          extra_key=rng.choice([None, None, "k1"]), skip_prefix_cache=rng.random() < 0.05,
+                          retention=rng.choice([None, None, {"token_range_retention_configs": [
+                              {"token_start": 0, "token_end": 4, "priority": rng.choice([10, 90]),
+                               "duration_ms": rng.choice([None, 0, 3])}], "decode_retention_priority": 20}]))
         out.append((req, [rng.randrange(6) for _ in range(rng.randrange(1, 5))]))
     return out
 

@@ -451,6 +451,91 @@ def test_trt_reuse_off_and_eviction():
     assert pool.predict(req("abcdefghi")) == 4
 
 
+def test_trt_7_windows_report_the_largest_and_store_the_whole_sequence():
+    # by hand, T = 4, windows 8 and 16 (unbounded): a 12-token prompt sampling 3 tokens outgrows
+    # the window of 8, and its computed sequence (14 tokens) is stored whole in both windows
+    pool = peers.simulator("trtllm-kv-reuse", {"tokens_per_block": 4, "max_attention_window": [16, 8]})
+    pool.commit(req("abcdefghijkl"), t("xyz"))
+    assert pool.predict(req("abcdefghijklxyQ")) == 14
+    assert sorted(pool.windows) == [8, 16] and pool.main.W == 16
+
+
+def test_trt_7_a_block_let_go_and_taken_by_another_request_stores_nothing():
+    # spec PEER-TRT-7's example by hand: T = 4, one window of 8, 4 blocks
+    pool = peers.TrtllmBlockPool(4, max_blocks=4, windows=[8])
+    a = pool.hold(req("abcdefghijk"), [], 0)
+    pool.extend(a, t("l"), 1)                                 # 12 tokens: block 0 leaves the window, freed
+    assert pool.free_queue() == [3, 0]
+    b = pool.hold(req("mnopqrst"), [], 0)
+    assert b.blocks == [3, 0] and not a.main.valid
+    pool.release(a)
+    pool.release(b)
+    assert pool.predict(req("abcdefghijk")) == 0 and pool.predict(req("mnopqrst")) == 7
+
+
+def test_trt_8_retention_priorities_per_block_and_what_eviction_keeps():
+    from reference.peer_trtllm_keys import retention_of
+    # getPerBlockRetentionPriorityDuration by hand: block i takes the range holding token i*T
+    config = {"token_range_retention_configs": [{"token_start": 2, "token_end": 6, "priority": 90},
+                                                {"token_start": 8, "token_end": None, "priority": 5,
+                                                 "duration_ms": 7}], "decode_retention_priority": 60}
+    retention = retention_of(req("a", retention=config))
+    assert retention.per_block(4, 14) == [(None, None), (90, None), (5, 7), (5, 7)]
+    assert retention.decode_priority == 60
+    # T = 4, K = 6: A at 90 (2 blocks + a partial), B at the default; C (3 blocks) evicts B's
+    pool = peers.simulator("trtllm-kv-reuse", {"tokens_per_block": 4, "max_blocks": 6})
+    high = {"token_range_retention_configs": [{"token_start": 0, "token_end": None, "priority": 90}]}
+    pool.commit(req("abcdefghi", retention=high), t("z"))
+    pool.commit(req("jklmnopqr"), t("z"))
+    pool.commit(req("stuvwxyz!"), t("z"))
+    assert pool.predict(req("abcdefghi")) == 8 and pool.predict(req("jklmnopqr")) == 0
+
+
+@pytest.mark.parametrize("config, words", [
+    ({"token_range_retention_configs": [{"token_start": 0, "token_end": 8, "priority": 90},
+                                        {"token_start": 4, "token_end": 12, "priority": 10}]}, "must not overlap"),
+    ({"token_range_retention_configs": [{"token_start": 0, "token_end": None, "priority": 90},
+                                        {"token_start": 4, "token_end": 12, "priority": 10}]}, "only the last"),
+    ({"token_range_retention_configs": [{"token_start": 0, "priority": 101}]}, "a priority must be"),
+    ({"decode_retention_priority": -1}, "a priority must be"),
+])
+def test_trt_8_a_config_the_runtime_refuses_is_refused(config, words):
+    pool = peers.simulator("trtllm-kv-reuse", {"tokens_per_block": 4})
+    with pytest.raises(peers.PeerProfileError, match=words):
+        pool.predict(req("abcdefgh", retention=config))
+
+
+def test_trt_9_durations_run_on_the_pool_clock():
+    # by hand, T = 4, K = 6: A at priority 10 for 5 ms (3 blocks), then B (3 blocks). Had the
+    # duration run out before B (advance 10 ms), A's blocks wait at the default behind the free
+    # blocks and B takes those; otherwise B takes A's (the lowest priority) and A is gone.
+    low = {"token_range_retention_configs": [{"token_start": 0, "token_end": None, "priority": 10,
+                                              "duration_ms": 5}]}
+    for wait, left in ((10, 8), (0, 0)):
+        pool = peers.simulator("trtllm-kv-reuse", {"tokens_per_block": 4, "max_blocks": 6})
+        pool.commit(req("abcdefghi", retention=low), t("z"))
+        pool.advance(wait)
+        pool.commit(req("jklmnopqr"), t("z"))
+        assert pool.predict(req("abcdefghi")) == left, wait
+
+
+def test_trt_10_images_key_the_blocks_they_overlap():
+    from reference.peer_trtllm_keys import block_keys
+    # by hand, T = 4: an image over positions 2..7 is (digest, 0) in block 0 (it starts inside)
+    # and (digest, 2) in block 1 (the block starts 2 tokens into it); block 2 has none
+    image = peers.ImageItem("cat", 2, 6)
+    keys = block_keys(list(range(12)), 4, PeerRequest(list(range(12)), images=[image]))
+    assert [k.mm for k in keys] == [(("cat", 0),), (("cat", 2),), ()]
+    pool = peers.simulator("trtllm-kv-reuse", {"tokens_per_block": 4})
+    pool.commit(PeerRequest(list(range(12)), images=[image]), [99])
+    assert pool.predict(PeerRequest(list(range(12)), images=[image])) == 11
+    assert pool.predict(PeerRequest(list(range(12)), images=[peers.ImageItem("dog", 2, 6)])) == 0
+    assert pool.predict(PeerRequest(list(range(12)))) == 0                      # never predicted as text
+    # the same image one position later: block 0's key is still (cat, 0), since the offset counts
+    # into the image, not into the block (generateBlockHashExtraKeys); block 1's is (cat, 1), not 2
+    assert pool.predict(PeerRequest(list(range(12)), images=[peers.ImageItem("cat", 3, 6)])) == 4
+
+
 # --- sglang-radix: eviction and the cache off --------------------------------------------------------
 # SGLang's own radix tests (test/srt/test_radix_cache_unit.py at 547421afbb6b) assert only that
 # evict() shrinks the tree; the orders below are derived by hand from radix_cache.py `evict`
