@@ -92,7 +92,7 @@ def test_llama_records_the_slot_choice_and_the_cap():
     assert sim.predict(PeerRequest(list("abcdefgh"))) == 7
     head, chain = trace.explained(2)
     assert [s.rule for s in chain] == ["PEER-LCPP-2", "PEER-LCPP-5", "PEER-LCPP-1"]
-    assert "slot 1 shares 1.000 of the prompt" in chain[1].why and chain[0].owner == 0
+    assert "slot 1 shares 1.0000 of the prompt" in chain[1].why and chain[0].owner == 0
     assert head.why.startswith("slot 1 holds 8 ids (left by request 0), 8 of them shared with the prompt: "
                                "c = min(LCP 8, N - 1 = 7) = 7")
 
