@@ -15,24 +15,6 @@ from conformance import parity
 
 SUITE = parity.SUITE_DIR
 
-# The vLLM suite is being edited on another branch at the time of writing; its 11 entries of
-# tests/v1/core/test_kv_cache_utils.py (@002f10e0) still cite line 0. Their counted lines are
-# in the report that came with this test; remove each id here once vllm.json carries it.
-STILL_UNCOUNTED = {
-    ("vllm.json", "kv-cache-utils/different-mm-input"),
-    ("vllm.json", "kv-cache-utils/free_kv_cache_block_queue_get_all_free_blocks"),
-    ("vllm.json", "kv-cache-utils/free_kv_cache_block_queue_popleft_n"),
-    ("vllm.json", "kv-cache-utils/free_kv_cache_block_queue_prepend_n"),
-    ("vllm.json", "kv-cache-utils/generate_block_hash_extra_keys"),
-    ("vllm.json", "kv-cache-utils/generate_block_hash_extra_keys_cache_salt"),
-    ("vllm.json", "kv-cache-utils/generate_block_hash_extra_keys_lora"),
-    ("vllm.json", "kv-cache-utils/hash_block_tokens"),
-    ("vllm.json", "kv-cache-utils/request_block_hasher"),
-    ("vllm.json", "kv-cache-utils/hash_request_tokens_no_mm_inputs"),
-    ("vllm.json", "kv-cache-utils/metrics"),
-}
-
-
 def _entries():
     """(suite file name, document, entry) for every entry of every suite file."""
     for doc in parity.load(SUITE):
@@ -50,8 +32,6 @@ def line_problems(entries):
     problems = []
     for name, doc, e in entries:
         where = f"{name} {e['id']} ({e['file']}, {e['test']})"
-        if (name, e["id"]) in STILL_UNCOUNTED:
-            continue
         if e["line"] <= 0:
             problems.append(f"{where}: the test's first line is {e['line']}")
             continue
@@ -68,15 +48,6 @@ def line_problems(entries):
 def test_no_assertion_cites_line_zero_or_a_line_outside_its_test():
     problems = line_problems(list(_entries()))
     assert not problems, f"{len(problems)} uncounted or misplaced lines:\n" + "\n".join(problems)
-
-
-def test_the_allowlist_names_only_entries_that_still_cite_line_zero():
-    """An allowlisted entry that has its lines now must leave the list (it would hide a regression)."""
-    by_key = {(name, e["id"]): e for name, _, e in _entries()}
-    stale = sorted(k for k in STILL_UNCOUNTED
-                   if k in by_key and by_key[k]["line"] > 0 and all(a["line"] > 0 for a in by_key[k]["assertions"]))
-    missing = sorted(k for k in STILL_UNCOUNTED if k not in by_key)
-    assert not stale and not missing, f"counted now, remove from STILL_UNCOUNTED: {stale}; unknown: {missing}"
 
 
 def test_the_check_catches_line_zero_and_a_line_past_the_next_test():
