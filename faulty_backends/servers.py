@@ -32,6 +32,9 @@ class ServerVariant:
     vision: bool = False
     """The defect shows on image requests only: its server runs a vision engine (a tokenizer
     folder with an image processor), so that the peer suite's image cases run."""
+    select: tuple = ()
+    """The cases (`-k`) the default tests judge the variant with: those of its rule (empty: all;
+    the slow tests run every case at every block size)."""
 
     def peer(self, engine_dir: str | None = None, tokenizer: str | None = None, settings: dict | None = None):
         """The server state (gpu_backend.serve.PeerServer) with the faulty cache; `settings`
@@ -44,7 +47,7 @@ class ServerVariant:
 SERVER_VARIANTS: dict[str, ServerVariant] = {}
 
 
-def server_variant(name: str, settings: tuple = (), vision: bool = False):
+def server_variant(name: str, settings: tuple = (), select: tuple = (), vision: bool = False):
     """Register a faulty cache; its profile is the one whose bundled cache it subclasses."""
     def register(cls):
         profile = next(p for p, served in SERVED.items() if issubclass(cls, served.cache))
@@ -52,7 +55,8 @@ def server_variant(name: str, settings: tuple = (), vision: bool = False):
         rules = tuple(re.findall(r"PEER-[A-Z]+-\d+", doc.split("Violates:")[1].split("Mirrors:")[0]))
         mirrors = doc.split("Mirrors:")[1].strip()
         assert rules and mirrors and "Bug class:" in doc, f"{cls.__name__}: docstring lacks its three lines"
-        SERVER_VARIANTS[name] = ServerVariant(name, profile, doc.split(". ")[0], rules, mirrors, cls, settings, vision)
+        SERVER_VARIANTS[name] = ServerVariant(name, profile, doc.split(". ")[0], rules, mirrors, cls, settings,
+                                              vision, select)
         return cls
     return register
 
@@ -120,6 +124,69 @@ class SaltIgnoredRadix(RadixCache):
 
     def namespace(self, req) -> tuple:
         return ((req.extra_key or "") + (req.lora or ""), None)   # DEFECT: the salt is dropped
+
+
+@server_variant("vllm-empty-salt-accepted")
+class EmptySaltAccepted(BlockCache):
+    """Accepts `cache_salt: ""` and keys it apart from no salt.
+    Bug class: an input the runtime refuses accepted (a salt that is no salt treated as a tenant).
+    Violates: PEER-VLLM-17.
+    Mirrors: the kit's own reading before the cross-check against vLLM's cache manager (and
+    servers that pass the field through unchecked); vLLM refuses it, protocol.py
+    validate_cache_salt, and its cache would key it as unsalted (kv_cache_utils.py:647)."""
+
+    def admits(self, req) -> None:
+        return None                                        # DEFECT: "" reaches the cache
+
+    def extras(self, req, index: int) -> tuple:
+        out = () if req.lora is None else (("lora", req.lora, req.lora_path),)
+        if index == 0 and req.salt is not None:
+            out += (("cache_salt", req.salt),)             # DEFECT: "" keys block 0 as a salt
+        return out
+
+
+@server_variant("vllm-hybrid-hit-unaligned", (("block_size", 8), ("sliding_window", 20), ("swa_block_size", 16),
+                                              ("retention_interval", "dense")))
+class HybridHitUnaligned(BlockCache):
+    """Lands a hybrid model's hits on the smallest block size, not on the lcm of the groups'.
+    Bug class: a hit not aligned to every group (the KV of a half-filled block of another group reused).
+    Violates: PEER-VLLM-11.
+    Mirrors: hybrid allocators that align the hit to the first group's block size; vLLM aligns
+    it to the least common multiple (kv_cache_coordinator.py HybridKVCacheCoordinator,
+    `_cache_hit_alignment_tokens`, and test_different_block_size)."""
+
+    def alignment(self) -> int:
+        return self.B                                      # DEFECT: the full-attention block size, not the lcm
+
+
+@server_variant("vllm-swa-tail-past-window", (("block_size", 16), ("sliding_window", 48)))
+class SlidingWindowKeptWhole(BlockCache):
+    """Keeps every sliding-window block a request computed, as full attention does.
+    Bug class: a window's tail kept past what the window and the retention interval keep.
+    Violates: PEER-VLLM-13, PEER-VLLM-15.
+    Mirrors: hybrid caches that key a sliding-window group's blocks like full attention's; vLLM
+    frees the blocks before the window as a request runs and keeps only the tails its retention
+    mask names (single_type_kv_cache_manager.py SlidingWindowManager.reachable_block_mask)."""
+
+    def kept(self, g: int, index: int, n: int, junction: int) -> bool:
+        return True                                        # DEFECT: every block kept, whatever the window
+
+
+@server_variant("vllm-mamba-state-every-block", (("block_size", 16), ("mamba_block_size", 16)))
+class MambaStateEveryBlock(BlockCache):
+    """Serves a Mamba group's prefix at every block boundary the request passed, not only where it
+    wrote a state.
+    Bug class: a recurrent state assumed at positions it was never saved at.
+    Violates: PEER-VLLM-14.
+    Mirrors: treating a Mamba group like attention in a hybrid cache; vLLM's "align" mode keeps one
+    running state block and writes a reusable state only where a prefill stops or decoding crosses
+    a block boundary (single_type_kv_cache_manager.py MambaManager, sched/scheduler.py
+    `_mamba_block_aligned_split`)."""
+
+    def serves(self, g: int, length: int, keys) -> bool:
+        if self.groups[g][0] == "mamba":
+            return all(self._prefix(keys, e) in self.held[0] for e in range(self.B, length + 1, self.B))
+        return super().serves(g, length, keys)             # DEFECT: a Mamba state read off the attention blocks
 
 
 @server_variant("vllm-free-append", (("cache_blocks", 24),))
@@ -268,8 +335,13 @@ class EvictsOldestInserted(RadixCache):
     Mirrors: an eviction heap keyed on creation_time (radix_cache.py FIFOStrategy) while the
     server runs with the default LRU policy."""
 
-    def touch(self, node):
+    def touch(self, node, stamp):
         pass                                                         # DEFECT: a node keeps its creation time
+
+    def _split(self, ns, child, k):
+        upper = super()._split(ns, child, k)
+        upper.used = child.used                                      # a split creates nothing: its creation time
+        return upper
 
 
 @server_variant("lcpp-similarity-ignored", (("slots", 2),))
@@ -286,6 +358,138 @@ class SimilarityIgnored(SlotCache):
             if slot["used"] <= self.slots[best]["used"]:
                 best = i
         return best
+
+
+# --- sglang-radix: slots, eviction rounds, time stamps, releases, empty keys --------------------------
+
+RADIX_POOL = (("page_size", 4), ("pool_tokens", 600))
+"""A paged, bounded SGLang server: what the radix eviction cases need to judge."""
+
+
+@server_variant("sglang-decode-token-accounting", RADIX_POOL, ("radix-paged-decode",))
+class DecodeTokenAccounting(RadixCache):
+    """Asks for a page and a slot at every decode step and holds tokens, not pages.
+    Bug class: paged allocation counted in tokens (a decode step evicts with a page still free).
+    Violates: PEER-SGL-7.
+    Mirrors: PEER-SGL-5's text before peer profiles 1.3.0 ("a page when P > 1; one more per
+    fed-back sampled token"), which the cross-check against SGLang 0.5.23 refuted
+    (allocation.py alloc_paged_token_slots_decode asks for one page)."""
+
+    def _extend(self, n, matched):
+        self._slots(n - matched + self.slack(), n - matched)          # DEFECT: tokens held, not whole pages
+
+    def decode_step(self, position):
+        if self.on:
+            self._slots(1 + self.slack(), 1)                          # DEFECT: P + 1 asked, one token held
+
+
+@server_variant("sglang-new-leaf-untimed", RADIX_POOL, ("radix-new-leaves",))
+class NewLeafUntimed(RadixCache):
+    """Gives a leaf an insert adds no access time until a later request touches it.
+    Bug class: recency among new leaves (a fresh leaf looks the oldest).
+    Violates: PEER-SGL-4.
+    Mirrors: a TreeNode whose last_access_time defaults to 0 and is set only by
+    _match_prefix_helper (radix_cache.py stamps it in TreeNode.__init__)."""
+
+    def stamp_leaf(self, leaf):
+        leaf.used = 0                                                # DEFECT: no time when made
+
+
+@server_variant("sglang-childless-parent-kept", RADIX_POOL, ("radix-cascade",))
+class ChildlessParentKept(RadixCache):
+    """Evicts only the leaves there were when the round began; a parent they leave bare waits.
+    Bug class: eviction cascades (a childless parent not evicted in the same round).
+    Violates: PEER-SGL-5.
+    Mirrors: radix_cache.py evict without its `heapq.heappush(eviction_heap, (new_priority,
+    x.parent))` for a parent left childless and unlocked."""
+
+    def joins(self, parent) -> bool:
+        return False                                                 # DEFECT: a bare parent waits a round
+
+
+@server_variant("sglang-no-page-slack", RADIX_POOL, ("radix-paged-slack",))
+class NoPageSlack(RadixCache):
+    """Asks for exactly the prompt's rest when paged, without the page of slack.
+    Bug class: paged slack (an allocation that fits by less than a page evicts nothing).
+    Violates: PEER-SGL-7.
+    Mirrors: alloc_paged_token_slots_extend without `len(seq_lens_cpu) * page_size` in its
+    demand (allocation.py)."""
+
+    def slack(self) -> int:
+        return 0                                                     # DEFECT: no page of slack
+
+
+@server_variant("sglang-evicts-locked-path", RADIX_POOL, ("radix-locked-path",))
+class EvictsLockedPath(RadixCache):
+    """Lets eviction take the nodes a running request matched.
+    Bug class: locks (eviction takes the locked path).
+    Violates: PEER-SGL-5.
+    Mirrors: an evictable-leaf set that ignores lock_ref (radix_cache.py _update_leaf_status keeps
+    nodes with lock_ref > 0 out of evictable_leaves)."""
+
+    def evictable(self, node) -> bool:
+        return True                                                  # DEFECT: locks not consulted
+
+
+@server_variant("sglang-no-prompt-split", RADIX_POOL, ("radix-prompt-split",))
+class NoPromptSplit(RadixCache):
+    """Inserts a finished request once, never splitting its node at the prompt, yet reports 0.5.23.
+    Bug class: a release's rule (the prompt split of SGLang >= 0.5.20 missing).
+    Violates: PEER-SGL-8.
+    Mirrors: cache_finished_req of SGLang 0.5.19 (no second insert of the prompt) in a build that
+    reports a later version (radix_cache.py `_insert_cache(split_prompt=True)` in 0.5.23)."""
+
+    def split_at_prompt(self, ns, ids, n):
+        pass                                                         # DEFECT: no split at the prompt
+
+
+@server_variant("sglang-evicts-whole-demand", RADIX_POOL, ("radix-shortfall",))
+class EvictsWholeDemand(RadixCache):
+    """Evicts all an allocation asks for when it is short, not what it is short of, yet reports 0.5.23.
+    Bug class: a release's rule (the shortfall eviction of SGLang >= 0.5.17 missing).
+    Violates: PEER-SGL-8.
+    Mirrors: mem_cache/common.py evict_from_tree_cache of SGLang 0.5.16 (`tree_cache.evict(num_tokens)`)
+    in a build that reports a later version (allocator/base.py evict_to_free_tokens in 0.5.23)."""
+
+    def to_evict(self, asked, free) -> int:
+        return asked                                                 # DEFECT: the whole demand
+
+
+@server_variant("sglang-empty-salt-apart", select=("empty-keys",))
+class EmptySaltApart(RadixCache):
+    """Keys a request with `cache_salt: ""` apart from one without a salt.
+    Bug class: empty keys (an empty salt is a salt).
+    Violates: PEER-SGL-2.
+    Mirrors: a server that passes cache_salt on as given, where SGLang's Req and RadixKey take
+    `cache_salt or None` (schedule_batch.py, radix_cache.py:77)."""
+
+    def namespace(self, req) -> tuple:
+        return ((req.extra_key or "") + (req.lora or ""), req.salt)   # DEFECT: "" is a salt of its own
+
+
+@server_variant("sglang-empty-extra-key-apart", select=("empty-keys",))
+class EmptyExtraKeyApart(RadixCache):
+    """Keys a request with `extra_key: ""` apart from one without an extra key.
+    Bug class: empty keys (an empty extra key is a key).
+    Violates: PEER-SGL-2.
+    Mirrors: a request that reaches the cache without io_struct.py `_normalize_extra_key`
+    (`extra_key or None`), where RadixKey keys "" apart from None (radix_cache.py:247)."""
+
+    def namespace(self, req) -> tuple:
+        key = "\0none" if req.extra_key is None else req.extra_key      # DEFECT: "" is not none
+        return (key + (req.lora or ""), req.salt or None)
+
+
+@server_variant("sglang-eagle-keys-ids", (("eagle", True),))
+class EagleKeysIds(RadixCache):
+    """Keys its tree by token ids while it runs (and publishes) an EAGLE drafter.
+    Bug class: EAGLE keys (one more id matched than a bigram tree matches).
+    Violates: PEER-SGL-9.
+    Mirrors: a radix cache built without `is_eagle` (kv_cache_builder.py passes
+    `is_eagle=spec_algorithm.is_eagle()`; radix_cache.py RadixKey `is_bigram` then counts pairs)."""
+
+    def units(self, ids):
+        return list(ids)                                             # DEFECT: ids, not bigrams
 
 
 TRT_POOL = (("max_blocks", 12), ("retention_config", True))

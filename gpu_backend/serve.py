@@ -45,7 +45,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from .peer_cache import SERVED, ChatRequest, ImageSpan
+from .peer_cache import SERVED, ChatRequest, ImageSpan, Refused
 
 PROFILES = tuple(SERVED)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -205,7 +205,7 @@ class PeerServer:
                                     f"({self.engine.cfg['max_input_len']})")
         try:
             cached, kv = self.cache.lookup(req)
-        except ValueError as e:                        # a request field the cache refuses (a retention config)
+        except ValueError as e:                        # refused by the API (PEER-VLLM-17, Refused) or the cache (a retention config)
             raise RequestError(400, str(e)) from None
         out = self.engine.generate(req.ids, kv, max_tokens, req.lora, _logit_bias(body), images=spans)
         sequence = req.ids + out["sampled"][:-1]
@@ -259,22 +259,28 @@ class PeerServer:
 
 
 def _setting(item: str, sep: str, value: str):
-    """A --setting value: N >= 1, true/false, a number in [0, 1] (slot_prompt_similarity), or a
-    list N,N,... (TensorRT-LLM's max_attention_window)."""
+    """A --setting value: N >= 1, true/false, a number in [0, 1] (slot_prompt_similarity), a list
+    N,N,... (TensorRT-LLM's max_attention_window), or a word or release (SGLang's version=0.5.16,
+    vllm_version=0.33.0, retention_interval=dense)."""
     from .errors import BackendInputError
     if sep and value.lower() in ("true", "false"):
         return value.lower() == "true"
+    if sep and value.count(".") >= 2 and value.split(".")[0].isdigit():
+        return value
     parts = value.strip("[]").split(",")
     if sep and ("," in value or value.startswith("[")) and all(p.strip().isdigit() and int(p) >= 1 for p in parts):
         return [int(p) for p in parts]
     if sep and value.isdigit() and int(value) >= 1:
         return int(value)
+    if sep and value and (value[0].isalpha() or value.count(".") > 1):
+        return value
     try:
         number = float(value) if sep else None
     except ValueError:
         number = None
     if number is None or not 0 <= number <= 1:
-        raise BackendInputError("--setting", f"{item!r}: expected KEY=N with N >= 1, KEY=true|false or KEY=X in [0, 1]")
+        raise BackendInputError("--setting", f"{item!r}: expected KEY=N with N >= 1, KEY=true|false, KEY=X in [0, 1], "
+                                "KEY=N,N,... or KEY=MAJOR.MINOR.PATCH")
     return number
 
 

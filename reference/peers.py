@@ -19,13 +19,14 @@ from __future__ import annotations
 from . import peer_llama, peer_sglang, peer_trtllm, peer_vllm
 from .peer_common import ImageItem, PeerProfileError, PeerRequest, common_prefix, computed_sequence
 from .peer_llama import LlamaSlot, LlamaSlots, choose_slot, llama_cpp_cached, llama_cpp_slot_after
-from .peer_profile import KINDS, MAX_UNIT, PeerProfile, Published, Setting
-from .peer_sglang import RadixCache, sglang_cached, sglang_namespace
+from .peer_profile import KINDS, MAX_UNIT, VERSION_PATTERN, PeerProfile, Published, Setting
+from .peer_sglang import RadixCache, sglang_cached, sglang_namespace, sglang_release
 from .peer_trace import PeerTrace
 from .peer_trtllm import BlockKey, TrtllmBlockPool, trtllm_cached
 from .peer_vllm import VllmBlockPool, leading_hits, vllm_block_keys, vllm_cached, vllm_extra_keys
+from .peer_vllm_groups import GroupedPool, groups_of, grouped, swa_need
 
-PEER_PROFILES_VERSION = "1.2.0"
+PEER_PROFILES_VERSION = "1.3.0"
 PEER_PROFILES: dict[str, PeerProfile] = {p.name: p for p in (peer_llama.PROFILE, peer_vllm.PROFILE,
                                                              peer_sglang.PROFILE, peer_trtllm.PROFILE)}
 """Every peer profile, by name, in the order the docs list them."""
@@ -35,10 +36,11 @@ SETTINGS = {name: p.defaults() for name, p in PEER_PROFILES.items()}
 
 __all__ = ["ImageItem", "PeerProfileError", "PeerRequest", "common_prefix", "computed_sequence", "LlamaSlot",
            "LlamaSlots", "choose_slot", "llama_cpp_cached", "llama_cpp_slot_after", "RadixCache", "sglang_cached",
-           "sglang_namespace", "VllmBlockPool", "leading_hits", "BlockKey", "TrtllmBlockPool", "trtllm_cached",
+           "sglang_namespace", "sglang_release", "VERSION_PATTERN", "VllmBlockPool", "leading_hits", "BlockKey",
+           "TrtllmBlockPool", "trtllm_cached",
            "vllm_block_keys", "vllm_cached", "vllm_extra_keys", "PeerProfile", "Published", "Setting", "PeerTrace",
            "PEER_PROFILES", "PROFILES", "SETTINGS", "KINDS", "MAX_UNIT", "PEER_PROFILES_VERSION", "profile_of",
-           "check_settings", "simulator"]
+           "check_settings", "simulator", "GroupedPool", "groups_of", "grouped", "swa_need"]
 
 
 def profile_of(name: str) -> PeerProfile:

@@ -151,6 +151,14 @@ class FreeQueue:
     def append(self, block) -> None:
         self.back[block] = None
 
+    def popleft(self):
+        """The head (peer_vllm_keys.FreeQueue's name for `pop(0)`)."""
+        return self.pop(0)
+
+    def prepend(self, blocks: list) -> None:
+        """`blocks` to the head, in their order (peer_vllm_keys.FreeQueue's interface)."""
+        self.__radd__(list(blocks))
+
     def __add__(self, blocks):
         self.back.update(dict.fromkeys(blocks))
         return self

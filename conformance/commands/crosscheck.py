@@ -36,14 +36,20 @@ def add_arguments(parser) -> None:
                         help="requests per stream at most (default 20)")
     parser.add_argument("--shrink-budget", type=_positive, default=400, metavar="N",
                         help="runs of both sides a shrink may take per class (default 400)")
-    parser.add_argument("--focus", choices=("split_prompt", "shortfall", "paged_decode", "newer_leaf", "empty_salt",
-                                            "empty_extra_key"),
+    parser.add_argument("--focus", choices=("no_prompt_split", "whole_demand", "decode_tokens", "split_tie",
+                                            "empty_salt", "empty_extra_key"),
                         help="run only the streams whose oracle observations change with this cause switched "
                         "(conformance/crosscheck/hypotheses.py): a search for a rare class")
     parser.add_argument("--max-streams", type=_positive, metavar="N", help="generate at most N streams")
     parser.add_argument("--report", metavar="DIR", help="where result.json, entries.json and table.md go "
                         "(default kvconform-crosscheck/<runtime>-<version>)")
     parser.add_argument("--python", metavar="PY", help="an interpreter that has the runtime (skips the install)")
+    parser.add_argument("--eagle", action="store_true",
+                        help="SGLang: every stream keyed by bigrams (the eagle setting, PEER-SGL-9), with an unbounded "
+                        "pool (EAGLE's draft-token allocation is not driven)")
+    parser.add_argument("--sglang-cache", choices=("radix", "unified"), default="radix",
+                        help="SGLang's class to drive: RadixCache (default) or UnifiedRadixCache, the class a "
+                        "0.5.23 server builds (tools/crosscheck/drive_sglang.py)")
     parser.add_argument("--speed", action="store_true", help="also time the runtime's manager and the oracle")
     parser.add_argument("--speed-only", action="store_true", help="only the timing, no streams")
     parser.add_argument("--speed-requests", type=_positive, default=10_000, metavar="N",
@@ -70,7 +76,7 @@ def _positive(text: str) -> int:
 
 
 def main(args) -> int:
-    from ..crosscheck import report, speed
+    from ..crosscheck import report, speed, streams
     if args.update_doc:
         changed = report.update_doc()
         print(f"{'updated' if changed else 'unchanged'}: {report.DOC}")
@@ -85,14 +91,22 @@ def main(args) -> int:
         folder = Path(args.report or f"kvconform-crosscheck/{name}-{version}")
         folder.mkdir(parents=True, exist_ok=True)
         log = open(folder / "driver-stderr.log", "w")
-        with Driver(name, python, stderr=log) as driver:
+        env = {"KVCONFORM_SGLANG_CACHE": args.sglang_cache} if name == "sglang" else {}
+        with Driver(name, python, env=env, stderr=log) as driver:
             if driver.version != version:
                 raise InstallError(f"{python} has {name} {driver.version}, not {version}")
             result = None
             if not args.speed_only:
+                eagle = None
+                if args.eagle:
+                    if name != "sglang":
+                        raise KvconformError("--eagle is an SGLang setting (PEER-SGL-9)")
+                    eagle = (_eagle(s) for s in streams.streams(name, _seeds(args.seed), args.max_requests))
                 result = crosscheck(driver, name, _seeds(args.seed), args.max_requests, args.shrink_budget,
                                     progress=_Progress(args.requests), until_requests=args.requests,
-                                    focus=args.focus, max_streams=args.max_streams)
+                                    focus=args.focus, max_streams=args.max_streams, seed_streams=eagle)
+                if args.eagle:
+                    result.driven = f"{result.driven or 'RadixCache'}, EAGLE bigram keys"
                 if args.focus:
                     print(f"focus {args.focus}: {result.passed_over:,} generated streams passed over, "
                           f"{result.streams:,} run")
@@ -117,6 +131,12 @@ def main(args) -> int:
         print("CROSSCHECK: a disagreement of no known class (docs/crosscheck.md)")
         return 1
     return 0
+
+
+def _eagle(stream: dict) -> dict:
+    """The stream with the tree keyed by bigrams and an unbounded pool."""
+    settings = {k: v for k, v in (stream.get("settings") or {}).items() if k != "pool_tokens"}
+    return dict(stream, id=f"{stream['id']}-eagle", settings={**settings, "eagle": True})
 
 
 def _seeds(start: int):

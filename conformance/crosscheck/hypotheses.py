@@ -1,29 +1,28 @@
-"""What the `sglang-radix` oracle would have to do differently for a stream to agree with SGLang:
-the classification's hypotheses, never the oracle (reference/peer_sglang.py is the oracle, and
-its fixes go there, proven by the cross-check).
+"""What the oracle would have to do differently for a stream to agree with the runtime: the
+classification's hypotheses, never the oracle (reference/peer_sglang.py is the oracle, and its
+fixes go there, proven by the cross-check).
 
-Each cause is one switch on a copy of the oracle's radix cache, read from SGLang 0.5.23's
-source (docs/crosscheck.md cites the lines):
+Each SGLang cause is one counterfactual on a copy of the `sglang-radix` cache, at the stream's
+own settings (docs/crosscheck.md cites the source lines):
 
-- `split_prompt` (a): a finished request's node is split at the page-aligned prompt length
-  (radix_cache.py `_insert_cache(split_prompt=True)`), so eviction can take the generated tokens
-  and keep the prompt;
-- `shortfall` (b): a request that needs m slots while f are free evicts m - f tokens, not m
-  (allocator/base.py `evict_to_free_tokens`: `shortfall = num_tokens - self.available_size()`);
-- `paged_decode` (c): with P > 1 every decode step first makes a whole page free, and a request
-  holds whole pages (allocation.py `alloc_paged_token_slots_decode`: `num_tokens =
-  len(seq_lens) * allocator.page_size`; `alloc_decode` takes a page when the token starts one);
-  the oracle asks P + 1 and holds tokens;
-- `newer_leaf` (d): after inserting a request's sequence SGLang matches it again (radix_cache.py
-  `checkpoint`: `self.match_prefix(...)` touches the path; a new `TreeNode()` is stamped after the
-  insert's access time), so the new leaf is strictly newer than the remainder of a node the insert
-  split, where the oracle gives both the same clock.
+- `no_prompt_split` (a): a finished request's node is not split at its page-aligned prompt, as
+  SGLang before 0.5.20 (radix_cache.py `cache_finished_req` inserts the sequence once);
+- `whole_demand` (b): an allocation that finds fewer free slots than it asks for evicts all it
+  asks for, not the shortfall, as SGLang before 0.5.17 (mem_cache/common.py
+  `evict_from_tree_cache`: `tree_cache.evict(EvictParams(num_tokens=num_tokens))`);
+- `decode_tokens` (c): a decode step asks for P + 1 free slots and a request holds tokens, not
+  pages: the kit's own reading before peer profiles 1.3.0, which SGLang never did
+  (allocation.py `alloc_paged_token_slots_decode` asks for a whole page, allocator/paged.py
+  takes one only when the token starts a page);
+- `split_tie` (d): the leaf an insert creates is stamped like the remainder of the node it split
+  (their tie broken by position), the kit's reading before 1.3.0; SGLang's new `TreeNode` is
+  stamped after (radix_cache.py `_insert_helper`).
 
-Two more causes change the stream, not the cache (`normalised`): `empty_salt` removes a `""`
-salt, as both runtimes treat it (vLLM keys a salt only `if request.cache_salt`; SGLang
-`Req.__init__` and `RadixKey.__init__`: `cache_salt or None`); `empty_extra_key` keys a `""`
-extra key apart from none, as SGLang's cache does (its API, io_struct.py `_normalize_extra_key`,
-makes `""` None before a request reaches the cache, so a server agrees with the oracle there).
+Two more change the stream, not the cache (`normalised`): `empty_salt` keys a `""` salt like
+none, as both runtimes do (vLLM keys a salt only `if request.cache_salt`; both oracles now do, so
+no runtime lists it any more); `empty_extra_key` keys a `""` extra key apart from none, as SGLang's cache does
+below its API (io_struct.py `_normalize_extra_key` makes `""` None first, and the SGLang driver
+calls it, so a stream through the API never shows this).
 
 `explain(stream, runtime_observations, compare)` lists every smallest set of causes under which
 the oracle (or its copy) observes what the runtime did (none: unexplained).
@@ -34,79 +33,70 @@ from itertools import combinations
 
 from ..judge import peer_oracle
 
-CAUSES = {"vllm": ("empty_salt",),
-          "sglang": ("empty_salt", "empty_extra_key", "split_prompt", "shortfall", "paged_decode", "newer_leaf")}
+CACHE_CAUSES = ("no_prompt_split", "whole_demand", "decode_tokens", "split_tie")
+CAUSES = {"vllm": (),
+          "sglang": ("empty_extra_key",) + CACHE_CAUSES}
 LABELS = {
     "empty_salt": "empty salt",
-    "empty_extra_key": "empty extra key kept apart (cache level)",
-    "split_prompt": "(a) split at the prompt boundary",
-    "shortfall": "(b) evict only the shortfall",
-    "paged_decode": "(c) paged decode accounting",
-    "newer_leaf": "(d) LRU tie on split",
+    "empty_extra_key": "empty extra key kept apart (below the API)",
+    "no_prompt_split": "(a) no split at the prompt boundary (SGLang < 0.5.20)",
+    "whole_demand": "(b) evicts the whole demand, not the shortfall (SGLang < 0.5.17)",
+    "decode_tokens": "(c) P + 1 slots per decode step, tokens held (the oracle before 1.3.0)",
+    "split_tie": "(d) a new leaf stamped like the remainder it split off (the oracle before 1.3.0)",
 }
 
 
 def variant(settings: dict, switches) -> object:
     """A copy of the `sglang-radix` cache with the switched causes; with none it is the oracle
-    (tests/crosscheck checks it on generated streams). `commit` restates the oracle's with each
-    switch where it applies; everything else is the oracle's own."""
+    (tests/crosscheck checks it on generated streams)."""
     on = frozenset(switches)
 
     class Variant(peer_oracle.RadixCache):
-        def _free(self, held: int) -> int:
-            return self.pool - self.size - held
+        def _extend(self, n: int, matched: int) -> int:
+            if "decode_tokens" not in on:
+                return super()._extend(n, matched)
+            if self.pool is not None:            # the old reading: the tokens held, a page of slack asked
+                self._make_room(0, n - matched + (self.P if self.P > 1 else 0), n - matched, "the prompt")
+            return n - matched
 
-        def _make_room(self, held: int, need: int) -> None:
-            free = self._free(held)
-            if free < need:
-                self.evict(need - free if "shortfall" in on else need)
+        def _decode(self, position: int, held: int) -> int:
+            if "decode_tokens" not in on:
+                return super()._decode(position, held)
+            if self.pool is not None:            # the old reading: P + 1 slots asked, one token held
+                self._make_room(held, 1 + (self.P if self.P > 1 else 0), 1, "a decode step")
+            return held + 1
 
-        def commit(self, request, sampled) -> None:
-            if not self.on:
-                return
-            P = self.P
-            self.clock += 1
-            namespace, n = peer_oracle.sglang_namespace(request), len(request.ids)
-            matched, node = self._walk(namespace, request.ids[:max(0, n - 1)], touch=True)
-            matched = peer_oracle.sglang_cached(matched, n, P)
-            self._lock(node, 1)
-            paged = "paged_decode" in on and P > 1
-            if self.pool is not None:
-                self._make_room(0, n - matched + (P if P > 1 else 0))
-            held = (-(-n // P) * P - matched) if paged else n - matched
-            self._check(held, 0)
-            for k in range(len(sampled) - 1):
-                position = n + k
-                if paged:
-                    if self.pool is not None:
-                        self._make_room(held, P)
-                    if position % P == 0:
-                        held += P
-                else:
-                    if self.pool is not None:
-                        self._make_room(held, 1 + (P if P > 1 else 0))
-                    held += 1
-                self._check(held, 0)
-            seq = peer_oracle.computed_sequence(request.ids, sampled)
-            aligned = seq[:P * (len(seq) // P)]
-            self.clock += 1
-            self._insert(namespace, aligned)
-            prompt = list(request.ids)[:P * (n // P)]
-            if "split_prompt" in on and 0 < len(prompt) < len(aligned):
-                self.clock += 1
-                self._walk(namespace, prompt, touch=True)
-            if "newer_leaf" in on:
-                self.clock += 1
-                self._walk(namespace, aligned, touch=True)
-            self._lock(node, -1)
+        def _split(self, namespace, child, k):
+            upper = super()._split(namespace, child, k)
+            if "split_tie" in on:
+                upper.touched = child.touched    # the old reading: one clock value for the whole walk
+            return upper
 
-        def _check(self, held: int, _):
-            if self.pool is not None and self._free(held) < 0:
-                raise peer_oracle.PeerProfileError(
-                    f"sglang-radix: a request needs more than pool_tokens={self.pool} slots")
+        def _insert(self, namespace, ids, computed=None):
+            if "split_tie" not in on:
+                return super()._insert(namespace, ids, computed)
+            self._frozen = 0                     # the old reading: the new leaf gets the walk's own value
+            try:
+                return super()._insert(namespace, ids, computed)
+            finally:
+                self._frozen = None
 
-    s = {k: settings[k] for k in ("page_size", "pool_tokens") if k in settings}
-    return Variant(s.get("page_size", 1), s.get("pool_tokens"))
+        def _tick(self) -> int:
+            frozen = getattr(self, "_frozen", None)
+            if frozen:
+                return frozen
+            now = super()._tick()
+            if frozen == 0:
+                self._frozen = now
+            return now
+
+    s = peer_oracle.check_settings("sglang-radix", settings)
+    sim = Variant(s["page_size"], s["pool_tokens"], s["radix_cache"], version=s["version"], eagle=s["eagle"])
+    if "no_prompt_split" in on:
+        sim.split_prompt = False
+    if "whole_demand" in on:
+        sim.shortfall = False
+    return sim
 
 
 def normalised(stream: dict, switches) -> dict:
@@ -138,7 +128,7 @@ def observe(stream: dict, switches) -> list:
     """The stream's observations on the oracle with `switches` on."""
     from . import oracle_side
     stream = normalised(stream, switches)
-    cache_switches = set(switches) - {"empty_salt", "empty_extra_key"}
+    cache_switches = set(switches) & set(CACHE_CAUSES)
     if stream["runtime"] != "sglang" or not cache_switches:
         return oracle_side.observe(stream)
     return _observe_variant(stream, cache_switches)

@@ -24,8 +24,11 @@ REQUEST_FIELDS = ("lora", "lora_path", "salt", "extra_key", "skip_prefix_cache")
 def observe(stream: dict) -> list:
     """Every step's observation of `stream` on a fresh simulator of its runtime's profile."""
     runtime = stream["runtime"]
-    sim = peer_oracle.simulator(PROFILE[runtime], stream.get("settings"))
     error = peer_oracle.PeerProfileError
+    try:
+        sim = peer_oracle.simulator(PROFILE[runtime], stream.get("settings"))
+    except error as e:                      # settings the profile does not define
+        return [{"undefined": str(e)}]
     bounded = runtime == "vllm" and sim.K is not None
     held, out = {}, []
     for step in stream["steps"]:
@@ -63,6 +66,8 @@ def _step(sim, step: dict, held: dict, bounded: bool) -> dict:
     if run is not None:
         if bounded:
             seen["blocks"] = list(run.blocks)
+            if len(getattr(run, "tables", ())) > 1:           # every KV-cache group's table
+                seen["group_blocks"] = run.group_blocks()
         if step.get("hold"):
             held[step["hold"]] = run
         else:

@@ -37,22 +37,25 @@ SOURCES = {
                    ("sglang/srt/managers/io_struct.py", "GenerateReqInput._normalize_extra_key", 855,
                     "the API makes \"\" None before the cache sees it: a server agrees with the oracle")],
     },
-    "split_prompt": {
+    "no_prompt_split": {
         "sglang": [("sglang/srt/mem_cache/radix_cache.py", "RadixCache._insert_cache", 485,
-                    "`if split_prompt:` a second insert of the page-aligned prompt splits the finished request's "
-                    "node at the prompt boundary; `checkpoint` (510) passes `split_prompt=True`")],
+                    "0.5.23: `if split_prompt:` a second insert of the page-aligned prompt splits the finished "
+                    "request's node at the prompt boundary (`checkpoint`, 510, passes `split_prompt=True`); "
+                    "0.5.20 does it in `cache_finished_req` (radix_cache.py:518), 0.5.19 and older insert once")],
     },
-    "shortfall": {
+    "whole_demand": {
         "sglang": [("sglang/srt/mem_cache/allocator/base.py", "BaseTokenToKVPoolAllocator.evict_to_free_tokens", 166,
-                    "`shortfall = num_tokens - self.available_size()` then `evict(EvictParams(num_tokens=shortfall))`")],
+                    "0.5.23: `shortfall = num_tokens - self.available_size()` then "
+                    "`evict(EvictParams(num_tokens=shortfall))`; 0.5.16 and older (mem_cache/common.py:128 "
+                    "`evict_from_tree_cache`): `tree_cache.evict(EvictParams(num_tokens=num_tokens))`")],
     },
-    "paged_decode": {
+    "decode_tokens": {
         "sglang": [("sglang/srt/mem_cache/allocation.py", "alloc_paged_token_slots_decode", 584,
                     "`num_tokens = len(seq_lens) * allocator.page_size`: a whole free page before every decode step"),
                    ("sglang/srt/mem_cache/allocator/paged.py", "alloc_decode_naive", 128,
                     "`need_new_page = ((seq_lens - 1) % page_size == 0)`: a request holds whole pages")],
     },
-    "newer_leaf": {
+    "split_tie": {
         "sglang": [("sglang/srt/mem_cache/radix_cache.py", "RadixCache._insert_helper", 747,
                     "the new leaf is a fresh `TreeNode` (`last_access_time = time.monotonic()`, 259), stamped after "
                     "the insert's `access_time` that the split remainder keeps"),
@@ -93,7 +96,8 @@ def _row(d: dict) -> str:
     unclassified = sum(c["streams"] for c in d["classes"] if c["class"].startswith("unclassified"))
     if unclassified:
         causes += f"; unclassified: {unclassified:,}"
-    return (f"| {NAME.get(d['runtime'], d['runtime'])} | {d['version']} | {d['streams']:,} | {d['requests']:,} | "
+    version = d["version"] + (f" ({d['class']})" if d.get("class") else "")
+    return (f"| {NAME.get(d['runtime'], d['runtime'])} | {version} | {d['streams']:,} | {d['requests']:,} | "
             f"{d['agree']:,} | {d['agree_requests']:,} | {len(d['classes'])} | {causes or 'none'} |")
 
 
@@ -104,7 +108,8 @@ def table_row(result: Result) -> str:
 def summary(result: Result) -> dict:
     classes = _classes(result)
     return {
-        "runtime": result.runtime, "version": result.version, "streams": result.streams,
+        "runtime": result.runtime, "version": result.version, **({"class": result.driven} if result.driven else {}),
+        "streams": result.streams,
         "requests": result.requests, "agree": result.agree, "agree_requests": result.agree_requests,
         "stopped_undefined": result.undefined, "passed_over": result.passed_over, "seconds": round(result.seconds, 1),
         "classes": classes, "causes": cause_counts(classes),
@@ -188,7 +193,7 @@ ORDER = {"vllm": 0, "sglang": 1}
 
 def committed(folder: Path = EXAMPLES) -> list:
     docs = [json.loads(p.read_text()) for p in sorted(folder.glob("*/result.json"))]
-    return sorted(docs, key=lambda d: (ORDER.get(d["runtime"], 9), d["version"]))
+    return sorted(docs, key=lambda d: (ORDER.get(d["runtime"], 9), d["version"], d.get("class") or ""))
 
 
 def doc_tables(results: list) -> str:
@@ -197,7 +202,8 @@ def doc_tables(results: list) -> str:
     for d in results:
         if not d["classes"]:
             continue
-        lines += ["", f"**{NAME.get(d['runtime'], d['runtime'])} {d['version']}**, every class (a stream's class is the "
+        driven = f" ({d['class']})" if d.get("class") else ""
+        lines += ["", f"**{NAME.get(d['runtime'], d['runtime'])} {d['version']}{driven}**, every class (a stream's class is the "
                   "smallest set of causes that explains it; `|` where the stream cannot tell sets apart):", "",
                   "| class | streams | minimal stream | first difference on it |", "|---|---:|---:|---|"]
         for c in d["classes"]:

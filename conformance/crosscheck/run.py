@@ -44,6 +44,8 @@ class Result:
     """Streams generated but not run: the oracle observes the same with the focused cause switched."""
     findings: dict = field(default_factory=dict)
     seconds: float = 0.0
+    driven: str | None = None
+    """The runtime's class the driver drove, where it names one (SGLang: RadixCache, UnifiedRadixCache)."""
 
     def classes(self) -> str:
         if not self.findings:
@@ -71,12 +73,13 @@ def crosscheck(driver, runtime: str, seeds, max_requests: int = 20, shrink_budge
     once `until_requests` requests were compared or `max_streams` streams generated. `focus` (a
     cause of hypotheses.CAUSES) runs only the streams on which switching that cause changes the
     oracle's observations: a search for a rare cause."""
-    result = Result(runtime, driver.version)
+    result = Result(runtime, driver.version, driven=getattr(driver, "header", {}).get("class"))
     start = time.perf_counter()
     source = seed_streams if seed_streams is not None else streams.streams(runtime, seeds, max_requests)
     generated = 0
     for s in source:
         generated += 1
+        _name_the_release(s, driver.version)
         if max_streams is not None and generated > max_streams:
             break
         if focus is not None and first_difference(hypotheses.observe(s, (focus,)), oracle_side.observe(s)) is None:
@@ -104,6 +107,13 @@ def crosscheck(driver, runtime: str, seeds, max_requests: int = 20, shrink_budge
             break
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _name_the_release(stream: dict, version) -> None:
+    """A vLLM stream is judged under the rules of the release the driver runs (`vllm_version`,
+    PEER-VLLM-10): its settings name it, so a minimal stream carries it into its parity entry."""
+    if stream.get("runtime") == "vllm" and isinstance(version, str) and version[:1].isdigit():
+        stream.setdefault("settings", {}).setdefault("vllm_version", version)
 
 
 SHRUNK_PER_CLASS = 3

@@ -14,6 +14,7 @@ salt included), SGLang's extra keys, pools barely larger than one request, and r
 """
 from __future__ import annotations
 
+import math
 import random
 
 RUNTIMES = ("vllm", "sglang")
@@ -25,9 +26,17 @@ EMPTY = 0.1                       # how often a salt or extra key drawn is the e
 VOCAB = 50                        # small, so that unrelated prompts share short prefixes by chance
 
 
+GROUPED = 0.4
+"""How often a vLLM stream's model has KV-cache groups (sliding window, Mamba; PEER-VLLM-11)."""
+
+
 def stream(runtime: str, seed: int, max_requests: int = 20) -> dict:
     """One seeded stream for `runtime` (vllm | sglang): the same seed gives the same stream."""
     rng = random.Random(f"{runtime}:{seed}")
+    if runtime == "vllm":
+        groups = random.Random(f"vllm-groups:{seed}")
+        if groups.random() < GROUPED:
+            return _vllm_groups(groups, f"{runtime}-{seed}", max_requests)
     return (_vllm if runtime == "vllm" else _sglang)(rng, f"{runtime}-{seed}", max_requests)
 
 
@@ -93,6 +102,8 @@ def _keys(rng, sglang: bool) -> dict:
 def _vllm(rng, name: str, max_requests: int) -> dict:
     unit, lengths = _unit_and_lengths(rng, (1, 2, 4, 4, 16, 16, 32))
     settings = {"block_size": unit, "eagle": rng.random() < 0.1}
+    if settings["eagle"] and rng.random() < 0.3:       # 0.33.0 back on 0.32.0's block drop (PEER-VLLM-10)
+        settings["disable_lookahead_block_hashes"] = True
     bounded = rng.random() < 0.7
     steps, earlier, held, count = [], [], [], rng.randint(2, max_requests)
     while sum("prompt" in s for s in steps) < count:
@@ -114,6 +125,65 @@ def _vllm(rng, name: str, max_requests: int) -> dict:
     if bounded:
         longest = max(-(-(len(s["prompt"]) + len(s["sampled"])) // unit) for s in steps if "prompt" in s)
         settings["cache_blocks"] = longest + rng.choice([0, 1, 2, longest, 2 * longest])
+    return {"id": name, "runtime": "vllm", "settings": settings, "steps": steps}
+
+
+def _group_settings(rng) -> dict:
+    """A model's KV-cache groups: full attention, a sliding window, Mamba ("align"), alone or
+    together, block sizes that differ, windows around block boundaries, a retention interval."""
+    B = rng.choice((2, 4, 4, 8, 16))
+    kind = rng.choice(("full+swa", "full+swa", "swa", "full+mamba", "mamba", "full+swa+mamba"))
+    settings = {"block_size": B, "eagle": rng.random() < 0.1}
+    if settings["eagle"] and rng.random() < 0.3:
+        settings["disable_lookahead_block_hashes"] = True
+    if "swa" in kind and "mamba" in kind:      # the profile does not define EAGLE there with a bounded pool
+        settings["eagle"] = False
+        settings.pop("disable_lookahead_block_hashes", None)
+    if "full" not in kind:
+        settings["full_attention"] = False
+    if "swa" in kind:
+        swa = rng.choice((B, B, 2 * B) if "mamba" in kind else (max(1, B // 2), B, B, 2 * B))
+        settings["swa_block_size"] = swa
+        settings["sliding_window"] = max(1, swa * rng.randint(1, 4) + rng.choice((-1, 0, 1, 2)))
+    if "mamba" in kind:
+        settings["mamba_block_size"] = B
+    roll = rng.random()
+    if roll < 0.25:
+        settings["retention_interval"] = "dense"
+    elif roll < 0.5:
+        sizes = [B] + [settings[k] for k in ("swa_block_size",) if k in settings]
+        settings["retention_interval"] = math.lcm(*sizes) * rng.randint(1, 3)
+    return settings
+
+
+def _vllm_groups(rng, name: str, max_requests: int) -> dict:
+    """A stream on a model with KV-cache groups: prompts cut at multiples of the groups' block
+    sizes and of their least common multiple (where hits land), held requests, resets."""
+    settings = _group_settings(rng)
+    sizes = [settings["block_size"]] + [settings[k] for k in ("swa_block_size",) if k in settings]
+    unit = math.lcm(*sizes)
+    k = rng.randint(1, 4)
+    lengths = sorted({n for size in set(sizes + [unit]) for n in (k * size - 1, k * size, k * size + 1) if n >= 1})
+    steps, earlier, held, count = [], [], [], rng.randint(2, max_requests)
+    while sum("prompt" in s for s in steps) < count:
+        if held and rng.random() < 0.25:
+            steps.append({"release": held.pop(rng.randrange(len(held)))})
+            continue
+        if steps and rng.random() < 0.06:
+            steps.append({"reset": True})
+            continue
+        step = _request(rng, unit, lengths, earlier, _keys(rng, sglang=False))
+        if rng.random() < 0.3 and len(held) < 3:
+            step["hold"] = f"r{len(steps)}"
+            held.append(step["hold"])
+        steps.append(step)
+    steps += [{"release": h} for h in held]
+    if rng.random() < 0.6:
+        B = min(sizes)
+        groups = 1 + ("sliding_window" in settings) + ("mamba_block_size" in settings) - \
+            (settings.get("full_attention") is False)
+        longest = max(-(-(len(s["prompt"]) + len(s["sampled"])) // B) for s in steps if "prompt" in s)
+        settings["cache_blocks"] = groups * longest + rng.choice([0, 2, longest, 2 * longest, 4 * longest])
     return {"id": name, "runtime": "vllm", "settings": settings, "steps": steps}
 
 

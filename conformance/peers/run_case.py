@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..judge import peer_oracle as oracle
 
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
-from ..judge.explain import step_json
+from ..judge.explain import MAX_CHAIN, step_json
 from ..judge.verdicts import CaseResult, Failure, Verdict
 from ..report.pagemap import peer_page_map
 from . import PEER_PROFILES
@@ -228,6 +228,12 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
                                  lora_path=(ctx.facts.adapters or {}).get(step.lora) if step.lora else None,
                                  skip_prefix_cache=step.skip_read, retention=step.retention)
         trace.begin(k)
+        refusal = getattr(sim, "refuses", None)
+        if unknown is None and refusal is not None and refusal(req) is not None:
+            if not _refused(k, step, messages, ids, trace, ctx, case, attempt, result, transcript, rows):
+                return
+            judged += 1
+            continue
         predicted = sim.predict(req) if unknown is None else None
         explained = trace.explained(k) if unknown is None else (None, [])
         why = explained[0].why if explained[0] is not None else unknown
@@ -286,6 +292,36 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
         result.settle(Verdict.NOT_SUPPORTED, "no count of the case depends on whether the server caches the tokens it "
                       f"generated (sampled ids the next prompt shares: {shares}): a server that caches the prompt "
                       "only would pass, so caching of generated tokens was not judged")
+
+
+REFUSED = "HTTP 400 (refused)"
+
+
+def _refused(k, step, messages, ids, trace, ctx, case, attempt, result, transcript, rows) -> bool:
+    """A request the profile's server must refuse (PEER-VLLM-17): judged by the HTTP status, and
+    nothing of it is cached. False when the case cannot go on (the server failed otherwise)."""
+    head, chain = trace.explained(k, "refused")
+    fields = request_fields(ctx.profile, step, case_salt(case, ctx, attempt))
+    entry = {"request": k, "messages": messages, "max_tokens": step.max_tokens, "fields": fields,
+             "prompt_ids": ids, "predicted": REFUSED, "why": head.why, "oracle_steps": [step_json(s) for s in chain]}
+    transcript.append(entry)
+    row = {"request": k, "prompt_tokens": len(ids), "predicted": REFUSED, "fields": fields}
+    rows.append(row)
+    try:
+        completion = ctx.client.chat(messages, step.max_tokens, fields)
+    except ServerFailure as e:
+        entry["failure"] = e.message
+        if e.kind == "http" and e.status == 400:
+            row["reported"] = REFUSED
+            return True
+        row["reported"] = f"HTTP {e.status}" if e.status else e.kind
+        result.add(server_failure(e, "POST /v1/chat/completions", k))
+        return False
+    entry["response"] = completion.raw
+    row["reported"] = "HTTP 200 (answered)"
+    result.add(Failure(head.rule, "HTTP status", REFUSED, "HTTP 200 (answered)", head.why, k,
+                       chain=[step_json(s) for s in chain][-MAX_CHAIN:]))
+    return True
 
 
 class _NoRoundTrip(Exception):

@@ -67,6 +67,8 @@ def _setting_value(profile: str, key: str, text: str, item: str):
         return value
     if kind == "count" and text.lower() in ("none", "unbounded"):
         return None
+    if kind in ("choice", "version") or (kind == "interval" and text.lower() == "dense"):
+        return text.lower() if kind == "interval" else text
     if kind == "sizes":
         parts = text.strip("[]").split(",")
         if not all(p.strip().isdigit() and len(p.strip()) <= 12 for p in parts):
@@ -182,13 +184,13 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
     settings, origin = merge_settings(profile, given, facts)
     for line in unread_pages(facts, given):
         print(f"kvconform run: warning: {line}", file=sys.stderr)
-    print(f"kvconform run: {profile} settings, each with where it came from:", file=sys.stderr)
-    for line in describe_settings(settings, origin, facts):
-        print(f"  {line}", file=sys.stderr)
-    tokens = TokenSource(client, profile, args.tokenizer)
+    tokens = TokenSource(client, profile, args.tokenizer)     # bad input first: one line, nothing else printed
     problem = tokens.usable()
     if problem:
         raise KvconformError(problem)
+    print(f"kvconform run: {profile} settings, each with where it came from:", file=sys.stderr)
+    for line in describe_settings(settings, origin, facts):
+        print(f"  {line}", file=sys.stderr)
     try:
         plan = _select(build_cases(profile, settings, tokens.layout_ids, facts, tokens.image_plan()), args.keyword)
     except ServerFailure as e:

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..judge import peer_oracle as oracle
-from ..judge.peer_oracle import Published
+from ..judge.peer_oracle import Published, VERSION_PATTERN
 
 from ..adapters.openai import NotOffered, OpenAIClient, ServerFailure
 from .. import KvconformError
@@ -108,7 +108,35 @@ def _less_one(value) -> int:
     return count - 1
 
 
-CONVERT = {"int": _int, "bool": _bool, "not": _not, "less_one": _less_one}
+def _version(value) -> str | None:
+    """A runtime's release as it reports it ("0.5.23", "0.5.24.dev3+g1234"), or None."""
+    return value.strip() if isinstance(value, str) and VERSION_PATTERN.match(value.strip()) else None
+
+
+EAGLE = ("EAGLE", "EAGLE3", "FROZEN_KV_MTP")
+"""SGLang's speculative algorithms that key its radix tree by bigrams (spec_info.py `is_eagle`)."""
+
+
+def _eagle(value) -> bool | None:
+    """SGLang's `speculative_algorithm`: whether its tree is keyed by bigrams (None: no algorithm)."""
+    if value is None:
+        return None
+    return str(value).strip().upper() in EAGLE
+
+
+def _text(value) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def _interval(value) -> int | str | None:
+    """vLLM's `prefix_cache_retention_interval`: an integer, or `None` for dense retention."""
+    if isinstance(value, str) and value.strip() == "None":
+        return "dense"
+    return _int(value)
+
+
+CONVERT = {"int": _int, "bool": _bool, "not": _not, "less_one": _less_one, "text": _text, "interval": _interval,
+           "version": _version, "eagle": _eagle}
 """How a published raw value becomes a setting's (reference/peer_profile.py `Published.convert`)."""
 
 

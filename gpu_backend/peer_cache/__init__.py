@@ -26,13 +26,14 @@ command line and the server read it. Subclasses change one method (`cap`, `spans
 """
 from dataclasses import dataclass
 
-from .common import ChatRequest, ImageSpan, walk
+from .common import ChatRequest, ImageSpan, Refused, walk
 from .llama import SlotCache
 from .sglang import RadixCache
 from .trtllm import TrtBlockTree
 from .vllm import BlockCache
 
-__all__ = ["SERVED", "Served", "ChatRequest", "ImageSpan", "walk", "SlotCache", "BlockCache", "RadixCache", "TrtBlockTree"]
+__all__ = ["SERVED", "Served", "ChatRequest", "ImageSpan", "Refused", "walk", "SlotCache", "BlockCache", "RadixCache",
+           "TrtBlockTree"]
 
 
 @dataclass(frozen=True)

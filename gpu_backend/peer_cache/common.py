@@ -4,6 +4,11 @@ consecutive cached pieces joined, a tree walk and the longest common prefix.
 from dataclasses import dataclass, field
 
 
+class Refused(ValueError):
+    """A request the runtime's server refuses before its cache sees it (HTTP 400): the message
+    is the server's reason."""
+
+
 def concat_kv(parts: list):
     """The KV of consecutive cached pieces, [layers, 2, tokens, kv heads, head dim], joined on
     tokens (torch is imported here: the command line reads SERVED without loading it)."""

@@ -1,5 +1,22 @@
 """sglang-radix: a radix tree per namespace, page-aligned, LRU leaves (PEER-SGL-*)."""
+import re
+
 from .common import concat_kv, shared_prefix, walk
+
+SHORTFALL_FROM = (0, 5, 17)
+"""SGLang 0.5.17 evicts only the slots an allocation is short of (allocator/base.py); before, all it asks for."""
+PROMPT_SPLIT_FROM = (0, 5, 20)
+"""SGLang 0.5.20 inserts a finished request's page-aligned prompt again, splitting its node there."""
+EAGLE_ALGORITHMS = "EAGLE"
+"""What the server publishes as `speculative_algorithm` when its tree is keyed by bigrams."""
+
+
+def release_of(version: str) -> tuple:
+    """(major, minor, patch) of a release string such as 0.5.23 or 0.5.23.post1."""
+    found = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", str(version))
+    if not found:
+        raise ValueError(f"version {version!r} is not an SGLang release (MAJOR.MINOR.PATCH)")
+    return tuple(int(g or 0) for g in found.groups())
 
 
 class _Node:
@@ -10,15 +27,21 @@ class _Node:
 
 
 class RadixCache:
-    """SGLang's radix cache (mem_cache/radix_cache.py, PEER-SGL-1..6): one tree, the namespace (extra key +
-    adapter, salt) before the first page of every edge, matched page by page; a match touches
-    its path and splits the node it ends in. With `pool_tokens` a request short of free slots
-    evicts whole unpinned leaves, the least recently used first, as many tokens as it needs
-    (mem_cache/common.py evict_from_tree_cache); `radix_cache=False` caches nothing."""
-    settings = {"page_size": 1, "pool_tokens": None, "radix_cache": True}
+    """SGLang's radix cache (mem_cache/radix_cache.py, PEER-SGL-1..9): one tree, the namespace
+    (extra key + adapter, salt; an empty one is none) before the first page of every edge, matched
+    page by page; a match touches its path and splits the node it ends in; every node created
+    (a split's upper part, a new leaf) is stamped when it is made. With `pool_tokens` the server
+    asks for slots as SGLang's allocator does (the rest of the prompt and a page of slack; a whole
+    page before every decode step; whole pages held) and evicts whole unpinned leaves, least
+    recently used first, when too few are free: since 0.5.17 only what it is short of. Since 0.5.20
+    a finished request's prompt is inserted again, which splits its node there. `eagle` keys the
+    tree by pairs of consecutive ids; `radix_cache=False` caches nothing."""
+    settings = {"page_size": 1, "pool_tokens": None, "radix_cache": True, "version": "0.5.23", "eagle": False}
 
-    def __init__(self, page_size=1, pool_tokens=None, radix_cache=True):
-        self.P, self.pool, self.on = page_size, pool_tokens, radix_cache
+    def __init__(self, page_size=1, pool_tokens=None, radix_cache=True, version="0.5.23", eagle=False):
+        self.P, self.on, self.version, self.eagle = page_size, radix_cache, version, eagle
+        self.pool = None if pool_tokens is None else (pool_tokens // page_size) * page_size
+        self.release = release_of(version)
         self.reset()
 
     def reset(self):
@@ -27,14 +50,20 @@ class RadixCache:
         self._held, self._pinned = 0, None                  # the running request's slots and path
 
     def pages(self, context: int) -> dict:
-        """SGLang's `/get_server_info` (PEER-API-5): page size, pool, radix cache on or off."""
+        """SGLang's `/get_server_info` (PEER-API-5): page size, pool, radix cache, release, drafter."""
         return {("GET", "/get_server_info"): {"page_size": self.P, "disable_radix_cache": not self.on,
                                               "max_total_num_tokens": self.pool, "context_length": context,
-                                              "version": "kvconform-bundled"}}
+                                              "version": self.version,
+                                              "speculative_algorithm": EAGLE_ALGORITHMS if self.eagle else None}}
 
     def namespace(self, req) -> tuple:
-        """PEER-SGL-2: extra key with the adapter, and cache_salt, key the root's children."""
-        return ((req.extra_key or "") + (req.lora or ""), req.salt)
+        """PEER-SGL-2: extra key with the adapter, and cache_salt, key the root's children; the API
+        turns an empty extra key or salt into none."""
+        return ((req.extra_key or "") + (req.lora or ""), req.salt or None)
+
+    def units(self, ids):
+        """What the tree stores one slot per: the ids, or with EAGLE each id paired with the next."""
+        return list(zip(ids, ids[1:])) if self.eagle else list(ids)
 
     def _edge(self, ns, ids, at=0):
         return ns, tuple(ids[at:at + self.P])
@@ -43,16 +72,22 @@ class RadixCache:
         k = shared_prefix(a, b)
         return self.P * (k // self.P)
 
+    def now(self) -> int:
+        """A fresh time stamp (SGLang's time.monotonic())."""
+        self.tick += 1
+        return self.tick
+
     def _match(self, ns, ids, touch: bool):
-        """(tokens matched, KV parts, the node the match ends in)."""
+        """(units matched, KV parts, the node the match ends in)."""
         node, at, parts = self.root, 0, []
+        stamp = self.now() if touch else None
         while len(ids) - at >= self.P:
             child = node.children.get(self._edge(ns, ids, at))
             if child is None:
                 break
             k = self._pages_shared(child.key, ids[at:])
             if touch:
-                self.touch(child)
+                self.touch(child, stamp)
             parts.append(child.kv[:, :, :k])
             at += k
             if k < len(child.key):
@@ -62,13 +97,22 @@ class RadixCache:
             node = child
         return at, parts, node
 
-    def touch(self, node):
+    def touch(self, node, stamp):
         """PEER-SGL-4: a match or an insertion passes through `node`: it was used now
         (last_access_time)."""
-        node.used = self.tick
+        node.used = stamp
+
+    def stamp_new(self, node):
+        """PEER-SGL-4: a node made now (a new TreeNode) is stamped after everything before it."""
+        node.used = self.now()
+
+    def stamp_leaf(self, leaf):
+        """A leaf an insert adds is a node made now (PEER-SGL-4)."""
+        self.stamp_new(leaf)
 
     def _split(self, ns, child, k):
-        upper = _Node(child.key[:k], child.kv[:, :, :k], child.parent, child.used)
+        upper = _Node(child.key[:k], child.kv[:, :, :k], child.parent, 0)
+        self.stamp_new(upper)
         upper.pins = child.pins
         child.parent.children[self._edge(ns, child.key)] = upper
         upper.children[self._edge(ns, child.key, k)] = child
@@ -81,32 +125,54 @@ class RadixCache:
             node = node.parent
 
     def reported(self, matched: int, n: int) -> int:
-        """PEER-SGL-1: the count of a match of `matched` tokens (already below N): whole pages."""
+        """PEER-SGL-1: the count of a match of `matched` units (already below N): whole pages."""
         return self.P * (matched // self.P)
 
     def lookup(self, req):
         if not self.on:                                     # PEER-SGL-6: the radix cache disabled
             return 0, None
         n = len(req.ids)
-        self.tick += 1
-        matched, parts, node = self._match(self.namespace(req), req.ids[:n - 1], touch=True)
+        matched, parts, node = self._match(self.namespace(req), self.units(req.ids[:n - 1]), touch=True)
         self._pinned = node
         self._pin(node, 1)
-        self._slots(n - matched)
+        self._extend(n, matched)
         return self.reported(matched, n), (concat_kv(parts)[:, :, :matched] if matched > 0 else None)
 
-    def _slots(self, tokens):
-        """Make room for `tokens` more tokens (and a page more when paged): evict when short."""
-        if self.pool is None:
+    # --- slots: PEER-SGL-7, PEER-SGL-8 ---------------------------------------------------------------
+    def slack(self) -> int:
+        """The page SGLang's extend asks for beyond the prompt when paged (alloc_paged_token_slots_extend)."""
+        return self.P if self.P > 1 else 0
+
+    def _extend(self, n, matched):
+        """The rest of the prompt: asks for it and a page of slack, takes whole pages."""
+        pages = -(-n // self.P) - matched // self.P
+        self._slots(n - matched + self.slack(), pages * self.P if self.P > 1 else n - matched)
+
+    def decode_step(self, position):
+        """A sampled token fed back at `position`: a whole free page asked for, a page taken only
+        when the token starts one (alloc_paged_token_slots_decode, alloc_decode); one slot unpaged."""
+        if not self.on:
             return
-        need = tokens + (self.P if self.P > 1 else 0)
-        if self.pool - self.size - self._held < need:
-            self._evict(need)
-        self._held += tokens
+        if self.P == 1:
+            self._slots(1, 1)
+        else:
+            self._slots(self.P, self.P if position % self.P == 0 else 0)
+
+    def _slots(self, asked, taken):
+        if self.pool is not None:
+            free = self.pool - self.size - self._held
+            if free < asked:
+                self._evict(self.to_evict(asked, free))
+        self._held += taken
+
+    def to_evict(self, asked, free) -> int:
+        """PEER-SGL-8 (b): what an allocation short of slots evicts."""
+        return asked - free if self.release >= SHORTFALL_FROM else asked
 
     def _evict(self, tokens):
-        """PEER-SGL-5: whole unpinned leaves, least recently used first, until enough are freed."""
-        leaves = [nd for nd in self._all() if nd is not self.root and not nd.children and nd.pins == 0]
+        """PEER-SGL-5: whole unpinned leaves, least recently used first, until enough are freed; a
+        parent left without children joins the candidates."""
+        leaves = [nd for nd in self._all() if nd is not self.root and not nd.children and self.evictable(nd)]
         freed = 0
         while freed < tokens and leaves:
             leaf = min(leaves, key=lambda nd: nd.used)
@@ -115,29 +181,47 @@ class RadixCache:
             parent.children = {k: v for k, v in parent.children.items() if v is not leaf}
             freed += len(leaf.key)
             self.size -= len(leaf.key)
-            if parent is not self.root and not parent.children and parent.pins == 0:
+            if parent is not self.root and not parent.children and self.joins(parent):
                 leaves.append(parent)
+
+    def evictable(self, node) -> bool:
+        """A node no running request holds (inc_lock_ref)."""
+        return node.pins == 0
+
+    def joins(self, parent) -> bool:
+        """A parent left without children joins this round's candidates when nothing holds it
+        (radix_cache.py `evict` pushes it on the heap)."""
+        return self.evictable(parent)
 
     def _all(self):
         return walk(self.root)
 
-    def decode_step(self):
-        """A sampled token fed back takes a slot (the bundled server calls this per step)."""
-        if self.on:
-            self._slots(1)
-
+    # --- what a finished request leaves: PEER-SGL-3, PEER-SGL-8 (a) ---------------------------------
     def store(self, req, sequence, kv, sampled):
         """PEER-SGL-3: the computed sequence, in whole pages, goes into the tree."""
         if not self.on:
             return
-        for _ in range(len(sampled) - 1):
-            self.decode_step()
-        length = self.P * (len(sequence) // self.P)
-        ids, ns = list(sequence[:length]), self.namespace(req)
-        self.tick += 1
+        n = len(req.ids)
+        for k in range(len(sampled) - 1):
+            self.decode_step(n + k)
+        ids, ns = self.units(sequence), self.namespace(req)
+        length = self.P * (len(ids) // self.P)
+        ids = ids[:length]
         at, _, node = self._match(ns, ids, touch=True)
         if at < length:
-            node.children[self._edge(ns, ids, at)] = _Node(ids[at:], kv[:, :, at:length].clone(), node, self.tick)
+            leaf = _Node(ids[at:], kv[:, :, at:length].clone(), node, 0)
+            self.stamp_leaf(leaf)
+            node.children[self._edge(ns, ids, at)] = leaf
             self.size += length - at
+        self.split_at_prompt(ns, ids, n)
         self._pin(self._pinned, -1)
         self._pinned, self._held = None, 0
+
+    def split_at_prompt(self, ns, ids, n):
+        """PEER-SGL-8 (a): from 0.5.20 the page-aligned prompt is inserted again, splitting the
+        finished request's node at the prompt (radix_cache.py `_insert_cache(split_prompt=True)`)."""
+        if self.release < PROMPT_SPLIT_FROM:
+            return
+        prompt = self.P * ((n - 1 if self.eagle else n) // self.P)     # the prompt's units, whole pages
+        if 0 < prompt < len(ids):
+            self._match(ns, ids[:prompt], touch=True)

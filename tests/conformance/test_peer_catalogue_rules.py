@@ -33,6 +33,7 @@ def test_each_faulty_server_variant_fails_and_the_oracle_says_which_rule(name, e
                          else (engines[PEER_PROFILES[variant.profile].tokenizer_loader], PHI3))
     peer = variant.peer(engine)
     settings = [a for k, v in variant.settings for a in ("--peer-setting", f"{k}={v}")]
+    settings += [a for case in variant.select for a in ("-k", case)]
     with serving(peer) as url:
         rc, report = run_peers(url, variant.profile, tmp_path, *settings, tokenizer=tokenizer)
     printed = capsys.readouterr().out

@@ -13,6 +13,7 @@ import pytest
 
 from conformance.cli import main as kvconform
 from gpu_backend.serve import make_peer
+from reference.peers import PEER_PROFILES
 
 from tests.helpers.peer_servers import PHI3, build_engine, run_peers, serving
 
@@ -158,7 +159,8 @@ def test_each_setting_says_where_it_came_from(engines, tmp_path, capsys):
     assert "cache_blocks=24: published by the server (GET /metrics vllm:cache_config_info num_gpu_blocks" in err
     assert "eagle=false: --peer-setting" in err
     said = report["peer"]["settings_said"]
-    assert said == [line.strip() for line in err.splitlines() if line.startswith("  ") and "=" in line][:4]
+    assert len(said) == len(PEER_PROFILES["vllm-apc"].settings)      # one line per setting, as printed
+    assert said == [line.strip() for line in err.splitlines() if line.startswith("  ") and "=" in line][:len(said)]
     assert any("block_size=32: published by the server" in line
                for line in (tmp_path / "report" / "summary.md").read_text().splitlines())
 
@@ -174,7 +176,8 @@ def test_metrics_that_cannot_be_read_are_said(status, engines, tmp_path, capsys)
     err = capsys.readouterr().err
     assert rc == 0, err
     warning = next(line for line in err.splitlines() if "warning: GET /metrics could not be read" in line)
-    assert "block_size, cache_blocks, enable_prefix_caching take the profile's default" in warning, warning
+    assert ("block_size, cache_blocks, enable_prefix_caching, sliding_window, mamba_block_size, mamba_cache_mode, "
+            "retention_interval take the profile's default") in warning, warning
     assert f"HTTP {status}" in warning
     assert "block_size=16: the profile's default (GET /metrics could not be read:" in err
     assert report["peer"]["server"]["fallbacks"]["block_size"].startswith("GET /metrics could not be read")

@@ -50,7 +50,7 @@ def test_sglang_page_size_and_llama_context_are_read(engines, tmp_path):
         client = OpenAIClient(url)
         facts = read_facts(client, "sglang-radix")
         client.close()
-    assert facts.settings == {"page_size": 4, "radix_cache": True} and facts.context == 4096
+    assert facts.settings == {"page_size": 4, "radix_cache": True, "version": "0.5.23"} and facts.context == 4096
     with serving(make_peer("llama.cpp-server", engines["tokenizers-raw"])) as url:
         client = OpenAIClient(url)
         facts = read_facts(client, "llama.cpp-server")
@@ -199,6 +199,11 @@ def test_every_faulty_server_is_caught_at_every_block_size(name, size, engines, 
     if "pool_tokens" in dict(variant.settings):
         settings["pool_tokens"] = max(dict(variant.settings)["pool_tokens"], 16 * size)   # room for the layout
     given = ["--peer-setting", f"{SIZE[variant.profile]}={size}"] if variant.profile == "trtllm-kv-reuse" else []
+    if "swa_block_size" in dict(variant.settings):    # not published by the server: given, at twice B
+        settings["swa_block_size"] = 2 * size
+        given += ["--peer-setting", f"swa_block_size={2 * size}"]
+    if "mamba_block_size" in dict(variant.settings):  # vLLM's default: the block size (published)
+        settings["mamba_block_size"] = size
     if variant.profile == "trtllm-kv-reuse":            # trtllm-serve publishes nothing: the kit is told
         extra = dict(variant.settings)
         if "max_attention_window" in extra:
@@ -230,7 +235,7 @@ def test_a_server_with_prefix_caching_off(engines, tmp_path):
     class SaysOffCachesAnyway(BlockCache):
         def pages(self, context: int) -> dict:
             return {route: text.replace('enable_prefix_caching="True"', 'enable_prefix_caching="False"')
-                    for route, text in super().pages(context).items()}
+                    if isinstance(text, str) else text for route, text in super().pages(context).items()}
     liar = make_peer("vllm-apc", engines["transformers-auto"], cache_class=SaysOffCachesAnyway)
     with serving(liar) as url:
         rc, report = run_peers(url, "vllm-apc", tmp_path, "-k", "reuse/replay")

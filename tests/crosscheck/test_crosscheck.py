@@ -70,10 +70,10 @@ def test_the_oracle_agrees_with_itself_and_its_unswitched_copy():
 
 
 @pytest.mark.parametrize("runtime, cause, label", [
-    ("sglang", "shortfall", "(b) evict only the shortfall"),
-    ("sglang", "paged_decode", "(c) paged decode accounting"),
-    ("sglang", "split_prompt", "(a) split at the prompt boundary"),
-    ("vllm", "empty_salt", "empty salt"),
+    ("sglang", "whole_demand", "(b) evicts the whole demand, not the shortfall (SGLang < 0.5.17)"),
+    ("sglang", "decode_tokens", "(c) P + 1 slots per decode step, tokens held (the oracle before 1.3.0)"),
+    ("sglang", "no_prompt_split", "(a) no split at the prompt boundary (SGLang < 0.5.20)"),
+    ("sglang", "empty_extra_key", "empty extra key kept apart (below the API)"),
 ])
 def test_a_planted_cause_is_found_classified_and_shrunk(runtime, cause, label):
     def runtime_observe(stream):
@@ -90,6 +90,17 @@ def test_a_planted_cause_is_found_classified_and_shrunk(runtime, cause, label):
     assert finding.runtime == runtime_observe(minimal) and finding.oracle == oracle_side.observe(minimal)
 
 
+def test_vllm_keys_the_empty_salt_as_vllm_does():
+    """The cross-check's one vLLM class, the empty salt (vLLM keys `cache_salt: ""` as no salt,
+    PEER-VLLM-17), is the oracle's own reading now: a runtime whose streams lose their empty salts
+    agrees with it on every stream, empty salts and all."""
+    with FakeDriver(lambda s: hypotheses.observe(s, ("empty_salt",)), "vllm", "0.32.0") as driver:
+        result = crosscheck(driver, "vllm", range(300))
+    salted = sum(1 for seed in range(300) for step in streams.stream("vllm", seed)["steps"] if step.get("salt") == "")
+    assert result.findings == {} and result.agree == result.streams == 300 and salted > 20
+    assert hypotheses.CAUSES["vllm"] == ()
+
+
 def test_the_shrinker_keeps_the_property_and_removes_the_rest():
     s = streams.stream("vllm", 3, max_requests=20)
     s["steps"].insert(3, {"prompt": [1, 2, 7, 3, 4, 5], "sampled": [1, 2, 3], "salt": "s1"})
@@ -103,19 +114,23 @@ def test_the_shrinker_keeps_the_property_and_removes_the_rest():
 
 
 def test_the_entries_are_parity_style_and_the_oracle_still_disagrees_with_them(tmp_path):
-    with FakeDriver(lambda s: hypotheses.observe(s, ("shortfall",)), "sglang", "0.5.23") as driver:
+    with FakeDriver(lambda s: hypotheses.observe(s, ("whole_demand",)), "sglang", "0.5.23") as driver:
         result = crosscheck(driver, "sglang", range(400), shrink_budget=300)
     paths = report.write(result, tmp_path)
     doc = json.loads(paths[1].read_text())
     assert doc["format"] == "kvconform-crosscheck-v1" and doc["version"] == "0.5.23"
-    entry = next(e for e in doc["entries"] if e["id"] == "crosscheck/shortfall")
+    entry = next(e for e in doc["entries"] if e["id"] == "crosscheck/whole-demand")
     assert entry["file"] == "sglang/srt/mem_cache/allocator/base.py" and entry["line"] == 166
     run = peer.Run(entry["scenario"], doc["profile"], None)
     for a in entry["assertions"]:
         assert a["known_disagreement"].startswith("cross-check: (b)")
         assert run.observe(a["observe"]) != a["expected"]
+    # the same stream at the release that evicted the whole demand agrees with the fake runtime
+    older = peer.Run(dict(entry["scenario"], settings={**entry["scenario"]["settings"], "version": "0.5.16"}),
+                     doc["profile"], None)
+    assert all(older.observe(a["observe"]) == a["expected"] for a in entry["assertions"])
     row = paths[2].read_text().splitlines()[-1]
-    assert row.startswith("| SGLang | 0.5.23 | 400 |") and "(b) evict only the shortfall" in row
+    assert row.startswith("| SGLang | 0.5.23 | 400 |") and "(b) evicts the whole demand" in row
 
 
 def test_a_runtime_the_crosscheck_does_not_install_is_bad_input(capsys):
@@ -164,8 +179,19 @@ def test_a_focused_search_runs_only_the_streams_the_cause_changes():
 
     def runtime_observe(stream):
         seen.append(stream["id"])
-        return hypotheses.observe(stream, ("paged_decode",))
+        return hypotheses.observe(stream, ("decode_tokens",))
     with FakeDriver(runtime_observe, "sglang", "0") as driver:
-        result = crosscheck(driver, "sglang", range(300), focus="paged_decode", max_streams=300)
+        result = crosscheck(driver, "sglang", range(300), focus="decode_tokens", max_streams=300)
     assert result.passed_over + result.streams == 300 and 0 < result.streams < 100
-    assert "(c) paged decode accounting" in result.findings and result.agree == 0
+    assert LABEL["decode_tokens"] in result.findings and result.agree == 0
+
+
+LABEL = hypotheses.LABELS
+
+
+def test_settings_the_profile_does_not_define_stop_the_stream_at_once():
+    stream = {"runtime": "vllm", "settings": {"block_size": 2, "sliding_window": 16, "swa_block_size": 4,
+                                              "mamba_block_size": 2, "eagle": True, "cache_blocks": 7},
+              "steps": [{"prompt": [43, 10, 43, 43, 29, 19], "sampled": [24]}]}
+    (seen,) = oracle_side.observe(stream)
+    assert "unbounded pool" in seen["undefined"]

@@ -327,6 +327,67 @@ def test_vllm_2_lora_keyed_by_name_and_path():
     assert a[0] != b[0]
 
 
+def test_vllm_17_the_empty_salt_is_no_salt_below_the_api():
+    """PEER-VLLM-17 / PEER-VLLM-2 (kv_cache_utils.py: a salt keys block 0 only `if request.cache_salt`):
+    B = 4, 12 ids under cache_salt "" then unsalted: N - 1 = 11 caps at 2 blocks, 8; the other way
+    round too. Salt s1 stays apart: 0."""
+    pool = peers.simulator("vllm-apc", {"block_size": 4})
+    pool.commit(req("abcdefghijkl", salt=""), t("z"))
+    assert pool.predict(req("abcdefghijkl")) == 8
+    assert pool.predict(req("abcdefghijkl", salt="s1")) == 0
+    other = peers.simulator("vllm-apc", {"block_size": 4})
+    other.commit(req("abcdefghijkl"), t("z"))
+    assert other.predict(req("abcdefghijkl", salt="")) == 8
+
+
+def test_vllm_17_the_server_refuses_the_empty_salt():
+    """PEER-VLLM-17: validate_cache_salt answers HTTP 400 for "", and nothing else is refused."""
+    pool = peers.simulator("vllm-apc")
+    assert pool.refuses(req("abc", salt="")) == "cache_salt must be a non-empty string"
+    assert pool.refuses(req("abc", salt="s1")) is None and pool.refuses(req("abc")) is None
+
+
+def lookahead(version: str, **more) -> object:
+    return peers.simulator("vllm-apc", {"block_size": 2, "eagle": True, "vllm_version": version, **more})
+
+
+def test_vllm_10_successor_keys_of_test_eagle_successor_token_controls_last_block_hit():
+    """PEER-VLLM-10 (B = 2, eagle): 0 1 2 3 4 5 leaves blocks 01|2 and 23|4 keyed (45 has no
+    successor). 0.33.0: 0 1 2 3 4 6 hits both, 4 (N - 1 = 5 caps at 2 blocks); 0 1 2 3 7 6 hits
+    01|2 only, 2. 0.32.0 (or the switch back): the first hits 2 blocks, EAGLE drops one: 2."""
+    pool = lookahead("0.33.0")
+    pool.commit(PeerRequest([0, 1, 2, 3, 4, 5]), [9])
+    assert pool.predict(PeerRequest([0, 1, 2, 3, 4, 6])) == 4
+    assert pool.predict(PeerRequest([0, 1, 2, 3, 7, 6])) == 2
+    for old in (lookahead("0.32.0"), lookahead("0.33.0", disable_lookahead_block_hashes=True)):
+        old.commit(PeerRequest([0, 1, 2, 3, 4, 5]), [9])
+        assert old.predict(PeerRequest([0, 1, 2, 3, 4, 6])) == 2
+
+
+def test_vllm_10_the_block_before_the_last_sampled_id_is_not_keyed():
+    """PEER-VLLM-10: prompt 0 1 2 3 (N = 4) sampling 7 8: S = 0 1 2 3 7; block 23's successor 7 was
+    computed, so blocks 01 and 23 are keyed: 0 1 2 3 7 5 reports 4. Sampling 7 alone: S = 0 1 2 3,
+    block 23 has no computed successor: the same prompt reports 2."""
+    pool = lookahead("0.33.0")
+    pool.commit(PeerRequest([0, 1, 2, 3]), [7, 8])
+    assert pool.predict(PeerRequest([0, 1, 2, 3, 7, 5])) == 4
+    pool = lookahead("0.33.0")
+    pool.commit(PeerRequest([0, 1, 2, 3]), [7])
+    assert pool.predict(PeerRequest([0, 1, 2, 3, 7, 5])) == 2
+
+
+def test_vllm_version_setting_kinds():
+    with pytest.raises(peers.PeerProfileError, match="a release such as 0.33.0"):
+        peers.check_settings("vllm-apc", {"vllm_version": "latest"})
+    with pytest.raises(peers.PeerProfileError, match="an integer >= 0 or dense"):
+        peers.check_settings("vllm-apc", {"retention_interval": -1})
+    with pytest.raises(peers.PeerProfileError, match="one of align, none"):
+        peers.check_settings("vllm-apc", {"mamba_cache_mode": "all"})
+    with pytest.raises(peers.PeerProfileError, match="mamba_cache_mode align"):
+        peers.simulator("vllm-apc", {"mamba_block_size": 16, "mamba_cache_mode": "none"})
+    assert peers.check_settings("vllm-apc", {"retention_interval": "dense"})["retention_interval"] == "dense"
+
+
 def test_vllm_5_partial_blocks_are_reused_first():
     """By hand, with the free order of vllm/v1/core/block_pool.py free_blocks (B = 32, K = 6):
     A, B, C of two full blocks and a partial one each, then A again. A frees [3 | 2 1]: the
@@ -622,3 +683,113 @@ def test_lcpp_5_three_prompts_on_two_slots_evict_the_oldest():
 def test_lcpp_6_the_host_prompt_cache_is_refused():
     with pytest.raises(peers.PeerProfileError, match="cache_ram_mib"):
         peers.simulator("llama.cpp-server", {"cache_ram_mib": 8192})
+
+
+# --- vllm-apc: KV-cache groups (PEER-VLLM-11..16), the spec's worked examples -------------------
+# Every expected count is vLLM's own (the test each example is named after, tests/v1/core/
+# test_prefix_caching.py at 003df2961dd8) or derived by hand in the comment beside it.
+
+def ids(n: int, start: int = 0) -> list:
+    return list(range(start, start + n))
+
+
+def grouped(settings: dict):
+    return peers.simulator("vllm-apc", settings)
+
+
+def test_vllm_11_hit_is_what_every_group_serves_at_the_lcm():
+    # test_different_block_size's shape: full attention B = 16, a window of 32 in 32-token blocks
+    # (A = 32). 112 tokens cached; its first 81: full attention alone would serve 80 (5 blocks
+    # below N - 1 = 80), every group together 64 (80 floored to A = 32).
+    settings = {"block_size": 16, "sliding_window": 32, "swa_block_size": 32, "retention_interval": "dense"}
+    pool = grouped(settings)
+    pool.commit(PeerRequest(ids(112)), [0])
+    assert pool.predict(PeerRequest(ids(81))) == 64
+    alone = peers.simulator("vllm-apc", {"block_size": 16})
+    alone.commit(PeerRequest(ids(112)), [0])
+    assert alone.predict(PeerRequest(ids(81))) == 80
+
+
+def test_vllm_12_full_attention_caches_up_to_the_lcm():
+    # test_hybrid_cache_blocks_clamped_to_lcm: full attention B = 32 beside a window of 32 in
+    # 16-token blocks (A = 32): a 112-token prompt keys 3 full-attention blocks (96 tokens, not
+    # the 112 // 32 = 3 ... 112 floored to A = 96) and 6 sliding-window blocks (96 / 16).
+    pool = grouped({"block_size": 32, "sliding_window": 32, "swa_block_size": 16, "retention_interval": "dense"})
+    pool.commit(PeerRequest(ids(112)), [])
+    per_group = [sum(1 for g, _ in pool.key_blocks if g == i) for i in range(2)]
+    assert per_group == [3, 6]
+
+
+@pytest.mark.parametrize("window, expected", [
+    (48, 32),    # ceil(47 / 16) = 3 blocks before 32: the tail reaches block 0, blocks 0-1 cached
+    (33, 0),     # ceil(32 / 16) = 2 blocks, blocks 0 and 1; kept: only the tail ending at 48 (1-2)
+])
+def test_vllm_13_a_window_needs_its_tail_before_the_hit(window, expected):
+    # B = Bs = 16, full attention beside the window, R 0: a 49-token prompt keeps the tail ending
+    # at its replay boundary 48; a 42-token prompt sharing 40 tokens can at most reach 32.
+    pool = grouped({"block_size": 16, "sliding_window": window})
+    pool.commit(PeerRequest(ids(49)), [0])
+    assert pool.predict(PeerRequest(ids(40) + ids(2, 1000))) == expected
+
+
+def test_vllm_13_window_edge_is_ceil_w_minus_one_over_b():
+    # W = 2Bs + 1 needs as many blocks as 2Bs; 2Bs + 2 one more
+    need = [peers.swa_need(g, False) for W in (32, 33, 34)
+            for g in peers.groups_of(peers.check_settings("vllm-apc", {"block_size": 16, "sliding_window": W}))
+            if g.kind == "swa"]
+    assert need == [2, 2, 3]
+
+
+@pytest.mark.parametrize("retention, extended, last_differs", [
+    ("dense", 48, 32),   # test_hybrid_cache_mamba_align_shared_prefix_detection: states at 32 and 48
+    (0, 32, 32),         # R 0: only the replay boundary's state, 47 floored to 16: 32
+])
+def test_vllm_14_mamba_state_only_where_a_prefill_stops(retention, extended, last_differs):
+    settings = {"block_size": 16, "mamba_block_size": 16, "retention_interval": retention}
+    pool = grouped(settings)
+    pool.commit(PeerRequest(ids(48)), [0])        # computed as 32 + 16: states at 32 and 48
+    assert pool.predict(PeerRequest(ids(48) + ids(7, 1000))) == extended
+    assert pool.predict(PeerRequest(ids(47) + [999])) == last_differs    # no state at 47 or 40
+
+
+@pytest.mark.parametrize("retention, first_96, first_70", [
+    (0, 0, 0),       # test_hybrid_local_kv_retention_latest_only_reuses_replay_boundary
+    (64, 64, 64),    # test_hybrid_local_kv_retention_interval_aligns_in_manager: tails at 64, 96, 128
+])
+def test_vllm_15_retention_decides_shorter_prefixes(retention, first_96, first_70):
+    settings = {"block_size": 32, "sliding_window": 8, "swa_block_size": 8, "retention_interval": retention}
+    pool = grouped(settings)
+    pool.commit(PeerRequest(ids(128)), [0])
+    assert pool.predict(PeerRequest(ids(128))) == 96      # 127 floored to 32: the replay boundary
+    assert pool.predict(PeerRequest(ids(96))) == first_96     # cap 95 floored to 32: 64, if its tail was kept
+    assert pool.predict(PeerRequest(ids(70))) == first_70
+
+
+def test_vllm_16_the_junction_is_kept_for_the_next_request():
+    # test_swa_shared_prefix_reuse_under_zero_retention: 64 shared tokens and 32 own, three times
+    pool = grouped({"block_size": 16, "sliding_window": 32})
+    counts = []
+    for own in (1000, 2000, 3000):
+        prompt = PeerRequest(ids(64) + ids(32, own))
+        counts.append(pool.predict(prompt))
+        pool.commit(prompt, [0])
+    assert counts == [0, 0, 64]
+
+
+def test_vllm_groups_replay_cap_is_the_grouped_pools():
+    # one full-attention group: PEER-VLLM-3; beside a window of 32 in 32-token blocks: 81 tokens
+    # replayed reuse 64 (80 floored to A = 32), where one group would reuse 80
+    p = peers.PEER_PROFILES["vllm-apc"]
+    plain = peers.check_settings("vllm-apc", {"block_size": 16})
+    hybrid = peers.check_settings("vllm-apc", {"block_size": 16, "sliding_window": 32, "swa_block_size": 32,
+                                               "retention_interval": "dense"})
+    assert (p.full_match(plain, 81), p.full_match(hybrid, 81)) == (80, 64)
+    assert p.case_rules("reuse/replay", plain) == []
+    assert p.case_rules("reuse/replay", hybrid) == ["PEER-VLLM-11", "PEER-VLLM-12", "PEER-VLLM-13", "PEER-VLLM-15"]
+
+
+def test_vllm_groups_eagle_beside_mamba_needs_an_unbounded_pool():
+    settings = {"block_size": 2, "sliding_window": 16, "swa_block_size": 4, "mamba_block_size": 2, "eagle": True}
+    assert peers.simulator("vllm-apc", settings).predict(PeerRequest(ids(6))) == 0
+    with pytest.raises(peers.PeerProfileError, match="unbounded pool"):
+        peers.simulator("vllm-apc", {**settings, "cache_blocks": 7})

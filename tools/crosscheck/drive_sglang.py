@@ -10,7 +10,17 @@ answers one JSON line on stdout:
 
 The first line it writes names the runtime and version. A stream is the kit's (parity peer
 scenario steps, conformance/crosscheck/streams.py); settings `page_size`, `pool_tokens` (None:
-a pool no stream fills).
+a pool no stream fills), `eagle` (the tree keyed by bigrams: CacheInitParams `is_eagle`, as an
+EAGLE server builds it; its decode steps still go through `alloc_for_decode_default`, so only
+unbounded pools are compared). The environment's KVCONFORM_SGLANG_CACHE names the class driven:
+`radix` (the default: RadixCache, the class SGLang's own radix unit tests drive) or `unified`
+(UnifiedRadixCache with its Full component and the default tree core, the class a 0.5.23 server
+builds for a full-attention model: mem_cache/registry.py `create_unified_radix_cache`;
+SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND picks the core, `rust` by default). The first line names it.
+
+A request's `extra_key` and `cache_salt` first go through what SGLang's API does to them
+(io_struct.py `GenerateReqInput._normalize_extra_key` and `_normalize_cache_salt`, called here on
+a one-request holder): an empty string becomes None before a request reaches the cache.
 
 Each request goes through the path SGLang's scheduler takes for a request that runs alone,
 calling SGLang's own functions with a stand-in for the batch: `Req(...)` with `extra_key`,
@@ -47,6 +57,7 @@ import torch  # noqa: E402
 # second OpenMP thread only waits for a core (SGLang's allocation path ran 4-5x slower with two).
 torch.set_num_threads(1)
 
+from sglang.srt.managers.io_struct import GenerateReqInput  # noqa: E402
 from sglang.srt.managers.schedule_batch import Req  # noqa: E402
 from sglang.srt.mem_cache.allocation import alloc_for_decode_default, alloc_for_extend  # noqa: E402
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator  # noqa: E402
@@ -60,6 +71,7 @@ from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
 
 VERSION = __import__("importlib.metadata").metadata.version("sglang")
+CACHE = os.environ.get("KVCONFORM_SGLANG_CACHE", "radix")
 
 
 class Undefined(Exception):
@@ -80,9 +92,16 @@ class Cache:
             self.allocator = PagedTokenToKVPoolAllocator(self.size, self.P, torch.float16, "cpu", None, False)
         self.req_pool = ReqToTokenPool(size=4, max_context_len=self.context, device="cpu",
                                        enable_memory_saver=False)
-        self.tree = RadixCache(CacheInitParams(disable=False, req_to_token_pool=self.req_pool,
-                                               token_to_kv_pool_allocator=self.allocator,
-                                               page_size=self.P))
+        params = CacheInitParams(disable=False, req_to_token_pool=self.req_pool,
+                                 token_to_kv_pool_allocator=self.allocator, page_size=self.P,
+                                 is_eagle=bool(settings.get("eagle")))
+        if CACHE == "unified":
+            from sglang.srt.mem_cache.unified_cache.components import ComponentType
+            from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+            params.tree_components = (ComponentType.FULL,)
+            self.tree = UnifiedRadixCache(params)
+        else:
+            self.tree = RadixCache(params)
         self.rid = 0
 
     def reset(self) -> bool:
@@ -106,7 +125,8 @@ class Cache:
         req = Req(f"r{self.rid}", "", array("q", step["prompt"]),
                   SamplingParams(max_new_tokens=len(sampled), temperature=0),
                   lora_id=None if lora is None else f"lora-id-{lora}",
-                  extra_key=step.get("extra_key"), cache_salt=step.get("salt"))
+                  extra_key=api_field("extra_key", step.get("extra_key")),
+                  cache_salt=api_field("cache_salt", step.get("salt")))
         req.init_next_round_input(self.tree)
         cached = req.prefix_len
         n = len(step["prompt"])
@@ -134,6 +154,16 @@ class Cache:
         req.finished_reason = SimpleNamespace(to_json=lambda: {"type": "length"})
         release_kv_cache(req, self.tree, checkpoint=True)
         return cached
+
+
+def api_field(name: str, value):
+    """`value` as SGLang's API hands the field on to the scheduler: its own normaliser
+    (GenerateReqInput._normalize_extra_key / _normalize_cache_salt) run on a one-request holder."""
+    if value is None:
+        return None
+    holder = SimpleNamespace(batch_size=1, parallel_sample_num=1, **{name: value})
+    getattr(GenerateReqInput, f"_normalize_{name}")(holder, 1)
+    return getattr(holder, name)[0]
 
 
 def run(stream: dict, observe: bool = True) -> list:
@@ -174,7 +204,10 @@ def publish_config() -> None:
 def main() -> int:
     publish_config()
     write = ANSWERS.write
-    write(json.dumps({"runtime": "sglang", "version": VERSION, "torch": torch.__version__}) + "\n")
+    if CACHE not in ("radix", "unified"):
+        raise SystemExit(f"KVCONFORM_SGLANG_CACHE={CACHE!r}: expected radix or unified")
+    write(json.dumps({"runtime": "sglang", "version": VERSION, "torch": torch.__version__,
+                      "class": "UnifiedRadixCache" if CACHE == "unified" else "RadixCache"}) + "\n")
     ANSWERS.flush()
     for line in sys.stdin:
         command = json.loads(line)

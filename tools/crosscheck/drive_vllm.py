@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import math
 import os
 import sys
 import time
+from types import SimpleNamespace
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 # The answers get the real stdout to themselves: whatever the runtime prints or logs (vLLM logs
@@ -51,7 +53,9 @@ from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec,  # noqa: E402
+                                        SlidingWindowSpec)
 from vllm.v1.request import Request  # noqa: E402
 
 
@@ -65,11 +69,49 @@ def _version() -> str:
 
 
 VERSION = _version()
+RELEASE = tuple(int(x) for x in VERSION.split("+")[0].split(".")[:2] if x.isdigit())
 ADAPTER_IDS: dict = {}
+
+
+def lookahead_tokens(settings: dict) -> int:
+    """What the server would configure: 0.33.0 keys EAGLE blocks with the token after them
+    (`num_hash_lookahead_tokens` 1, config/vllm.py) unless `disable_lookahead_block_hashes`, and
+    then drops no block (sched/scheduler.py "Lookahead hashes prove the boundary token")."""
+    eagle = bool(settings.get("eagle"))
+    return int(eagle and RELEASE >= (0, 33) and not settings.get("disable_lookahead_block_hashes"))
 
 
 class Undefined(Exception):
     """A state the peer profile does not define (a request that cannot get a block to decode)."""
+
+
+def group_specs(settings: dict) -> list:
+    """The model's KV-cache groups as vLLM's tests build them (tests/v1/core/test_prefix_caching.py
+    `_make_hybrid_kv_cache_config`): full attention, a sliding window, Mamba in "align" mode."""
+    B = settings.get("block_size", 16)
+    specs = []
+    if settings.get("full_attention", True):
+        specs.append(FullAttentionSpec(block_size=B, num_kv_heads=1, head_size=1, dtype=torch.float32))
+    if settings.get("sliding_window") is not None:
+        specs.append(SlidingWindowSpec(block_size=settings.get("swa_block_size") or B, num_kv_heads=1, head_size=1,
+                                       dtype=torch.float32, sliding_window=settings["sliding_window"]))
+    if settings.get("mamba_block_size") is not None:
+        specs.append(MambaSpec(block_size=settings["mamba_block_size"], shapes=(1, 1), dtypes=(torch.float32,),
+                               mamba_cache_mode="align"))
+    return specs
+
+
+def split_for_mamba(B: int, eagle_drop: bool, lookahead: int):
+    """The scheduler's own chunking of a prefill where Mamba states must be written, called as
+    vLLM's test_hybrid_cache_mamba_align_shared_prefix_detection calls it (a stand-in `self`
+    with the attributes it reads; no chunk budget binds a lone request)."""
+    stand_in = SimpleNamespace(
+        cache_config=SimpleNamespace(block_size=B), max_num_scheduled_tokens=1 << 20,
+        scheduler_config=SimpleNamespace(long_prefill_token_threshold=0), use_eagle_block_drop=eagle_drop,
+        hash_block_size=B, block_size=B, mamba_partial_cache_hit=False, mamba_has_prefill_checkpoint_blocks=False,
+        mamba_prefill_checkpoint_alignment=None, mamba_shared_prefix_checkpoint=False, connector=None,
+        num_hash_lookahead_tokens=lookahead)
+    return lambda request, tokens, local: Scheduler._mamba_block_aligned_split(stand_in, request, tokens, local)
 
 
 class Pool:
@@ -77,16 +119,39 @@ class Pool:
         self.B = settings.get("block_size", 16)
         self.K = settings.get("cache_blocks")
         self.bounded = self.K is not None
-        num_blocks = (self.K if self.bounded else blocks_ever + 2) + 1
+        specs = group_specs(settings)
+        sizes = [s.block_size for s in specs]
+        num_blocks = (self.K if self.bounded else blocks_ever * len(specs) + 2) + 1
+        retention = settings.get("retention_interval", 0)
         config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
-            KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=self.B, num_kv_heads=1, head_size=1,
-                                                          dtype=torch.float32))])
-        self.manager = KVCacheManager(config, max_model_len=longest + 4 * self.B + 64, scheduler_block_size=self.B,
-                                      hash_block_size=self.B, enable_caching=True,
-                                      use_eagle=bool(settings.get("eagle")))
-        self.hasher = get_request_block_hasher(self.B, sha256)
+            KVCacheGroupSpec([f"layer{i}"], spec) for i, spec in enumerate(specs)],
+            prefix_cache_retention_interval=None if retention == "dense" else retention)
+        lookahead = lookahead_tokens(settings)
+        extra = {"num_hash_lookahead_tokens": lookahead} if lookahead else {}
+        self.eagle_drop = bool(settings.get("eagle")) and not lookahead
+        scheduler, hashing = math.lcm(*sizes), math.gcd(*sizes)
+        self.manager = KVCacheManager(config, max_model_len=longest + 4 * scheduler + 64,
+                                      scheduler_block_size=scheduler, hash_block_size=hashing,
+                                      enable_caching=settings.get("enable_prefix_caching", True),
+                                      use_eagle=self.eagle_drop, **extra)
+        self.hasher = get_request_block_hasher(hashing, sha256, *([lookahead] if lookahead else []))
+        self.split = (split_for_mamba(self.B, self.eagle_drop, lookahead)
+                      if any(isinstance(s, MambaSpec) for s in specs) else None)
+        self.groups = len(specs)
         self.rid = 0
         self.observe = True
+
+    def tables(self, req) -> list:
+        """Each group's block table of the request (vLLM's req_to_blocks; the null block is 0)."""
+        return [[b.block_id for b in m.req_to_blocks.get(req.request_id, [])]
+                for m in self.manager.coordinator.single_type_managers]
+
+    def step(self, req, tokens: int, local: int = 0, blocks=None):
+        """One scheduler step of the request: allocate_slots, as the scheduler calls it."""
+        self.manager.new_step_starts()
+        if blocks is None:
+            return self.manager.allocate_slots(req, tokens)
+        return self.manager.allocate_slots(req, tokens, local, blocks)
 
     def free_queue(self) -> dict:
         if not (self.bounded and self.observe):
@@ -106,20 +171,33 @@ class Pool:
         req = Request(request_id=f"r{self.rid}", prompt_token_ids=list(step["prompt"]), sampling_params=params,
                       pooling_params=None, lora_request=lora, cache_salt=step.get("salt"),
                       block_hasher=self.hasher)
-        computed, cached, *_ = self.manager.get_computed_blocks(req)
+        computed, cached, junction = self.manager.get_computed_blocks(req)
+        req.shared_prefix_boundary = junction            # as Scheduler.schedule sets it
         n = len(step["prompt"])
         seen = {"cached": cached}
-        if self.manager.allocate_slots(req, n - cached, cached, computed) is None:
-            return {**seen, "admitted": False}, None
-        req.num_computed_tokens = n
+        start, first = cached, True
+        while first or start < n:
+            tokens = n - start
+            if self.split is not None:
+                tokens = self.split(req, tokens, cached if first else 0)
+            done = self.step(req, tokens, cached, computed) if first else self.step(req, tokens)
+            if done is None:
+                if first:
+                    return {**seen, "admitted": False}, None
+                raise Undefined("a prefill chunk found no free block")
+            req.num_computed_tokens = start + tokens
+            start, first = start + tokens, False
         for token in (step.get("sampled") or [0])[:-1]:
             req.append_output_token_ids(token)
-            if self.manager.allocate_slots(req, 1) is None:
+            if self.step(req, 1) is None:
                 raise Undefined("a decode step found no free block")
             req.num_computed_tokens += 1
         seen["admitted"] = True
         if self.bounded and self.observe:
-            seen["blocks"] = list(self.manager.get_block_ids(req.request_id)[0])
+            tables = self.tables(req)
+            seen["blocks"] = tables[0]
+            if self.groups > 1:
+                seen["group_blocks"] = tables
         return seen, req
 
 
@@ -128,7 +206,8 @@ def run(stream: dict, observe: bool = True) -> list:
     requests = [s for s in stream["steps"] if "prompt" in s]
     longest = max((len(s["prompt"]) + len(s.get("sampled") or [0]) for s in requests), default=1)
     settings = stream.get("settings") or {}
-    B = settings.get("block_size", 16)
+    B = min([settings.get("block_size", 16), settings.get("swa_block_size") or 1 << 30,
+             settings.get("mamba_block_size") or 1 << 30])
     ever = sum(-(-(len(s["prompt"]) + len(s.get("sampled") or [0])) // B) + 1 for s in requests)
     pool = Pool(settings, longest, ever)
     pool.observe = observe
