@@ -70,6 +70,8 @@ planning
                                                    of recomputing the last one (except when the
                                                    whole input matched, where the vanilla rewind
                                                    still applies)
+    one-pair-record-bound              CR-SPEC-1   An EAGLE hit that pairs one page (and so keeps
+                                                   nothing) still binds its pairing record
 publication
     stop-string-end-not-published      CR-PUB-2    A sequence that ends on a stop string is not
                                                    published at decode end (only end-of- sequence

@@ -57,7 +57,30 @@ class LastPairedPageNotReplayed(PairedPlanner):
         plan = super().plan(ident, n, total, splits_media)
         if not plan.replayed or plan.kind == "full_input_rewind" or ident.spans:
             return plan
-        k = plan.matched // self.P
-        kept = self.store.lookup(ident, k)                                             # DEFECT: all k pairs
-        return Plan("standard", k * self.P, k * self.P, kept, total - k, record=plan.record,
-                    draft_kept=plan.record.draft[:k], draft_demand=total - k, replayed=False)
+        base, record, k = self.pairing(ident, n)
+        kept = base[:k]                                                                # DEFECT: all k pairs
+        return Plan("standard", k * self.P, k * self.P, kept, total - k, record=record,
+                    draft_kept=record.draft[:k], draft_demand=total - k, replayed=False)
+
+
+@variant("one-pair-record-bound", "planning")
+class OnePairRecordBound(PairedPlanner):
+    """An EAGLE hit that pairs one page (and so keeps nothing) still binds its pairing record:
+    the admission protects it from eviction and touches it to most-recently-used.
+
+    The binding is kept for every hit instead of only for a hit that keeps a pair, so a record
+    whose pages the consumer does not hold survives the next eviction in place of a record that
+    was used more recently.
+    Bug class: LRU recency on hit (a record refreshed by a hit that reuses none of it).
+    Violates: CR-SPEC-1, CR-CAP-4. Mirrors: Edge-LLM 0.10 `makeSpecReusePlan`, which resets
+    `draftRecord` when no base page is kept (reusePlan.cpp:241-244; unit test
+    `SpecPlanningExactInputRewindsOneFullPage`, reusePlanTests.cpp:421), so
+    the manager neither protects nor touches it (contextCacheManager.cpp:443, 468-471).
+    """
+
+    def plan(self, ident, n, total, splits_media):
+        plan = super().plan(ident, n, total, splits_media)
+        if plan.replayed and plan.record is None:
+            _, record, _ = self.pairing(ident, n)
+            plan.record = record                                                       # DEFECT
+        return plan

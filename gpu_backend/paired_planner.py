@@ -22,7 +22,23 @@ class PairedPlanner:
         """CR-SPEC-1: the base match, paired with the longest prefix one record's draft path
         covers (the most recently used record of those pairing as many); base-only pages are
         not reused. CR-SPEC-2: keep all but the last pair, which is recomputed. CR-SPEC-6: the
-        draft demand mirrors the base demand. CR-SPEC-8: the media trim applies after that."""
+        draft demand mirrors the base demand. CR-SPEC-8: the media trim applies after that.
+        A pairing of one page keeps nothing, so the plan carries no record: admission neither
+        protects nor touches it (CR-SPEC-1; Edge-LLM 0.10 drops `draftRecord` when no base page
+        is kept, reusePlan.cpp:241-244)."""
+        base, record, k = self.pairing(ident, n)
+        if k == 0:
+            return cold_plan(total, draft_kept=[], draft_demand=total)
+        kept = base[:k - 1]
+        kind = "full_input_rewind" if k * self.P == n else ("standard" if kept else "no_reusable_prefix")
+        r, matched, kind = self.pages.trim_media(ident, len(kept) * self.P, k * self.P, kind, splits_media)
+        bound = record if kept else None
+        return Plan(kind, matched, r, kept, total - len(kept), record=bound, draft_kept=record.draft[:k - 1],
+                    draft_demand=total - len(kept), replayed=True)
+
+    def pairing(self, ident, n: int):
+        """(base pages matched, the record pairing the most of them, how many it pairs): of
+        records pairing as many, the most recently used; (base, None, 0) when none pairs any."""
         base = self.store.lookup(ident, n // self.P)
         record, k = None, 0
         for rec in reversed(self.store.records.values()):
@@ -33,13 +49,7 @@ class PairedPlanner:
                 j -= 1
             if j > k:
                 record, k = rec, j
-        if k == 0:
-            return cold_plan(total, draft_kept=[], draft_demand=total)
-        kept = base[:k - 1]
-        kind = "full_input_rewind" if k * self.P == n else ("standard" if kept else "no_reusable_prefix")
-        r, matched, kind = self.pages.trim_media(ident, len(kept) * self.P, k * self.P, kind, splits_media)
-        return Plan(kind, matched, r, kept, total - len(kept), record=record, draft_kept=record.draft[:k - 1],
-                    draft_demand=total - len(kept), replayed=True)
+        return base, record, k
 
     def publish(self, ident, page_table: list, draft_table: list, k: int) -> str:
         """CR-SPEC-4: publish the first k pages of a paired sequence with its draft pages. A new

@@ -53,15 +53,11 @@ def pairing_record(cache, base_pages: list):
     return best, paired
 
 
-def plan_paired(history, n: int, page_size: int, cache, steps=None) -> Plan:
-    """CR-SPEC-1: match the base pages (CR-PLAN-1), then pair the longest prefix of them with one
-    record's draft path; base-only matches are ignored (no pair: a cold plan).
-    CR-SPEC-2: the last paired page is always replayed: kept = paired - 1 pages of both kinds,
-    matched = paired * P, reused = (paired - 1) * P; kind full_input_rewind when the aligned input
-    was paired whole, no_reusable_prefix when nothing remains, else standard.
-    CR-SPEC-6: the private demand is ceil(n/P) - kept in each pool; the pairing record is
-    protected during the admission (plan.record) and its kept draft pages pinned. `steps`: the
-    sequence's trace recorder, or None."""
+def paired_lookup(history, n: int, page_size: int, cache) -> tuple:
+    """CR-SPEC-1: the base pages matched (CR-PLAN-1), the record whose draft path pairs the
+    longest prefix of them and how many it pairs: (base pages, record or None, paired). The
+    lookup alone (Edge-LLM 0.10 `DraftPathIndex::lookupLongest`): whether the plan binds the
+    record is plan_paired's decision."""
     base_pages = []
     for key in history.keys(n // page_size):
         page = cache.index.get(key)
@@ -69,6 +65,23 @@ def plan_paired(history, n: int, page_size: int, cache, steps=None) -> Plan:
             break
         base_pages.append(page)
     record, paired = pairing_record(cache, base_pages)
+    return base_pages, record, paired
+
+
+def plan_paired(history, n: int, page_size: int, cache, steps=None) -> Plan:
+    """CR-SPEC-1: match the base pages (CR-PLAN-1), then pair the longest prefix of them with one
+    record's draft path; base-only matches are ignored (no pair: a cold plan).
+    CR-SPEC-2: the last paired page is always replayed: kept = paired - 1 pages of both kinds,
+    matched = paired * P, reused = (paired - 1) * P; kind full_input_rewind when the aligned input
+    was paired whole, no_reusable_prefix when nothing remains, else standard.
+    CR-SPEC-6: the private demand is ceil(n/P) - kept in each pool; the pairing record is
+    protected during the admission (plan.record) and its kept draft pages pinned.
+    CR-SPEC-1: a hit that pairs one page keeps nothing and binds no record (plan.record None):
+    the admission neither protects nor touches it (Edge-LLM 0.10 `makeSpecReusePlan` resets
+    `draftRecord` when no base page is kept, reusePlan.cpp:241-244; the manager protects and
+    touches only a bound record, contextCacheManager.cpp:443, 468-471). `steps`: the
+    sequence's trace recorder, or None."""
+    base_pages, record, paired = paired_lookup(history, n, page_size, cache)
     total = ceil_div(n, page_size)
     if paired == 0:
         if steps is not None:
@@ -79,7 +92,8 @@ def plan_paired(history, n: int, page_size: int, cache, steps=None) -> Plan:
         kind = FULL_INPUT_REWIND
     else:
         kind = STANDARD if kept else NO_REUSABLE_PREFIX
-    plan = Plan(kind, paired * page_size, kept * page_size, base_pages[:kept], total - kept, record,
+    bound = record if kept else None               # CR-SPEC-1: a one-page pairing binds no record
+    plan = Plan(kind, paired * page_size, kept * page_size, base_pages[:kept], total - kept, bound,
                 draft_kept=record.draft_pages[:kept], draft_private=total - kept, replay=True)
     if steps is not None:
         by = record.step.by if record.step is not None and record.step.by else "an earlier request"
@@ -90,6 +104,11 @@ def plan_paired(history, n: int, page_size: int, cache, steps=None) -> Plan:
                   f"reused {plan.reused}, kind {kind}")
         steps("CR-SPEC-2", "reused_tokens", plan.reused, replay, before=plan.matched, causes=(pair,))
         steps("CR-SPEC-2", "plan", kind, replay, causes=(pair,))
+        binding = (f"the pairing record of {by} is bound: protected during the admission and touched after it"
+                   if bound is not None else
+                   f"one page paired and none kept: the record of {by} is not bound, so the admission neither "
+                   "protects it from eviction nor touches it")
+        steps("CR-SPEC-1", "pairing_record", bound is not None, binding, causes=(pair,))
     return plan
 
 

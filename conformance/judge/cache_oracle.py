@@ -17,4 +17,4 @@ from reference.metrics import Metrics  # noqa: F401
 from reference.planning import cold_plan, plan_vanilla  # noqa: F401
 from reference.publication import COMMITTED, EXISTING, PREFILL_END, publish_pages  # noqa: F401
 from reference.sequence import Sequence  # noqa: F401
-from reference.speculative import plan_paired, publish_pairs  # noqa: F401
+from reference.speculative import paired_lookup, plan_paired, publish_pairs  # noqa: F401

@@ -129,10 +129,15 @@ class Run:
         else:
             plan = oc.plan_checkpoint(self.cache, history, n, self.P, pure)
         seq = oc.Sequence(None, 0, history, n, 1, None, bypass)
-        return seq, "recurrent" if pure else mode, plan
+        paired = oc.paired_lookup(history, n, self.P, self.cache)[1] if mode == "spec" and not bypass else None
+        return seq, "recurrent" if pure else mode, plan, paired
 
-    def _plan_facts(self, plan) -> dict:
+    def _plan_facts(self, plan, paired) -> dict:
+        """`record` is the record the plan binds (a hybrid checkpoint, an EAGLE pairing record
+        that keeps a pair); `paired_record` the record the draft path lookup pairs (0.10's
+        `lookupLongest`), bound or not (CR-SPEC-1)."""
         return {"plan": plan.kind, "matched_tokens": plan.matched, "reused_tokens": plan.reused,
+                "paired_record": self.record_names.get(paired.key) if paired is not None else None,
                 "matched_pages": plan.matched // self.P,
                 "kept": self._named(oc.PAGES, plan.kept), "kept_draft": self._named(oc.DRAFT, plan.draft_kept),
                 "record": self.record_names.get(plan.record.key) if plan.record is not None else None,
@@ -141,18 +146,18 @@ class Run:
     def _plan(self, step: dict, k: int) -> dict:
         """Planning alone: it reads the index and the records and changes nothing (`unchanged`)."""
         before = self._snapshot()
-        _, _, plan = self._planned(step, k)
-        return dict(self._plan_facts(plan), unchanged=self._snapshot() == before)
+        _, _, plan, paired = self._planned(step, k)
+        return dict(self._plan_facts(plan, paired), unchanged=self._snapshot() == before)
 
     def _acquire(self, step: dict, k: int) -> dict:
         """CR-CAP-3: pin the kept pages (and a hybrid hit's snapshot slots, a spec hit's kept
         draft pages), obtain the private demand with the planner (CR-CAP-4), or roll back; a
-        spec or hybrid hit then touches its record (CR-SPEC-1, CR-HYB-6), as the batch runner
+        hybrid hit or a spec hit that keeps a pair then touches its record (CR-SPEC-1, CR-HYB-6), as the batch runner
         does after acquisition."""
         name = step["acquire"]
         self._new_lease(name, k)
-        seq, mode, plan = self._planned(step, k)
-        facts = self._plan_facts(plan)
+        seq, mode, plan, paired = self._planned(step, k)
+        facts = self._plan_facts(plan, paired)
         if mode == "spec":
             held = self.cache.acquire(plan.kept, plan.private, protected=plan.record, draft_kept=plan.draft_kept,
                                       draft_private=plan.draft_private)

@@ -303,6 +303,24 @@ def test_the_suite_catches_a_planner_that_walks_from_the_most_recent(monkeypatch
     assert {"ActiveReferencePreventsReclaim", "DemandAcrossTypesMustBeSatisfiedTogether"} <= bad
 
 
+def test_the_suite_catches_a_one_page_pairing_that_binds_its_record(monkeypatch):
+    """The spec 2.0.0 oracle bound the pairing record of an EAGLE hit that pairs one page and
+    keeps nothing (CR-SPEC-1); Edge-LLM 0.10 binds none (reusePlan.cpp:241-244). Put back, that
+    reading disagrees with SpecPlanningExactInputRewindsOneFullPage's one-block plan again,
+    while the draft-path lookups (lookupLongest) still agree."""
+    from conformance.judge import cache_oracle
+    plan_paired = cache_oracle.plan_paired
+
+    def binding(history, n, page_size, cache, steps=None):
+        plan = plan_paired(history, n, page_size, cache, steps)
+        if plan.replay and plan.record is None:
+            plan.record = cache_oracle.paired_lookup(history, n, page_size, cache)[1]
+        return plan
+    monkeypatch.setattr(cache_oracle, "plan_paired", binding)
+    bad = parity.unexplained(parity.evaluate(_edge_llm()))
+    assert [(o.test, o.line) for o in bad] == [("SpecPlanningExactInputRewindsOneFullPage", 421)]
+
+
 def test_physical_ids_are_not_observed(monkeypatch):
     """Resources are named by the lease that took them: a pool that hands out ids in another
     order changes no outcome of the cache scenarios (Appendix A)."""

@@ -10,8 +10,8 @@ import pytest
 from reference.capacity import DRAFT, PAGES, ContextCache, Record
 from reference.planning import FULL_INPUT_REWIND, NO_REUSABLE_PREFIX, STANDARD
 from reference.publication import COMMITTED, EXISTING
-from reference.speculative import (decode_end_pairs, greedy_file, paired_pages, pairing_record, plan_paired,
-                                   prefill_end_pairs, publish_pairs)
+from reference.speculative import (decode_end_pairs, greedy_file, paired_lookup, paired_pages, pairing_record,
+                                   plan_paired, prefill_end_pairs, publish_pairs)
 
 P = 4
 
@@ -88,6 +88,18 @@ def test_one_page_replay(keys, n, kind, matched, reused, kept):
     assert plan.draft_kept == [100, 101][:len(kept)]
     assert plan.private == plan.draft_private == -(-n // P) - len(kept)
     assert plan.replay and plan.hit
+    # CR-SPEC-1: the plan binds (protects, touches) the pairing record only when it keeps a pair;
+    # k = 1 keeps none and binds none (Edge-LLM 0.10 reusePlan.cpp:241-244,
+    # SpecPlanningExactInputRewindsOneFullPage's one-block plan)
+    assert (plan.record.key if plan.record is not None else None) == (("k1", 2) if kept else None)
+
+
+def test_a_one_page_pairing_is_still_found_by_the_lookup():
+    # the lookup (0.10's lookupLongest) pairs k = 1 with the record; only the plan leaves it unbound
+    cache = cache_with([(["k0", "k1"], [100, 101])])
+    base, record, k = paired_lookup(History(["k0", "x"]), 7, P, cache)
+    assert (base, record.key, k) == ([0], ("k1", 2), 1)
+    assert plan_paired(History(["k0", "x"]), 7, P, cache).record is None
 
 
 def test_pairing_stops_at_the_base_match():
