@@ -492,6 +492,56 @@ class EagleKeysIds(RadixCache):
         return list(ids)                                             # DEFECT: ids, not bigrams
 
 
+@server_variant("lcpp-chunk-shorter-than-n", (("cache_reuse", 8),))
+class ChunkShorterThanN(SlotCache):
+    """Moves down a chunk one token shorter than --cache-reuse.
+    Bug class: chunk reuse below its minimum (a run counted from one before it is compared).
+    Violates: PEER-LCPP-7.
+    Mirrors: update_slots' `n_match` counted as if the token at head_c matched before the
+    comparison loop ran, so `n_match >= n_cache_reuse` passes for runs of n - 1 (server-context.cpp)."""
+
+    def long_enough(self, run: int) -> bool:
+        return run + 1 >= self.min_chunk                           # DEFECT: a run of n - 1 is reused
+
+
+@server_variant("lcpp-similarity-at-threshold", (("slots", 2),))
+class SimilarityAtThreshold(SlotCache):
+    """Takes a slot whose share of the prompt equals the threshold.
+    Bug class: slot choice at the threshold's boundary (>= for >).
+    Violates: PEER-LCPP-5.
+    Mirrors: get_available_slot's own comment, "find the slot that has at least n% prompt
+    similarity", where the code compares `f_sim_cur > slot_prompt_similarity`."""
+
+    def above(self, sim, threshold) -> bool:
+        return sim >= threshold                                     # DEFECT: a share equal to it counts
+
+
+@server_variant("lcpp-prompt-of-n-ctx-served", (("n_ctx", 512),))
+class PromptOfContextServed(SlotCache):
+    """Serves a prompt exactly as long as the slot's context instead of refusing it.
+    Bug class: off-by-one at the context bound.
+    Violates: PEER-LCPP-8.
+    Mirrors: update_slots' bound for prompts that cannot be split, `n_tokens() > slot.n_ctx`,
+    applied where llama-server refuses `n_tokens() >= slot.n_ctx` (server-context.cpp)."""
+
+    def fits(self, n: int, n_ctx: int) -> bool:
+        return n <= n_ctx                                           # DEFECT: n == n_ctx is served
+
+
+@server_variant("lcpp-shift-discards-half-the-context", (("context_shift", True), ("n_keep", 32), ("n_ctx", 512)))
+class ShiftDiscardsHalfTheContext(SlotCache):
+    """Discards half the slot's context in a context shift, not half of what follows n_keep.
+    Bug class: context shift (the discarded range).
+    Violates: PEER-LCPP-9.
+    Mirrors: pre_decode's `n_discard = n_left / 2` with `n_left` taken as the slot's context
+    instead of the tokens it holds after n_keep (server-context.cpp:3146-3150); the two agree
+    only for a slot of n_ctx tokens and n_keep 0."""
+
+    def discard(self, held: int, n_ctx: int) -> tuple[int, int]:
+        kept = min(self.keep, n_ctx - 4)
+        return kept, n_ctx // 2                                     # DEFECT: half of n_ctx, not of n_left
+
+
 TRT_POOL = (("max_blocks", 12), ("retention_config", True))
 """A bounded TensorRT-LLM pool whose server takes retention configs: the eviction cases run."""
 

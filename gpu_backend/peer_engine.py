@@ -14,6 +14,11 @@ Images (a vision engine: built with --vision and a media counter) are laid out a
 request files lay them out (hf_prompt.py): the k-th image token repeated as many times as the
 counter gives the image, each position embedded by the vision encoder (model.encode_media);
 a message content is a string or a list of ("text", str) and ("image", MediaItem) parts.
+
+A cache whose runtime moves KV (llama.cpp's chunk reuse and context shift) hands the reused KV
+as pieces, each with the positions it moves by, and bounds generation by its context; the keys
+of moved KV are rotated to their new positions (RoPE composes: rotating by the move is what
+llama.cpp's K-shift does), and `result["sequence"]` is what the KV then holds.
 """
 import json
 import os
@@ -23,6 +28,7 @@ from safetensors.torch import load_file
 
 from .hf_prompt import HFText
 from .kv_pool import KVPool
+from .layers import apply_rope, rope_tables
 from .model import ForwardBatch, Model
 from .runtime import load_engine_config, resolve_device
 
@@ -86,15 +92,22 @@ class PeerEngine:
 
     @torch.no_grad()
     def generate(self, ids: list, reused_kv, max_tokens: int, lora: str | None = None,
-                 logit_bias: dict | None = None, images: list = ()) -> dict:
+                 logit_bias: dict | None = None, images: list = (), context: int | None = None,
+                 shift=None) -> dict:
         """Greedy decoding of at most `max_tokens` tokens (the EOS ends it). `reused_kv`: the KV
-        of the first `reused` prompt positions, [layers, 2, reused, kv heads, head dim];
-        `images`: the media spans of the prompt (its positions take the encoder's embeddings)."""
+        of the first `reused` prompt positions, [layers, 2, reused, kv heads, head dim], or
+        pieces [(KV, positions it moves by)] laid end to end; `images`: the media spans of the
+        prompt (its positions take the encoder's embeddings). With `context`, the sequence held
+        never reaches it: before a sampled token is fed back into `context - 1` held tokens,
+        generation stops, or with `shift(held, context) -> (kept, discarded)` the tokens after
+        the first `kept` are discarded and the rest moved down."""
         n = len(ids)
+        reused_kv = self._placed(reused_kv)
         reused = 0 if reused_kv is None else reused_kv.shape[2]
         if not 0 <= reused < n:
             raise ValueError(f"reused {reused} of {n} prompt tokens: at least one must be computed")
-        pool = KVPool(layers=self.layers, pages=n + max_tokens, P=1, kv_heads=self.cfg["num_kv_heads"],
+        room = n + max_tokens if context is None else min(n + max_tokens, context)
+        pool = KVPool(layers=self.layers, pages=room, P=1, kv_heads=self.cfg["num_kv_heads"],
                       head_dim=self.cfg["head_dim"], dtype=torch.float16, device=self.device)
         if reused:
             pool.write_positions(torch.arange(reused, device=self.device), reused_kv.to(self.device))
@@ -104,7 +117,7 @@ class PeerEngine:
         for token, value in (logit_bias or {}).items():
             if 0 <= token < bias.shape[-1]:
                 bias[token] = value
-        sampled, logprobs = [], []
+        sampled, logprobs, held = [], [], list(ids)
         while True:
             lp = torch.log_softmax((logits + bias).masked_fill(~self.allowed, float("-inf")), dim=-1)
             token = int(lp.argmax())
@@ -112,11 +125,40 @@ class PeerEngine:
             logprobs.append(float(lp[token]))
             if token == self.text.eos or len(sampled) >= max_tokens:
                 break
-            logits = self._forward(pool, [token], n + len(sampled) - 1, adapter)
-        computed = n + len(sampled) - 1
-        kv = pool.read_positions(torch.arange(computed, device=self.device)).clone()
-        return {"sampled": sampled, "logprobs": logprobs, "kv": kv, "reused": reused,
+            if context is not None and len(held) + 1 >= context:
+                if shift is None:
+                    break                                       # the slot is full: generation stops
+                kept, discarded = shift(len(held), context)
+                self._discard(pool, len(held), kept, discarded)
+                held = held[:kept] + held[kept + discarded:]
+            logits = self._forward(pool, [token], len(held), adapter)
+            held.append(token)
+        kv = pool.read_positions(torch.arange(len(held), device=self.device)).clone()
+        return {"sampled": sampled, "logprobs": logprobs, "kv": kv, "reused": reused, "sequence": held,
                 "text": self.text.text(sampled)}
+
+    def _moved(self, kv, by: int):
+        """KV [layers, 2, T, kv heads, head dim] moved by `by` positions: keys rotated by that
+        many positions (values do not carry a position)."""
+        if by == 0:
+            return kv
+        keys = kv[:, 0].float()                                 # [layers, T, kv heads, head dim]
+        cos, sin = rope_tables(torch.full((1, keys.shape[1]), by, device=keys.device), self.cfg["head_dim"],
+                               self.model.theta)
+        return torch.stack([apply_rope(keys, cos, sin).to(kv.dtype), kv[:, 1]], dim=1)
+
+    def _placed(self, reused):
+        """One KV tensor for the reused positions: pieces are moved and laid end to end."""
+        if reused is None or isinstance(reused, torch.Tensor):
+            return reused
+        parts = [self._moved(kv, by) for kv, by in reused]
+        return torch.cat(parts, dim=2) if parts else None
+
+    def _discard(self, pool, held: int, kept: int, discarded: int) -> None:
+        """Positions kept .. kept + discarded - 1 dropped, the rest moved down (a context shift)."""
+        rest = torch.arange(kept + discarded, held, device=self.device)
+        moved = self._moved(pool.read_positions(rest), -discarded)
+        pool.write_positions(torch.arange(kept, held - discarded, device=self.device), moved)
 
     def _media(self, spans: list, start: int, end: int):
         """(flat indices into the positions start..end-1, embeddings) of the image positions

@@ -200,17 +200,30 @@ class PeerServer:
                           skip_prefix_cache=self.served.read_bypass and _skips_reading(body),
                           retention=body.get("kv_cache_retention_config"))
         n = len(req.ids)
-        if n + max_tokens > self.engine.cfg["max_input_len"]:
-            raise RequestError(400, f"{n} prompt tokens + max_tokens {max_tokens} exceed the context "
-                                    f"({self.engine.cfg['max_input_len']})")
+        window = self._window(req, max_tokens)
         try:
             cached, kv = self.cache.lookup(req)
         except ValueError as e:                        # refused by the API (PEER-VLLM-17, Refused) or the cache (a retention config)
             raise RequestError(400, str(e)) from None
-        out = self.engine.generate(req.ids, kv, max_tokens, req.lora, _logit_bias(body), images=spans)
-        sequence = req.ids + out["sampled"][:-1]
-        self.cache.store(req, sequence, out["kv"], out["sampled"])
+        out = self.engine.generate(req.ids, kv, max_tokens, req.lora, _logit_bias(body), images=spans, **window)
+        self.cache.store(req, out["sequence"], out["kv"], out["sampled"])
         return self._response(body, n, cached, out)
+
+    def _window(self, req, max_tokens: int) -> dict:
+        """How the request meets the context: a cache whose runtime bounds generation by a
+        slot's context says so itself (`admit`: a refusal, or where generation stops or shifts,
+        PEER-LCPP-8/9); otherwise prompt and max_tokens must fit the engine's context."""
+        context = self.engine.cfg["max_input_len"]
+        admit = getattr(self.cache, "admit", None)
+        if admit is not None:
+            try:
+                return admit(req, max_tokens, context)
+            except ValueError as e:
+                raise RequestError(400, str(e)) from None
+        if len(req.ids) + max_tokens > context:
+            raise RequestError(400, f"{len(req.ids)} prompt tokens + max_tokens {max_tokens} exceed the context "
+                                    f"({context})")
+        return {}
 
     def _adapter(self, body: dict):
         """The LoRA adapter a request names in the runtime's own field (vLLM: the model;

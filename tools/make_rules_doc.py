@@ -274,9 +274,11 @@ def peer_cases(root: Path) -> tuple[str | None, list[tuple[str, str, list]]]:
     """The peer suite's case builder (its file) and (case id, peer profile, rules) of its cases.
 
     The builder is the module that defines `PeerCase` and `cases(profile, settings, ids)`; it is
-    asked for each peer profile at its default settings and with each number doubled (a case that
-    exists only at other settings, such as several slots), with a stand-in tokenizer (one id per
-    byte: the rules a case cites do not depend on it)."""
+    asked for each peer profile at its default settings, with each number doubled (a case that
+    exists only at other settings, such as several slots) and with every switch that is off turned
+    on and every unset size given one (a case that needs them, such as a context shift in a known
+    context), with a stand-in tokenizer (one id per byte: the rules a case cites do not depend on
+    it)."""
     module = None
     for pkg in packages(root):
         for path in walk(root, ".py", pkg):
@@ -292,12 +294,27 @@ def peer_cases(root: Path) -> tuple[str | None, list[tuple[str, str, list]]]:
     def ids(messages) -> list[int]:
         return list("".join(m["content"] if isinstance(m["content"], str) else json.dumps(m["content"])
                             for m in messages).encode())
+
+    def unset_size(profile: str, defaults: dict, key: str):
+        """512 for a size the defaults leave unset, or [512] where the setting is a list (windows)."""
+        try:
+            check_settings(profile, dict(defaults, **{key: 512}))
+            return 512
+        except ValueError:
+            return [512]
     out = {}
     for profile, defaults in SETTINGS.items():
         tries = [dict(defaults)] + [dict(defaults, **{k: 2 * v}) for k, v in defaults.items()
                                     if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+        tries.append(dict(defaults, **{k: True for k, v in defaults.items() if v is False},
+                          **{k: unset_size(profile, defaults, k) for k, v in defaults.items() if v is None}))
+        tries += [dict(defaults, **{k: unset_size(profile, defaults, k)}) for k, v in defaults.items() if v is None]
         for settings in tries:
-            for case in builder.cases(profile, check_settings(profile, settings), ids):
+            try:
+                cases = builder.cases(profile, check_settings(profile, settings), ids)
+            except ValueError:          # settings the profile does not define together (PeerProfileError)
+                continue
+            for case in cases:
                 out.setdefault((case.id, profile), set()).update(case.rules)
     return module.replace(".", "/") + ".py", [(c, p, sorted(rules)) for (c, p), rules in sorted(out.items())]
 

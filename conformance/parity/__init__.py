@@ -70,7 +70,7 @@ def evaluate(docs: list[dict]) -> list[Outcome]:
 def evaluate_file(doc: dict) -> list[Outcome]:
     out = []
     for entry in doc["entries"]:
-        commit = entry.get("commit", doc["commit"])
+        commit = entry.get("commit") or entry.get("release") or doc["commit"]
         run, reason = None, entry.get("not_expressible", "")
         if not reason:
             try:
@@ -116,6 +116,8 @@ def _run(scenario: dict, doc: dict):
 
 
 def compare(observed, op: str, expected) -> bool:
+    if op == "contains":
+        return isinstance(observed, str) and isinstance(expected, str) and expected in observed
     if op == "==":
         if isinstance(observed, bool) or isinstance(expected, bool):
             return observed is expected

@@ -22,7 +22,11 @@ pool publishes through its documented accessors, read after the step: `free_queu
 head first), `free_blocks` (its length), `blocks` (the blocks the step's request took, in
 order; on vLLM also `hit_blocks` and `new_blocks`; on TensorRT-LLM also `window_blocks`, each
 attention window's), `admitted` (whether a held request
-fitted), `reset` (whether the reset was accepted), `slot_tokens` (llama.cpp's slot).
+fitted), `reset` (whether the reset was accepted), `slot_tokens` (llama.cpp's slot). Where a
+step gives `max_tokens` (-1 or null: no limit), `sampled` is what the model would go on to sample
+and the profile cuts it (llama.cpp: at the slot's context without context shift): `predicted_n`,
+`truncated` and `finish_reason` (`length` when cut, else `stop`). llama.cpp also says whether a
+request is `refused` (its HTTP `status` 400, no count) and with which `error`.
 """
 from __future__ import annotations
 
@@ -62,8 +66,19 @@ class Run:
             self.sim.advance(step["advance_ms"])
             return self._state()
         request = _request(step, k)
-        seen = {"cached": self.sim.predict(request), "length": len(request.ids)}
+        refusal = getattr(self.sim, "refuses", None)
+        error = refusal(request) if refusal is not None else None
+        if error is not None:                 # HTTP 400, no count; what it leaves is the profile's
+            if hasattr(self.sim, "after_refusal"):
+                self.sim.after_refusal(request)
+            return self._state(refused=True, status=400, error=error, length=len(request.ids))
+        seen = {"cached": self.sim.predict(request), "length": len(request.ids),
+                **({"refused": False, "status": 200} if refusal is not None else {})}
         sampled = expand(step.get("sampled", [0]))
+        if "max_tokens" in step:
+            sampled, truncated = self._served(request, sampled, step["max_tokens"], k)
+            seen.update(predicted_n=len(sampled), truncated=truncated,
+                        finish_reason="length" if len(sampled) < len(expand(step.get("sampled", [0]))) else "stop")
         if "hold" in step:
             run = self._hold(request, sampled, k, step.get("add_tokens"))
             if run is not None:
@@ -81,6 +96,15 @@ class Run:
         blocks = _blocks(run)
         self.sim.release(run)
         return self._state(**blocks, **seen)
+
+    def _served(self, request, stream, max_tokens, k: int):
+        """(the ids the server samples of the model's stream, truncated) where the profile says how
+        max_tokens and the context cut generation (llama.cpp, PEER-LCPP-8/9)."""
+        served = getattr(self.sim, "served", None)
+        if served is None:
+            raise NotExpressible(f"step {k}: the {type(self.sim).__name__} simulator does not say how max_tokens "
+                                 "and the context cut generation")
+        return served(request, stream, max_tokens)
 
     def _hold(self, request, sampled, k: int, add_tokens=None):
         if not hasattr(self.sim, "hold"):

@@ -219,7 +219,7 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
                                "the answer to feed back is missing", k, Verdict.ERROR))
             return
         context = ctx.facts.context
-        if context is not None and len(ids) + step.max_tokens > context:
+        if context is not None and len(ids) + step.max_tokens > context and not step.beyond_context:
             result.settle(Verdict.NOT_SUPPORTED, f"request {k} needs {len(ids)} prompt tokens + max_tokens "
                           f"{step.max_tokens}, more than the server's context of {context} tokens: not sent")
             return
@@ -228,11 +228,11 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
                                  lora_path=(ctx.facts.adapters or {}).get(step.lora) if step.lora else None,
                                  skip_prefix_cache=step.skip_read, retention=step.retention)
         trace.begin(k)
-        refusal = getattr(sim, "refuses", None)
-        if unknown is None and refusal is not None and refusal(req) is not None:
-            if not _refused(k, step, messages, ids, trace, ctx, case, attempt, result, transcript, rows):
+        if unknown is None and _refused(sim, req):
+            if not _judge_refusal(step, messages, ids, k, ctx, trace, result, transcript, rows, case, attempt):
                 return
             judged += 1
+            _after_refusal(sim, req)
             continue
         predicted = sim.predict(req) if unknown is None else None
         explained = trace.explained(k) if unknown is None else (None, [])
@@ -294,34 +294,49 @@ def _steps(case: PeerCase, steps: list, ctx: PeerContext, result: CaseResult, tr
                       "only would pass, so caching of generated tokens was not judged")
 
 
-REFUSED = "HTTP 400 (refused)"
+def _refused(sim, req) -> bool:
+    """Whether the profile says the server refuses the request (an HTTP 400, no count): vLLM's
+    server refuses an empty cache_salt (PEER-VLLM-17), llama.cpp a prompt its slot cannot hold
+    (PEER-LCPP-8)."""
+    refuses = getattr(sim, "refuses", None)
+    return refuses is not None and refuses(req) is not None
 
 
-def _refused(k, step, messages, ids, trace, ctx, case, attempt, result, transcript, rows) -> bool:
-    """A request the profile's server must refuse (PEER-VLLM-17): judged by the HTTP status, and
-    nothing of it is cached. False when the case cannot go on (the server failed otherwise)."""
+def _after_refusal(sim, req) -> None:
+    """What a refused request leaves, as the profile says: llama.cpp's slot is used now
+    (PEER-LCPP-8); vLLM's cache never saw it (PEER-VLLM-17), so nothing."""
+    after = getattr(sim, "after_refusal", None)
+    if after is not None:
+        after(req)
+
+
+def _judge_refusal(step, messages, ids, k, ctx, trace, result, transcript, rows, case, attempt) -> bool:
+    """Send a request the oracle predicts refused: an HTTP 400 is what it predicts (True: the
+    case goes on); an answer with a count is FAIL, named by the oracle's step, and the case stops
+    (the server now holds what the oracle says it refused); another failure is ERROR or TIMEOUT as
+    for any request (False: the case stops)."""
     head, chain = trace.explained(k, "refused")
     fields = request_fields(ctx.profile, step, case_salt(case, ctx, attempt))
     entry = {"request": k, "messages": messages, "max_tokens": step.max_tokens, "fields": fields,
-             "prompt_ids": ids, "predicted": REFUSED, "why": head.why, "oracle_steps": [step_json(s) for s in chain]}
+             "prompt_ids": ids, "predicted_cached_tokens": None, "predicted_refusal": True, "why": head.why,
+             "oracle_steps": [step_json(s) for s in chain]}
     transcript.append(entry)
-    row = {"request": k, "prompt_tokens": len(ids), "predicted": REFUSED, "fields": fields}
-    rows.append(row)
     try:
         completion = ctx.client.chat(messages, step.max_tokens, fields)
     except ServerFailure as e:
         entry["failure"] = e.message
         if e.kind == "http" and e.status == 400:
-            row["reported"] = REFUSED
+            rows.append({"request": k, "prompt_tokens": len(ids), "predicted": None, "reported": None,
+                         "refused": {"predicted": True, "reported": e.message}, "fields": fields})
             return True
-        row["reported"] = f"HTTP {e.status}" if e.status else e.kind
         result.add(server_failure(e, "POST /v1/chat/completions", k))
         return False
     entry["response"] = completion.raw
-    row["reported"] = "HTTP 200 (answered)"
-    result.add(Failure(head.rule, "HTTP status", REFUSED, "HTTP 200 (answered)", head.why, k,
+    rows.append({"request": k, "prompt_tokens": len(ids), "predicted": None, "reported": None,
+                 "refused": {"predicted": True, "reported": "HTTP 200 with a completion"}, "fields": fields})
+    result.add(Failure(head.rule, "HTTP status", "400 (the request refused)", "200 with a completion", head.why, k,
                        chain=[step_json(s) for s in chain][-MAX_CHAIN:]))
-    return True
+    return False
 
 
 class _NoRoundTrip(Exception):

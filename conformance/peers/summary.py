@@ -86,7 +86,7 @@ def peer_note(summary: dict) -> str:
 def _shown_path(path: str | None) -> str | None:
     """A folder inside the directory the run started in is shown relative to it: summary.md is
     read on other machines (CI artifacts, committed examples), where this machine's path means
-    nothing; report.json keeps the absolute path."""
+    nothing; report.json keeps the path as --tokenizer gave it."""
     if not path or not os.path.isabs(path):
         return path
     here = os.getcwd()

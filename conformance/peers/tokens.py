@@ -31,6 +31,7 @@ class TokenSource:
         self.client, self.profile = client, profile
         self.crosscheck = PEER_PROFILES[profile].crosscheck
         self.kit = None
+        self.given = tokenizer       # as the user wrote it: a report run with a relative path names no machine's path
         if tokenizer is not None:
             from ..judge.oracle import load_hf_tokenizer
             try:
@@ -47,7 +48,7 @@ class TokenSource:
         self._kit: dict = {}
 
     def describe(self) -> dict:
-        return {"kit_tokenizer": None if self.kit is None else self.kit.folder,
+        return {"kit_tokenizer": None if self.kit is None else self.given,
                 "loader": None if self.kit is None else self.kit.loader,
                 "server_crosscheck": self.crosscheck if self.offered else None}
 

@@ -6,7 +6,8 @@ the prompt. The rules are the runtimes' own (spec/peer-profiles.md), implemented
 independently of the kit's oracle (the docstrings and comments cite the PEER rule each part
 implements):
 
-    SlotCache     llama.cpp-server  slots chosen by similarity, else LRU; min(common prefix, N - 1)
+    SlotCache     llama.cpp-server  slots chosen by similarity, else LRU; min(common prefix, N - 1);
+                                    chunks moved down by KV shifting; the slot's context, context shift
     BlockCache    vllm-apc          chained hashes of full blocks; B * min(hits, (N - 1) // B);
                                     freed blocks without a key reused first
     RadixCache    sglang-radix      radix tree per (extra key + adapter, salt); page-aligned; LRU leaves
@@ -21,8 +22,9 @@ implements):
 SERVED (at the end) is the server's one list of the profiles it serves: each profile's cache,
 settings and defaults, and the parts of its runtime's HTTP API that serve.py imitates; the
 command line and the server read it. Subclasses change one method (`cap`, `spans`, `reported`,
-`extras`, `namespace`, `release`, `touch`, `label`, `takes_leaf`, `free_order`, `queue_priority`,
-`expired`, `may_store`): the seams the kit's faulty server variants use.
+`extras`, `namespace`, `release`, `touch`, `label`, `above`, `long_enough`, `fits`, `discard`,
+`takes_leaf`, `free_order`, `queue_priority`, `expired`, `may_store`): the seams the kit's faulty
+server variants use.
 """
 from dataclasses import dataclass
 

@@ -30,6 +30,10 @@ def settings_args(settings: dict) -> list:
 
 @pytest.mark.parametrize("profile, settings", [
     ("llama.cpp-server", {}),
+    ("llama.cpp-server", {"cache_reuse": 8}),
+    ("llama.cpp-server", {"slots": 2, "context_shift": True, "n_keep": 32, "n_ctx": 512}),
+    # one slot with chunk reuse and context shift together, as examples/llama-server/reuse-shift/ ran
+    ("llama.cpp-server", {"cache_reuse": 8, "context_shift": True, "n_keep": 32, "n_ctx": 512}),
     ("vllm-apc", {"block_size": 16, "cache_blocks": 24}),
     ("sglang-radix", {"page_size": 4, "pool_tokens": 600}),
     ("sglang-radix", {"page_size": 4, "pool_tokens": 600, "version": "0.5.16"}),     # PEER-SGL-8: the older rules
@@ -55,14 +59,18 @@ def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines
         lacking = ("max_blocks" if "max_blocks" not in settings else "retention_config") if case["id"] in \
             TRT_EVICTION else "max_attention_window"
         assert case["verdict"] == "NOT_SUPPORTED" and f"--peer-setting {lacking}=" in case["reason"], case
+    published = {k: v for k, v in report["peer"]["settings"].items()
+                 if report["peer"]["settings_origin"][k] not in ("given", "default")}
     assert report["peer"]["profile"] == profile and report["peer"]["settings"] == {
-        **SETTINGS[profile], **settings}
+        **SETTINGS[profile], **published, **settings}
     steps = [s for c in report["cases"] for s in (c.get("details") or {}).get("steps", [])]
     assert all(s["predicted"] == s["reported"] for s in steps)
     # the runs exercised reuse, not only empty caches
     assert sum(1 for s in steps if isinstance(s["reported"], int) and s["reported"] > 0) >= 10
     expected = {"reuse/replay", "turns/feedback", "boundaries/near-miss-at-kB", "boundaries/replay-at-kB+1"}
-    expected |= {"llama.cpp-server": {"eviction/one-slot"}, "vllm-apc": {"isolation/cache-salt", "isolation/lora",
+    expected |= {"llama.cpp-server": {"reuse/chunk-at-n", "context/too-long", "context/end"}
+                 | ({"boundaries/slot-similarity", "context/shift-discard"} if settings.get("slots") else
+                    {"eviction/one-slot"}), "vllm-apc": {"isolation/cache-salt", "isolation/lora",
                  "eviction/lru-blocks", "isolation/empty-salt"}, "sglang-radix": {"isolation/cache-salt", "isolation/extra-key",
                                                                    "isolation/salt-and-lora", "eviction/radix-lru"},
                  "trtllm-kv-reuse": {"isolation/cache-salt", "isolation/lora"} | (

@@ -55,7 +55,7 @@ def test_sglang_page_size_and_llama_context_are_read(engines, tmp_path):
         client = OpenAIClient(url)
         facts = read_facts(client, "llama.cpp-server")
         client.close()
-    assert facts.settings == {"slots": 1} and facts.context == 4096
+    assert facts.settings == {"slots": 1, "n_ctx": 4096} and facts.context == 4096
 
 
 def test_the_metrics_line_of_a_real_vllm_is_parsed():

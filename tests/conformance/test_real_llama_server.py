@@ -3,11 +3,14 @@ suite (tools/real-llama-server.sh). Opt-in: `python -m pytest -m external` (abou
 first time on 2 cores, for the build; about a minute once it is cached under .kvconform-cache/).
 
 The verdicts must be what examples/llama-server/ records for the same server version (every
-case PASS there; examples/llama-server/README.md says what the run showed).
+case PASS there; examples/llama-server/README.md says what the run showed): at the defaults, with
+chunk reuse and context shift (`reuse-shift/`), and with two slots (`two-slots/`). LLAMA_SERVER
+in the environment names a llama-server built elsewhere (the script then skips its build).
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,17 +24,22 @@ EXAMPLE = ROOT / "examples" / "llama-server" / "report.json"
 pytestmark = [pytest.mark.external, pytest.mark.timeout(3600)]
 
 
-def test_real_llama_server_is_judged_like_the_committed_example(tmp_path):
+@pytest.mark.parametrize("folder, flags", [
+    ("", {}),
+    ("reuse-shift", {"CACHE_REUSE": "8", "CONTEXT_SHIFT": "1", "KEEP": "32", "CONTEXT": "1024"}),
+    ("two-slots", {"NP": "2", "CONTEXT": "2048"}),
+])
+def test_real_llama_server_is_judged_like_the_committed_example(folder, flags, tmp_path):
     if shutil.which("cmake") is None or shutil.which("c++") is None:
         pytest.skip("the llama-server build needs cmake and a C++ compiler")
     report = tmp_path / "report"
     done = subprocess.run(["bash", str(SCRIPT), str(report)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=3500)
+                          timeout=3500, env={**os.environ, **flags})
     assert done.returncode in (0, 1), done.stderr[-3000:]
     doc = json.loads((report / "report.json").read_text())
     assert doc["complete"] and doc["peer"]["profile"] == "llama.cpp-server"
     assert doc["summary"]["judged"] >= 10
-    example = json.loads(EXAMPLE.read_text())
+    example = json.loads((EXAMPLE.parent / folder / "report.json").read_text())
     got = {c["id"]: c["verdict"] for c in doc["cases"]}
     expected = {c["id"]: c["verdict"] for c in example["cases"]}
     assert got == expected

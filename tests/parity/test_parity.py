@@ -161,6 +161,20 @@ def test_the_suite_catches_admission_without_room(monkeypatch):
     assert any(p.startswith("test_basic_prefix_caching_disabled") for p in problems)
 
 
+def test_the_suite_catches_the_older_context_readings(monkeypatch):
+    """llama.cpp's own context tests (read at b11434) fail a server that generates past its slot's
+    context without shifting, and one that serves a prompt as long as the slot (PEER-LCPP-8)."""
+    import reference.peer_llama as peer_llama
+    llama = [d for d in parity.load(SUITE) if d["runtime"] == "llama.cpp server"]
+    monkeypatch.setattr(peer_llama, "generation_cap", lambda n, n_ctx, shift: None)
+    assert {"test_ctx_shift_disabled_short_prompt", "test_ctx_shift_disabled_stream"} <= {
+        o.test for o in parity.unexplained(parity.evaluate(llama))}
+    monkeypatch.undo()
+    monkeypatch.setattr(peer_llama.LlamaSlots, "refuses", lambda self, request: None)
+    assert {"test_ctx_shift_disabled_long_prompt", "test_nocache_long_input_prompt"} <= {
+        o.test for o in parity.unexplained(parity.evaluate(llama))}
+
+
 def test_a_deliberate_difference_needs_its_paragraph(tmp_path, monkeypatch):
     """The vLLM EAGLE version difference is explained by the paragraph of spec/peer-profiles.md
     that names each test with its file; without it those assertions are unexplained."""
