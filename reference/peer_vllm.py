@@ -175,7 +175,7 @@ class VllmBlockPool:
         """Touch the hits (out of the free queue), allocate the prompt's blocks, cache the full
         ones. `sampled`: the ids the request will sample, for the keys of its later blocks.
         None, and nothing changed, when the prompt's blocks do not fit (PEER-VLLM-9)."""
-        seq = computed_sequence(request.ids, sampled) if sampled else list(request.ids)
+        seq = self._sequence(request, sampled)
         hits = self.hit_blocks(request)
         keys = list(self.keys_of(request, seq))
         hit_blocks = [self.key_blocks[key][0] for key in keys[:hits]]
@@ -188,15 +188,17 @@ class VllmBlockPool:
         run = Running(keys, [], len(request.ids), hits, seen=hits)
         if self.trace is not None:
             run.ids_keys = vllm_block_keys(seq, self.B, lookahead=self.lookahead)
-        refs, free = self.refs, self.free
+        refs = self.refs
+        self.free.discard([block for block in hit_blocks if refs.get(block, 0) == 0])  # PEER-VLLM-5: touched
         for block in hit_blocks:
-            held = refs.get(block, 0)
-            if held == 0 and block in free:
-                free.remove(block)
-            refs[block] = held + 1
-            run.blocks.append(block)
+            refs[block] = refs.get(block, 0) + 1
+        run.blocks += hit_blocks
         self._grow(run, "the prompt fills")
         return run
+
+    def _sequence(self, request: PeerRequest, sampled) -> list:
+        """PEER-VLLM-4: the ids a request computes, its prompt and every sampled id but the last."""
+        return computed_sequence(request.ids, sampled) if sampled else list(request.ids)
 
     def fits(self, n: int, hit_blocks: list) -> bool:
         """PEER-VLLM-9: the new blocks of an n-token prompt, plus its hit blocks that sit in the
@@ -233,15 +235,15 @@ class VllmBlockPool:
     def release(self, run: Running) -> None:
         """PEER-VLLM-5: freed last block first; a block without a key goes to the head of the
         free queue, a block with one to the tail."""
-        fresh, cached = [], []
-        refs, bounded = self.refs, self.K is not None
-        for block in reversed(run.blocks):
-            refs[block] -= 1
-            if refs[block] == 0 and bounded:
-                (cached if block in self.block_key else fresh).append(block)
+        refs, block_key = self.refs, self.block_key
+        last_first = run.blocks[::-1]              # a request holds a block once
+        held = [refs[block] - 1 for block in last_first]
+        refs.update(zip(last_first, held))
+        freed = [block for block, r in zip(last_first, held) if r == 0] if self.K is not None else []
+        fresh = [block for block in freed if block not in block_key]
+        cached = [block for block in freed if block in block_key]
         self.free.prepend(fresh)
-        for block in cached:
-            self.free.append(block)
+        self.free.extend(cached)
         if self.trace is not None and (fresh or cached):
             step = self.trace.add("PEER-VLLM-5", "freed", len(self.free), f"freed last block first: {_blocks(fresh)} "
                                   f"without a key to the head of the free queue, {_blocks(cached)} with one to the tail")
@@ -250,11 +252,7 @@ class VllmBlockPool:
     def _grow(self, run: Running, what: str = "") -> None:
         """Blocks for the computed tokens; each block that became full is cached under its key
         (PEER-VLLM-4; with lookahead keys, once the id after it is computed too)."""
-        needed = -(-run.computed // self.B)
-        while len(run.blocks) < needed:
-            block = self._take()
-            run.blocks.append(block)
-            self.refs[block] = 1
+        self._take(run.blocks, -(-run.computed // self.B) - len(run.blocks))
         if not self.caching:
             return
         full = min((run.computed - self.lookahead) // self.B, len(run.keys))
@@ -262,39 +260,42 @@ class VllmBlockPool:
             return
         new = [] if self.trace is not None else None
         block_key, key_blocks = self.block_key, self.key_blocks
-        for i in range(run.seen, full):
-            block = run.blocks[i]
+        for i, block, key in zip(range(run.seen, full), run.blocks[run.seen:full], run.keys[run.seen:full]):
             if block not in block_key:
-                key = run.keys[i]
                 block_key[block] = key
-                holders = key_blocks.get(key)
-                if holders is None:
-                    key_blocks[key] = [block]
-                else:
-                    holders.append(block)
+                key_blocks.setdefault(key, []).append(block)
                 if new is not None:
                     new.append(i)
         run.seen = full
         if new:
             self._traced_cached(run, new, what)
 
-    def _take(self) -> int:
+    def _take(self, blocks: list, count: int) -> None:
+        """`count` new blocks appended to a request's `blocks`, each held once: the next unused
+        numbers when unbounded, else the head of the free queue, head first (PEER-VLLM-5), a
+        block with a key dropping it (an eviction). Short of blocks, it takes what the queue
+        holds, then raises."""
+        if count <= 0:
+            return
         if self.K is None:
-            self.fresh += 1
-            return self.fresh - 1
-        if not self.free:
+            taken = range(self.fresh, self.fresh + count)
+            self.fresh += count
+        else:
+            taken = self.free.take(min(count, len(self.free)))
+            block_key, key_blocks = self.block_key, self.key_blocks
+            for block in [b for b in taken if b in block_key]:  # PEER-VLLM-5: eviction drops the key
+                old = block_key.pop(block)
+                holders = key_blocks[old]
+                holders.remove(block)
+                if not holders:
+                    del key_blocks[old]
+                if self.trace is not None:
+                    self._traced_eviction(block, old)
+        blocks += taken
+        self.refs.update(dict.fromkeys(taken, 1))
+        if len(taken) < count:
             raise PeerProfileError(f"vllm-apc: a request needs more than cache_blocks={self.K} blocks; "
                                    "the profile does not define what the server does then")
-        block = self.free.popleft()
-        old = self.block_key.pop(block, None)
-        if old is not None:                                    # PEER-VLLM-5: eviction drops the key
-            holders = self.key_blocks[old]
-            holders.remove(block)
-            if not holders:
-                del self.key_blocks[old]
-            if self.trace is not None:
-                self._traced_eviction(block, old)
-        return block
 
     # --- the trace: reasons and causes, built only when tracing ----------------------------------
     def _traced_count(self, request: PeerRequest, keys: list, k: int, cap: int):

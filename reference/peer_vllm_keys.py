@@ -87,11 +87,26 @@ class FreeQueue:
     def popleft(self):
         return self._q.popitem(last=False)[0]
 
+    def take(self, count: int) -> list:
+        """The `count` blocks at the head, head first (`count` popleft calls in one)."""
+        popitem = self._q.popitem
+        return [popitem(last=False)[0] for _ in range(count)]
+
     def remove(self, block) -> None:
         del self._q[block]
 
+    def discard(self, blocks) -> None:
+        """Those of `blocks` that are in the queue leave it (`remove` of each that is `in` it)."""
+        pop = self._q.pop
+        for block in blocks:
+            pop(block, None)
+
     def append(self, block) -> None:
         self._q[block] = None
+
+    def extend(self, blocks) -> None:
+        """`blocks` to the tail, in their order (`append` of each)."""
+        self._q.update(dict.fromkeys(blocks))
 
     def prepend(self, blocks: list) -> None:
         """`blocks` to the head, in their order (the first of them becomes the head)."""

@@ -283,14 +283,13 @@ class VllmReplayer(Replayer):
         if self.K is not None and _ceil(n + g - 1, B) > self.K:             # SIM-CAP-2
             return None
         if request.keyed:
-            peer = KeyedPeerRequest([0] * n, traffic=request, prompt_keys=request.page_keys(B))
-            sampled = [0] * g
+            peer = KeyedPeerRequest(range(n), traffic=request, prompt_keys=request.page_keys(B))
+            sampled = range(g)                   # only sized, as the ids: the keys come from the trace
         else:
             peer, sampled = peer_request(request), request.sampled_tokens()
         pool = self.pool
-        hits = pool.hit_blocks(peer)
         before = len(pool.block_key)
-        pool.commit_alone(peer, sampled)
+        hits = pool.commit_alone(peer, sampled)          # the pool's hit_blocks as it admits the request
         if pool.caching:            # every full block past the hits got a key; the rest were dropped
             self.evicted += before + max(0, (n + g - 1) // B - hits) - len(pool.block_key)
         return B * hits

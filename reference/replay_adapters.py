@@ -148,12 +148,39 @@ class FreeQueue:
         else:
             raise ValueError(f"block {block} is not in the free queue")
 
+    def discard(self, blocks) -> None:
+        """Those of `blocks` that are in the queue leave it (`remove` of each that is `in` it;
+        a touched cached block sits in `back`)."""
+        back = self.back
+        for block in blocks:
+            if block in back:
+                del back[block]
+            elif block in self:
+                self.remove(block)
+
     def append(self, block) -> None:
         self.back[block] = None
+
+    def extend(self, blocks) -> None:
+        """`blocks` to the tail, in their order (`append` of each)."""
+        self.back.update(dict.fromkeys(blocks))
 
     def popleft(self):
         """The head (peer_vllm_keys.FreeQueue's name for `pop(0)`)."""
         return self.pop(0)
+
+    def take(self, count: int) -> list:
+        """The `count` blocks at the head, head first (`count` pops in one: the range of blocks
+        never handed out is sliced, not popped block by block)."""
+        if count > len(self):
+            raise IndexError("take from a free queue shorter than the count")
+        front, back = self.front, self.back
+        out = [front.popitem(last=False)[0] for _ in range(min(count, len(front)))]
+        fresh = min(count - len(out), max(0, self.hi - self.lo + 1))
+        out += range(self.lo, self.lo + fresh)
+        self.lo += fresh
+        out += [back.popitem(last=False)[0] for _ in range(count - len(out))]
+        return out
 
     def prepend(self, blocks: list) -> None:
         """`blocks` to the head, in their order (peer_vllm_keys.FreeQueue's interface)."""
@@ -184,26 +211,35 @@ class QueuedVllmBlockPool(VllmBlockPool):
         if K is not None:
             self.free = FreeQueue(K)
 
-    def commit_alone(self, request: PeerRequest, sampled) -> None:
+    def commit_alone(self, request: PeerRequest, sampled) -> int:
         """`commit` of a request that no other request overlaps (SIM-ORDER-1): admitted, its
         g - 1 fed-back tokens computed in one growth step, then released. With nothing else
         taking blocks in between, growing one token at a time (`hold`) or all at once takes the
         same blocks from the queue in the same order and caches the same keys (the pool's own
         rules); `hold`'s `_grow` rescans every block of the request at each token, which
         is O(blocks x g) per request (a 12,000-token request sampling 343 at B = 16: 260,000
-        steps)."""
+        steps). Returns the leading blocks it hit (`hit_blocks` as the request was admitted)."""
         run = self.admit(request, sampled)
         if run is None:
             raise PeerProfileError(f"vllm-apc: a request needs more than cache_blocks={self.K} blocks")
         run.computed += max(0, len(sampled) - 1)
         self._grow(run)
         self.release(run)
+        return run.hits
+
+    def _sequence(self, request: PeerRequest, sampled) -> list | range:
+        """A hash-id request's computed sequence only sized, as its `ids` are: its keys come
+        from the trace through the hook in `vllm_block_keys` (SIM-KEY-2), never from ids, so
+        no list of its tokens is built."""
+        if isinstance(request, KeyedPeerRequest):
+            return range(len(request.ids) + max(0, len(sampled) - 1))
+        return super()._sequence(request, sampled)
 
 
 @dataclass
 class KeyedPeerRequest(PeerRequest):
     """A hash-id request as the `vllm-apc` pool sees it: `ids` only sized (the pool reads its
-    length), the keys of its blocks from the trace (SIM-KEY-2, then SIM-GEN-1 past the prompt)
+    length: the replay gives a `range`), the keys of its blocks from the trace (SIM-KEY-2, then SIM-GEN-1 past the prompt)
     through the hook in `vllm_block_keys`."""
     traffic: object = None
     prompt_keys: list | None = None
