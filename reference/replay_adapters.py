@@ -106,12 +106,24 @@ class FreeQueue:
     operation: `pop(0)` from the head, `remove`, `in`, `len`, iteration from head to tail, and
     `fresh + queue + cached` (blocks without a key to the head, with one to the tail), which
     moves the blocks in place and returns the queue itself. The order is `front` + the blocks
-    never handed out (`lo..hi`, kept as a range) + `back`; `append` adds at the tail (the
-    queue of `trtllm-kv-reuse`)."""
+    never handed out (`lo..hi`, kept as a range) + the tail; `append` adds at the tail (the
+    queue of `trtllm-kv-reuse`).
+
+    The tail, where every cached block goes when it is freed (PEER-VLLM-5) and whence a hit
+    takes it back, is a plain dict `back` (block -> its place in `_order`) and the list `_order`
+    of the blocks in the order they joined: removing a block only deletes it from `back`, and its
+    entry in `_order` is passed over once the head reaches it (an entry counts only while
+    `back` gives its place), which costs a dict's operations, not an OrderedDict's linked nodes.
+    `_order` is rebuilt from the live entries once most of its entries are dead, so it stays
+    O(queue)."""
+    COMPACT_SLACK = 64
+    """Dead entries allowed beyond the live ones before `_order` is rebuilt."""
 
     def __init__(self, blocks: int, first: int = 1):
         self.front: OrderedDict = OrderedDict()
-        self.back: OrderedDict = OrderedDict()
+        self.back: dict = {}
+        self._order: list = []
+        self._head = 0                                # _order[:_head] are passed (all dead)
         self.lo, self.hi = first, first + blocks - 1
 
     def __len__(self) -> int:
@@ -124,7 +136,28 @@ class FreeQueue:
         return block in self.front or block in self.back or self.lo <= block <= self.hi
 
     def __iter__(self):
-        return chain(self.front, range(self.lo, self.hi + 1), self.back)
+        return chain(self.front, range(self.lo, self.hi + 1), self._tail())
+
+    def _tail(self) -> list:
+        """The tail's blocks from its head: the entries of `_order` that `back` still places there."""
+        back = self.back
+        return [b for i, b in enumerate(self._order[self._head:], self._head) if back.get(b) == i]
+
+    def _pop_tail(self):
+        order, back = self._order, self.back
+        while True:                                   # back is not empty: a live entry lies ahead
+            i = self._head
+            block = order[i]
+            self._head = i + 1
+            if back.get(block) == i:
+                del back[block]
+                return block
+
+    def _compact(self) -> None:
+        if len(self._order) > 2 * len(self.back) + self.COMPACT_SLACK:
+            self._order = self._tail()
+            self._head = 0
+            self.back = dict(zip(self._order, range(len(self._order))))
 
     def pop(self, index: int = -1):
         assert index == 0, "the free queue is only taken from its head"
@@ -134,7 +167,7 @@ class FreeQueue:
             self.lo += 1
             return self.lo - 1
         if self.back:
-            return self.back.popitem(last=False)[0]
+            return self._pop_tail()
         raise IndexError("pop from an empty free queue")
 
     def remove(self, block) -> None:
@@ -150,7 +183,7 @@ class FreeQueue:
 
     def discard(self, blocks) -> None:
         """Those of `blocks` that are in the queue leave it (`remove` of each that is `in` it;
-        a touched cached block sits in `back`)."""
+        a touched cached block sits in the tail)."""
         back = self.back
         for block in blocks:
             if block in back:
@@ -159,11 +192,19 @@ class FreeQueue:
                 self.remove(block)
 
     def append(self, block) -> None:
-        self.back[block] = None
+        self.extend((block,))
 
     def extend(self, blocks) -> None:
-        """`blocks` to the tail, in their order (`append` of each)."""
-        self.back.update(dict.fromkeys(blocks))
+        """`blocks` to the tail, in their order (`append` of each). A pool frees a block only
+        while it is out of the queue, and once: a block already in the tail, or twice in
+        `blocks`, is a bug in the caller, refused."""
+        back, order = self.back, self._order
+        size, start = len(back), len(order)
+        order += blocks
+        back.update(zip(order[start:], range(start, len(order))))
+        if len(back) != size + len(order) - start:
+            raise ValueError("a block freed twice: it is in the free queue's tail already")
+        self._compact()
 
     def popleft(self):
         """The head (peer_vllm_keys.FreeQueue's name for `pop(0)`)."""
@@ -174,12 +215,12 @@ class FreeQueue:
         never handed out is sliced, not popped block by block)."""
         if count > len(self):
             raise IndexError("take from a free queue shorter than the count")
-        front, back = self.front, self.back
+        front = self.front
         out = [front.popitem(last=False)[0] for _ in range(min(count, len(front)))]
         fresh = min(count - len(out), max(0, self.hi - self.lo + 1))
         out += range(self.lo, self.lo + fresh)
         self.lo += fresh
-        out += [back.popitem(last=False)[0] for _ in range(count - len(out))]
+        out += [self._pop_tail() for _ in range(count - len(out))]
         return out
 
     def prepend(self, blocks: list) -> None:
@@ -187,7 +228,7 @@ class FreeQueue:
         self.__radd__(list(blocks))
 
     def __add__(self, blocks):
-        self.back.update(dict.fromkeys(blocks))
+        self.extend(blocks)
         return self
 
     def __radd__(self, blocks):

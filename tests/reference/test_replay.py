@@ -281,25 +281,42 @@ def test_trtllm_with_a_free_queue_is_the_trtllm_pool(K):
             assert queued.free_queue() == plain.free_queue()
 
 
-def test_the_free_queue_behaves_as_the_list():
-    """Every operation the pools use, against a list, in random order."""
+@pytest.mark.parametrize("slack", [0, 3, FreeQueue.COMPACT_SLACK])
+def test_the_free_queue_behaves_as_the_list(slack, monkeypatch):
+    """Every operation the pools use, against a list, in random order (its tail rebuilt as
+    often as it can be, and as it is)."""
+    monkeypatch.setattr(FreeQueue, "COMPACT_SLACK", slack)
     rng = random.Random(7)
     q, ref = FreeQueue(10), list(range(1, 11))
     for _ in range(2000):
         op = rng.random()
-        if op < 0.35:
+        if op < 0.25:
             if ref:
                 assert q.pop(0) == ref.pop(0)
             continue
-        if op < 0.5 and ref:
-            b = rng.choice(ref)
-            q.remove(b)
-            ref.remove(b)
+        if op < 0.35:
+            k = rng.randint(0, 3)
+            if k <= len(ref):
+                assert q.take(k) == ref[:k]
+                del ref[:k]
+        elif op < 0.5 and ref:
+            if rng.random() < 0.5:
+                b = rng.choice(ref)
+                q.remove(b)
+                ref.remove(b)
+            else:                       # discard: those in the queue leave it, the others are ignored
+                some = rng.sample(range(1, 30), 3)
+                q.discard(some)
+                ref = [b for b in ref if b not in some]
         elif op < 0.8:
             free = [b for b in range(1, 30) if b not in ref and rng.random() < 0.2][:3]
             fresh, cached = free[:1], free[1:]
-            q2 = fresh + q + cached
-            assert q2 is q
+            if rng.random() < 0.5:
+                q2 = fresh + q + cached
+                assert q2 is q
+            else:
+                q.prepend(fresh)
+                q.extend(cached)
             ref = fresh + ref + cached
         else:
             b = rng.randint(0, 35)
