@@ -16,6 +16,7 @@ blocks go, each eviction with the block and the key it drops, admissions refused
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress, takewhile
 
 from .peer_common import PeerProfileError, PeerRequest, computed_sequence
 from .peer_profile import PeerProfile, Published, Setting, Signature, version_tuple
@@ -41,12 +42,7 @@ def vllm_cached(hit_blocks: int, n: int, block_size: int, eagle: bool = False) -
 
 def leading_hits(keys, cached) -> int:
     """How many leading keys are in `cached` (a chain stops at its first miss)."""
-    k = 0
-    for key in keys:
-        if key not in cached:
-            break
-        k += 1
-    return k
+    return len(list(takewhile(cached.__contains__, keys)))
 
 
 @dataclass
@@ -205,7 +201,7 @@ class VllmBlockPool:
         free queue (touching them takes them out), must not exceed the free queue."""
         if self.K is None:
             return True
-        evictable = sum(1 for b in hit_blocks if self.refs.get(b, 0) == 0)
+        evictable = len([b for b in hit_blocks if self.refs.get(b, 0) == 0])
         return -(-n // self.B) - len(hit_blocks) + evictable <= len(self.free)
 
     def reset_prefix_cache(self) -> bool:
@@ -239,9 +235,9 @@ class VllmBlockPool:
         last_first = run.blocks[::-1]              # a request holds a block once
         held = [refs[block] - 1 for block in last_first]
         refs.update(zip(last_first, held))
-        freed = [block for block, r in zip(last_first, held) if r == 0] if self.K is not None else []
+        freed = list(compress(last_first, [r == 0 for r in held])) if self.K is not None else []
         fresh = [block for block in freed if block not in block_key]
-        cached = [block for block in freed if block in block_key]
+        cached = list(filter(block_key.__contains__, freed))
         self.free.prepend(fresh)
         self.free.extend(cached)
         if self.trace is not None and (fresh or cached):
@@ -283,7 +279,7 @@ class VllmBlockPool:
         else:
             taken = self.free.take(min(count, len(self.free)))
             block_key, key_blocks = self.block_key, self.key_blocks
-            for block in [b for b in taken if b in block_key]:  # PEER-VLLM-5: eviction drops the key
+            for block in list(filter(block_key.__contains__, taken)):  # PEER-VLLM-5: eviction drops the key
                 old = block_key.pop(block)
                 holders = key_blocks[old]
                 holders.remove(block)
