@@ -44,8 +44,10 @@ GROUPS = (("trace tokens and keys (reference/traffic.py)", ("/reference/traffic.
 class PlainVllmPool(VllmBlockPool):
     """vllm-apc's pool as it is: a list free queue, decode grown one token at a time."""
 
-    def commit_alone(self, request, sampled) -> None:
+    def commit_alone(self, request, sampled) -> int:
+        hits = self.hit_blocks(request)
         self.commit(request, sampled)
+        return hits
 
 
 def self_time_share(prof: cProfile.Profile) -> tuple[dict, list]:

@@ -16,7 +16,7 @@ blocks go, each eviction with the block and the key it drops, admissions refused
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import compress, takewhile
+from itertools import compress, filterfalse, takewhile
 
 from .peer_common import PeerProfileError, PeerRequest, computed_sequence
 from .peer_profile import PeerProfile, Published, Setting, Signature, version_tuple
@@ -236,7 +236,7 @@ class VllmBlockPool:
         held = [refs[block] - 1 for block in last_first]
         refs.update(zip(last_first, held))
         freed = list(compress(last_first, [r == 0 for r in held])) if self.K is not None else []
-        fresh = [block for block in freed if block not in block_key]
+        fresh = list(filterfalse(block_key.__contains__, freed))
         cached = list(filter(block_key.__contains__, freed))
         self.free.prepend(fresh)
         self.free.extend(cached)
