@@ -21,7 +21,7 @@ from __future__ import annotations
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, islice
 
 from .peer_common import ImageItem, PeerProfileError, PeerRequest
 from .peer_vllm import VllmBlockPool, vllm_block_keys
@@ -136,12 +136,24 @@ class FreeQueue:
         return block in self.front or block in self.back or self.lo <= block <= self.hi
 
     def __iter__(self):
-        return chain(self.front, range(self.lo, self.hi + 1), self._tail())
+        if self.front or self.lo <= self.hi:
+            return chain(self.front, range(self.lo, self.hi + 1), self._tail())
+        return self._tail()
 
-    def _tail(self) -> list:
-        """The tail's blocks from its head: the entries of `_order` that `back` still places there."""
-        back = self.back
-        return [b for i, b in enumerate(self._order[self._head:], self._head) if back.get(b) == i]
+    def _tail(self):
+        """The tail's blocks from its head, lazily (`next(iter(queue))` is the head in O(1)
+        amortized): the entries of `_order` that `back` still places there. Dead entries at the
+        head are passed for good: an entry, once dead, never lives again (a block that rejoins
+        gets a new place)."""
+        order, back = self._order, self.back
+        while self._head < len(order) and back.get(order[self._head]) != self._head:
+            self._head += 1
+        i = self._head
+        while i < len(order):
+            block = order[i]
+            if back.get(block) == i:
+                yield block
+            i += 1
 
     def _pop_tail(self):
         order, back = self._order, self.back
@@ -155,7 +167,7 @@ class FreeQueue:
 
     def _compact(self) -> None:
         if len(self._order) > 2 * len(self.back) + self.COMPACT_SLACK:
-            self._order = self._tail()
+            self._order = list(self._tail())
             self._head = 0
             self.back = dict(zip(self._order, range(len(self._order))))
 
@@ -192,7 +204,12 @@ class FreeQueue:
                 self.remove(block)
 
     def append(self, block) -> None:
-        self.extend((block,))
+        """`block` to the tail (`extend` of one)."""
+        if block in self.back:
+            raise ValueError("a block freed twice: it is in the free queue's tail already")
+        self.back[block] = len(self._order)
+        self._order.append(block)
+        self._compact()
 
     def extend(self, blocks) -> None:
         """`blocks` to the tail, in their order (`append` of each). A pool frees a block only

@@ -259,16 +259,19 @@ def test_the_queued_vllm_pool_is_the_vllm_pool(K, eagle):
             needs = -(-(len(request.ids) + len(sampled) - 1) // 4)
             if K is not None and needs > K:
                 continue
-            assert queued.predict(request) == plain.predict(request)
+            count = plain.predict(request)
+            assert queued.predict(request) == count
             plain.commit(request, sampled)
-            queued.commit_alone(request, sampled)
+            assert 4 * queued.commit_alone(request, sampled) == count      # the hits it was admitted with
             assert queued.free_queue() == plain.free_queue()
             assert queued.block_key == plain.block_key
             assert {b: r for b, r in queued.refs.items() if r} == {b: r for b, r in plain.refs.items() if r}
 
 
 @pytest.mark.parametrize("K", [8, 12, 20])
-def test_trtllm_with_a_free_queue_is_the_trtllm_pool(K):
+@pytest.mark.parametrize("slack", [0, FreeQueue.COMPACT_SLACK])
+def test_trtllm_with_a_free_queue_is_the_trtllm_pool(K, slack, monkeypatch):
+    monkeypatch.setattr(FreeQueue, "COMPACT_SLACK", slack)
     for seed in range(4):
         plain, queued = TrtllmBlockPool(4, max_blocks=K), TrtllmBlockPool(4, max_blocks=K)
         queued.main.queues = {35: FreeQueue(K, first=0)}         # the one window's default-priority queue
