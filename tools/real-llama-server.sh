@@ -127,6 +127,10 @@ FLAGS=() SETTINGS=()
 if [ -n "${CACHE_REUSE:-}" ]; then FLAGS+=(--cache-reuse "$CACHE_REUSE"); SETTINGS+=(--peer-setting "cache_reuse=$CACHE_REUSE"); fi
 if [ -n "${CONTEXT_SHIFT:-}" ]; then FLAGS+=(--context-shift); SETTINGS+=(--peer-setting context_shift=true); fi
 if [ -n "${KEEP:-}" ]; then FLAGS+=(--keep "$KEEP"); SETTINGS+=(--peer-setting "n_keep=$KEEP"); fi
+# A server already on the port (another kit server, an earlier run's) would answer the health check
+# and be judged in place of this one: refuse before starting.
+"$PYTHON" -c "import socket,sys; sys.exit(socket.socket().connect_ex(('127.0.0.1', $PORT)) == 0)" \
+  || die "127.0.0.1:$PORT already has a server listening (another kit server?): stop it or set PORT"
 "$BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -np "${NP:-1}" -c "${CONTEXT:-4096}" -t 2 --cache-ram 0 --jinja \
   --slot-save-path "$SLOTS" --metrics "${FLAGS[@]}" > "$LOGS/server.log" 2>&1 &
 SERVER=$!

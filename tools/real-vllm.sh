@@ -31,7 +31,10 @@
 #               the server's /metrics, and its /tokenize is checked against the kit's own
 #               tokenization before any count is judged (PEER-TOK-1). The server is stopped by
 #               its PID after each run.
-# Reports: REPORT_DIR/<run>/ (report.json, junit.xml, summary.md).
+# Reports: REPORT_DIR/<run>/ (report.json, junit.xml, summary.md). Run from the repository root with
+# a relative REPORT_DIR, the reports name no path of the machine (the kit records the report folder
+# and the tokenizer folder as they are given; the script passes the tokenizer folder relative to the
+# working directory when it lies below it).
 # Exit status: 0 when every full-attention run is CONFORMANT, 1 when one is not, 2 when kvconform
 # refused its input, 3 when a step before it fails. The sliding-window run is recorded, not
 # gated: the vllm-apc profile states full attention only (a sliding-window group keeps less,
@@ -103,6 +106,10 @@ step "install: $VERSIONS"
 # 2. model ----------------------------------------------------------------------------------------
 QWEN=$("$PYTHON" "$ROOT/tools/fetch_qwen_tokenizer.py" --cache "$CACHE_ROOT/tokenizers" | sed -n 's/^qwen2.5: //p')
 [ -n "$QWEN" ] && [ -f "$QWEN/tokenizer.json" ] || die "tools/fetch_qwen_tokenizer.py gave no Qwen2.5 folder"
+# The report records the tokenizer folder as given: relative to the working directory where it lies
+# below it, so that a report run from the repository root names no path of the machine.
+KIT_TOKENIZER="$QWEN"
+case "$QWEN" in "$PWD"/*) KIT_TOKENIZER="${QWEN#"$PWD"/}" ;; esac
 MODEL="$CACHE/$MODEL_NAME"
 if [ ! -f "$MODEL/model/model.safetensors" ] || [ "$ROOT/tools/tiny_hf_model.py" -nt "$MODEL/model/model.safetensors" ] \
     || [ "$QWEN/tokenizer.json" -nt "$MODEL/model/model.safetensors" ]; then
@@ -143,6 +150,10 @@ WORST=0
 run_once() {  # run_once NAME MODEL_DIR SERVED_NAME BLOCKS GATED [vllm flags...]
   local name="$1" model="$2" served="$3" blocks="$4" gated="$5"; shift 5
   local log="$LOGS/server-$name.log" settings=()
+  # A server already on the port (another kit server, an earlier run's) would answer the health
+  # check and be judged in place of this one: refuse before starting.
+  "$PYTHON" -c "import socket,sys; sys.exit(socket.socket().connect_ex(('127.0.0.1', $PORT)) == 0)" \
+    || die "127.0.0.1:$PORT already has a server listening (another kit server?): stop it or set PORT"
   VLLM_SERVER_DEV_MODE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \
     "$VENV/bin/python" "$ROOT/tools/vllm_cpu_launcher.py" serve "$model/model" --served-model-name "$served" \
     --host 127.0.0.1 --port "$PORT" --enable-prefix-caching --enable-prompt-tokens-details --dtype float32 \
@@ -162,7 +173,7 @@ run_once() {  # run_once NAME MODEL_DIR SERVED_NAME BLOCKS GATED [vllm flags...]
   fi
   set +e
   "$PYTHON" -m conformance.cli run --backend openai --base-url "http://127.0.0.1:$PORT" --profile vllm-apc \
-    --tokenizer "$QWEN" --model "$served" --timeout 300 --report "$REPORT/$name" --force --no-progress \
+    --tokenizer "$KIT_TOKENIZER" --model "$served" --timeout 300 --report "$REPORT/$name" --force --no-progress \
     "${settings[@]}"
   local rc=$?
   set -e
