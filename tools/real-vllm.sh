@@ -41,9 +41,9 @@
 # examples/vllm-sliding-window/README.md); SWA_PEER_SETTINGS (e.g. the profile's hybrid-group
 # settings, once it has them) are passed to its kvconform run as --peer-setting KEY=VALUE.
 # Timings of every step go to $CACHE/vllm/logs/timings.txt and stderr. Measured here (2 shared
-# cores): about 5 min from an empty cache and about 3 min once installed for the two
-# full-attention runs at load 2; examples/vllm-sliding-window/README.md gives the three runs'
-# times under load.
+# cores): the one-time install (step 1, PIP_NO_CACHE_DIR=1) 177-192 s at load 2-6; once
+# installed, the three runs (steps 2-4) 3-14 min: 188 s at load 3.4-4.8, 834 s at load 14-18
+# (examples/vllm/README.md). The script refuses to start a server while one listens on PORT.
 #
 # Environment: KVCONFORM_CACHE (default <repo>/.kvconform-cache), PORT (default 18100),
 # PYTHON (the kit's python, default <repo>/.venv/bin/python), STARTUP_S (default 600: how long a

