@@ -181,16 +181,16 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
     except ServerFailure as e:
         raise KvconformError(f"cannot start the openai adapter: {e.message}") from None
     facts = read_facts(client, profile, args.model)
+    tokens = TokenSource(client, profile, args.tokenizer)     # bad input first: one line, nothing else printed
+    problem = tokens.usable()
+    if problem:
+        raise KvconformError(problem)
     if facts.runtime not in (None, profile):
         print(f"kvconform run: warning: the server's API looks like {facts.runtime}, not {profile}: the --profile "
               "may be wrong", file=sys.stderr)
     settings, origin = merge_settings(profile, given, facts)
     for line in unread_pages(facts, given):
         print(f"kvconform run: warning: {line}", file=sys.stderr)
-    tokens = TokenSource(client, profile, args.tokenizer)     # bad input first: one line, nothing else printed
-    problem = tokens.usable()
-    if problem:
-        raise KvconformError(problem)
     print(f"kvconform run: {profile} settings, each with where it came from:", file=sys.stderr)
     for line in describe_settings(settings, origin, facts):
         print(f"  {line}", file=sys.stderr)
