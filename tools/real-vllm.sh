@@ -31,16 +31,19 @@
 #               the server's /metrics, and its /tokenize is checked against the kit's own
 #               tokenization before any count is judged (PEER-TOK-1). The server is stopped by
 #               its PID after each run.
-# Reports: REPORT_DIR/<run>/ (report.json, junit.xml, summary.md).
-# Exit status: 0 when every full-attention run is CONFORMANT, 1 when one is not, 2 when kvconform
-# refused its input, 3 when a step before it fails. The sliding-window run is recorded, not
-# gated: the vllm-apc profile states full attention only (a sliding-window group keeps less,
-# examples/vllm-sliding-window/README.md); SWA_PEER_SETTINGS (e.g. the profile's hybrid-group
-# settings, once it has them) are passed to its kvconform run as --peer-setting KEY=VALUE.
+# Reports: REPORT_DIR/<run>/ (report.json, junit.xml, summary.md). Run from the repository root with
+# a relative REPORT_DIR, the reports name no path of the machine (the kit records the report folder
+# and the tokenizer folder as they are given; the script passes the tokenizer folder relative to the
+# working directory when it lies below it).
+# Exit status: 0 when every run is CONFORMANT, 1 when one is not, 2 when kvconform refused its
+# input, 3 when a step before it fails. The sliding-window run is judged under the profile's
+# KV-cache groups (PEER-VLLM-11..16) with --peer-setting sliding_window=64: vLLM's /metrics does
+# not publish the window, the script knows it from the model it built; SWA_PEER_SETTINGS (more
+# KEY=VALUE, e.g. retention_interval) are passed the same way.
 # Timings of every step go to $CACHE/vllm/logs/timings.txt and stderr. Measured here (2 shared
-# cores): about 5 min from an empty cache and about 3 min once installed for the two
-# full-attention runs at load 2; examples/vllm-sliding-window/README.md gives the three runs'
-# times under load.
+# cores): the one-time install (step 1, PIP_NO_CACHE_DIR=1) 177-192 s at load 2-6; once
+# installed, the three runs (steps 2-4) 3-14 min: 188 s at load 3.4-4.8, 834 s at load 14-18
+# (examples/vllm/README.md). The script refuses to start a server while one listens on PORT.
 #
 # Environment: KVCONFORM_CACHE (default <repo>/.kvconform-cache), PORT (default 18100),
 # PYTHON (the kit's python, default <repo>/.venv/bin/python), STARTUP_S (default 600: how long a
@@ -103,6 +106,10 @@ step "install: $VERSIONS"
 # 2. model ----------------------------------------------------------------------------------------
 QWEN=$("$PYTHON" "$ROOT/tools/fetch_qwen_tokenizer.py" --cache "$CACHE_ROOT/tokenizers" | sed -n 's/^qwen2.5: //p')
 [ -n "$QWEN" ] && [ -f "$QWEN/tokenizer.json" ] || die "tools/fetch_qwen_tokenizer.py gave no Qwen2.5 folder"
+# The report records the tokenizer folder as given: relative to the working directory where it lies
+# below it, so that a report run from the repository root names no path of the machine.
+KIT_TOKENIZER="$QWEN"
+case "$QWEN" in "$PWD"/*) KIT_TOKENIZER="${QWEN#"$PWD"/}" ;; esac
 MODEL="$CACHE/$MODEL_NAME"
 if [ ! -f "$MODEL/model/model.safetensors" ] || [ "$ROOT/tools/tiny_hf_model.py" -nt "$MODEL/model/model.safetensors" ] \
     || [ "$QWEN/tokenizer.json" -nt "$MODEL/model/model.safetensors" ]; then
@@ -141,8 +148,12 @@ healthy() {
 
 WORST=0
 run_once() {  # run_once NAME MODEL_DIR SERVED_NAME BLOCKS GATED [vllm flags...]
-  local name="$1" model="$2" served="$3" blocks="$4" gated="$5"; shift 5
+  local name="$1" model="$2" served="$3" blocks="$4" window="$5"; shift 5
   local log="$LOGS/server-$name.log" settings=()
+  # A server already on the port (another kit server, an earlier run's) would answer the health
+  # check and be judged in place of this one: refuse before starting.
+  "$PYTHON" -c "import socket,sys; sys.exit(socket.socket().connect_ex(('127.0.0.1', $PORT)) == 0)" \
+    || die "127.0.0.1:$PORT already has a server listening (another kit server?): stop it or set PORT"
   VLLM_SERVER_DEV_MODE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \
     "$VENV/bin/python" "$ROOT/tools/vllm_cpu_launcher.py" serve "$model/model" --served-model-name "$served" \
     --host 127.0.0.1 --port "$PORT" --enable-prefix-caching --enable-prompt-tokens-details --dtype float32 \
@@ -157,17 +168,18 @@ run_once() {  # run_once NAME MODEL_DIR SERVED_NAME BLOCKS GATED [vllm flags...]
     sleep 2; waited=$((waited + 2))
   done
   step "serve $name: vllm pid $SERVER on 127.0.0.1:$PORT (--num-gpu-blocks-override $blocks $*; log $log)"
-  if [ "$gated" = no ]; then
+  if [ "$window" = yes ]; then        # the server does not publish its window: the script built the model
+    settings+=(--peer-setting "sliding_window=$WINDOW")
     for item in $SWA_PEER_SETTINGS; do settings+=(--peer-setting "$item"); done
   fi
   set +e
   "$PYTHON" -m conformance.cli run --backend openai --base-url "http://127.0.0.1:$PORT" --profile vllm-apc \
-    --tokenizer "$QWEN" --model "$served" --timeout 300 --report "$REPORT/$name" --force --no-progress \
+    --tokenizer "$KIT_TOKENIZER" --model "$served" --timeout 300 --report "$REPORT/$name" --force --no-progress \
     "${settings[@]}"
   local rc=$?
   set -e
   step "judge $name: kvconform exit $rc; report in $REPORT/$name/"
-  if [ "$gated" = no ]; then
+  if [ "$window" = yes ]; then
     "$PYTHON" "$ROOT/tools/vllm_window_probe.py" --base-url "http://127.0.0.1:$PORT" --model "$served" \
       --block-size 32 --window "$WINDOW" "$REPORT/$name/probes.json" || die "tools/vllm_window_probe.py failed"
     step "probe $name: $REPORT/$name/probes.json"
@@ -175,15 +187,15 @@ run_once() {  # run_once NAME MODEL_DIR SERVED_NAME BLOCKS GATED [vllm flags...]
   stop_server
   step "stop $name: server stopped"
   if [ "$rc" -eq 2 ]; then exit 2; fi
-  if [ "$gated" = yes ] && [ "$rc" -gt "$WORST" ]; then WORST=$rc; fi
+  if [ "$rc" -gt "$WORST" ]; then WORST=$rc; fi
 }
 
 mkdir -p "$REPORT"
 for run in $RUNS; do
   case "$run" in
-    block-32) run_once block-32 "$MODEL" "$MODEL_NAME" 65 yes --block-size 32 ;;
-    block-128) run_once block-128 "$MODEL" "$MODEL_NAME" 17 yes ;;
-    sliding-window-32) run_once sliding-window-32 "$SWA_MODEL" "$SWA_MODEL_NAME" 133 no --block-size 32 ;;
+    block-32) run_once block-32 "$MODEL" "$MODEL_NAME" 65 no --block-size 32 ;;
+    block-128) run_once block-128 "$MODEL" "$MODEL_NAME" 17 no ;;
+    sliding-window-32) run_once sliding-window-32 "$SWA_MODEL" "$SWA_MODEL_NAME" 133 yes --block-size 32 ;;
     *) die "RUNS: unknown run $run (block-32, block-128, sliding-window-32)" ;;
   esac
 done

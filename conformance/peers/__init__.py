@@ -1,9 +1,10 @@
 """The peer suite: OpenAI-compatible servers judged against a peer profile (spec/peer-profiles.md).
 
 `kvconform run --backend openai --base-url URL --profile P` drives a server through
-conformance/adapters/openai.py, case by case (scenarios.py), predicts every reported count with
-the oracle (reference/peers.py), which records why (its decision trace), and judges it
-(judge.py); runner.py writes the same report folder as any other run.
+conformance/adapters/openai.py, case by case (scenarios.py; each profile's own cases in
+cases_*.py), predicts every reported count with the oracle (reference/peers.py), which records
+why (its decision trace), and judges it (judge.py); runner.py writes the same report folder as
+any other run.
 
 What differs between profiles is data, read from the oracle's `PeerProfile` of each
 (reference/peer_profile.py): its settings and where the server publishes them, how its server

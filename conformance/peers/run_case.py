@@ -22,7 +22,8 @@ from ..report.pagemap import peer_page_map
 from . import PEER_PROFILES
 from .feedback import choose_answer
 from .judge import USAGE, count_missing, judge_count, judge_timings, read_count
-from .scenarios import Answer, PeerCase, Unsupported, unit
+from .layout import Answer, PeerCase, Unsupported
+from .scenarios import unit
 from .server_info import ServerFacts
 from .tokens import TokenMismatch, TokenSource
 

@@ -122,6 +122,9 @@ def api_key(args) -> str | None:
 
 
 def rerun_command(args, case_id: str) -> str:
+    """The command that re-runs one case, with the tokenizer and report folders as they were given:
+    run from the folder the run started in. No working directory of this machine is written into
+    the report (a committed report names no path of the machine that made it)."""
     argv = ["kvconform", "run", "--backend", "openai", "--base-url", display_url(args.base_url), "--profile",
             args.profile]
     if args.model:
@@ -129,12 +132,12 @@ def rerun_command(args, case_id: str) -> str:
     if args.api_key_env:
         argv += ["--api-key-env", args.api_key_env]
     if args.tokenizer:
-        argv += ["--tokenizer", os.path.abspath(args.tokenizer)]
+        argv += ["--tokenizer", str(args.tokenizer)]
     for item in args.peer_setting or []:
         argv += ["--peer-setting", item]
     argv += ["--timeout", f"{args.timeout:g}", "-k", case_id,
-             "--report", str((Path(args.report) / "reruns" / safe_name(case_id)).resolve()), "--force"]
-    return f"cd {shlex.quote(os.getcwd())} && {shlex.join(argv)}"
+             "--report", str(Path(args.report) / "reruns" / safe_name(case_id)), "--force"]
+    return shlex.join(argv)
 
 
 def _select(all_cases: list, keywords: list | None) -> list:

@@ -134,7 +134,7 @@ def peer_summary_markdown(doc: dict, results: list) -> str:
             if r.evidence:
                 lines += ["", f"Every request and response of the case: `{r.evidence}/transcript.json`"]
             if r.rerun:
-                lines += ["", "Re-run it against the same server:", "", "```", r.rerun, "```"]
+                lines += ["", "Re-run it against the same server, from the folder the run was started in:", "", "```", r.rerun, "```"]
             lines.append("")
     unsupported = [r for r in results if r.verdict == Verdict.NOT_SUPPORTED]
     if unsupported:

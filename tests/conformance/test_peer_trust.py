@@ -12,7 +12,7 @@ import pytest
 from conformance.adapters.openai import OpenAIClient
 from faulty_backends.servers import SERVER_VARIANTS
 from conformance.peers.run_case import PeerContext, run_case
-from conformance.peers.scenarios import PeerCase, Step, chat
+from conformance.peers.layout import PeerCase, Step, chat
 from conformance.peers.server_info import ServerFacts, metric_labels, read_facts
 from conformance.peers.summary import PeerReport
 from conformance.peers.tokens import TokenSource

