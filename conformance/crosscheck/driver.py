@@ -1,8 +1,8 @@
 """The runtime's side of a stream: a driver process in the runtime's own venv.
 
-`tools/crosscheck/drive_<runtime>.py` imports only the runtime and the standard library; it is
-started once with the venv's interpreter and answers one JSON line per stream (see its
-docstring). The kit never imports the runtime. `FakeDriver` stands in for it in the default
+`tools/crosscheck/drive_<runtime>.py` imports only the runtime, the standard library and its
+folder's driver_loop.py (the line protocol); it is started once with the venv's interpreter and
+answers one JSON line per stream (see its docstring). The kit never imports the runtime. `FakeDriver` stands in for it in the default
 tests: any function from a stream to observations.
 """
 from __future__ import annotations

@@ -37,12 +37,12 @@ checkpoint=True)` once the last token is sampled. The allocators are SGLang's ow
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
 from array import array
 from types import SimpleNamespace
+
+from driver_loop import serve  # this folder: the line protocol, standard library only
 
 os.environ.setdefault("SGLANG_LOG_LEVEL", "error")
 # The answers get the real stdout to themselves: whatever the runtime prints or logs (vLLM logs
@@ -203,29 +203,10 @@ def publish_config() -> None:
 
 def main() -> int:
     publish_config()
-    write = ANSWERS.write
     if CACHE not in ("radix", "unified"):
         raise SystemExit(f"KVCONFORM_SGLANG_CACHE={CACHE!r}: expected radix or unified")
-    write(json.dumps({"runtime": "sglang", "version": VERSION, "torch": torch.__version__,
-                      "class": "UnifiedRadixCache" if CACHE == "unified" else "RadixCache"}) + "\n")
-    ANSWERS.flush()
-    for line in sys.stdin:
-        command = json.loads(line)
-        if command.get("quit"):
-            break
-        if "time" in command:
-            start = time.perf_counter()
-            run(command["time"], observe=False)
-            answer = {"id": command["time"].get("id"), "seconds": time.perf_counter() - start}
-        else:
-            stream = command["stream"]
-            try:
-                answer = {"id": stream.get("id"), "observations": run(stream)}
-            except Exception as e:                       # the runtime itself failed: report, go on
-                answer = {"id": stream.get("id"), "error": f"{type(e).__name__}: {e}"}
-        write(json.dumps(answer) + "\n")
-        ANSWERS.flush()
-    return 0
+    return serve(ANSWERS, {"runtime": "sglang", "version": VERSION, "torch": torch.__version__,
+                          "class": "UnifiedRadixCache" if CACHE == "unified" else "RadixCache"}, run)
 
 
 if __name__ == "__main__":

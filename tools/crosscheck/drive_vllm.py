@@ -28,12 +28,12 @@ get_all_free_blocks()`, head first) and the request's blocks (`get_block_ids`).
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import math
 import os
 import sys
-import time
 from types import SimpleNamespace
+
+from driver_loop import serve  # this folder: the line protocol, standard library only
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 # The answers get the real stdout to themselves: whatever the runtime prints or logs (vLLM logs
@@ -238,26 +238,7 @@ def run(stream: dict, observe: bool = True) -> list:
 
 
 def main() -> int:
-    write = ANSWERS.write
-    write(json.dumps({"runtime": "vllm", "version": VERSION, "torch": torch.__version__}) + "\n")
-    ANSWERS.flush()
-    for line in sys.stdin:
-        command = json.loads(line)
-        if command.get("quit"):
-            break
-        if "time" in command:
-            start = time.perf_counter()
-            run(command["time"], observe=False)
-            answer = {"id": command["time"].get("id"), "seconds": time.perf_counter() - start}
-        else:
-            stream = command["stream"]
-            try:
-                answer = {"id": stream.get("id"), "observations": run(stream)}
-            except Exception as e:                       # the runtime itself failed: report, go on
-                answer = {"id": stream.get("id"), "error": f"{type(e).__name__}: {e}"}
-        write(json.dumps(answer) + "\n")
-        ANSWERS.flush()
-    return 0
+    return serve(ANSWERS, {"runtime": "vllm", "version": VERSION, "torch": torch.__version__}, run)
 
 
 if __name__ == "__main__":
