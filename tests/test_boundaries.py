@@ -362,11 +362,13 @@ RUN_BY_A_RUNTIME = ("tools/crosscheck/drive_", "tools/vllm_cpu_launcher.py")
 
 def test_the_crosscheck_drivers_import_only_their_runtime():
     """tools/crosscheck/drive_<runtime>.py run in the runtime's own venv (docs/crosscheck.md):
-    the runtime, torch and the standard library, never the kit."""
+    the runtime, torch, the standard library and their folder's driver_loop.py (itself standard
+    library only), never the kit."""
     modules = imported_top_levels("tools/crosscheck")
+    assert modules["tools/crosscheck/driver_loop.py"] <= STDLIB, sorted(modules["tools/crosscheck/driver_loop.py"])
     for runtime in ("vllm", "sglang"):
         names = modules[f"tools/crosscheck/drive_{runtime}.py"]
-        assert runtime in names and names <= STDLIB | {runtime, "torch"}, (runtime, sorted(names - STDLIB))
+        assert runtime in names and names <= STDLIB | {runtime, "torch", "driver_loop"}, (runtime, sorted(names - STDLIB))
 
 
 def test_the_kit_never_imports_a_runtime():
