@@ -1,4 +1,4 @@
 """The version of the spec this oracle transcribes (spec/context-reuse.md), written into every
 prediction file and report."""
 
-SPEC_VERSION = "2.0.0"
+SPEC_VERSION = "3.0.0"

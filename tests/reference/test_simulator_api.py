@@ -21,7 +21,7 @@ def doc(*texts, **top):
 
 
 def test_public_names():
-    assert reference.SPEC_VERSION == "2.0.0"
+    assert reference.SPEC_VERSION == "3.0.0"
     e = reference.InputError("$.requests[0]", "bad")
     assert (e.path, e.message, str(e)) == ("$.requests[0]", "bad", "$.requests[0]: bad")
 
