@@ -22,8 +22,16 @@ def default_engine(tokenizer: str, loader: str, folder: str) -> str:
 @contextlib.contextmanager
 def serving(profile: str, engine_dir: str, settings: dict, tokenizer: str | None = None):
     """Serve `profile` with `settings` on a free loopback port until the block ends; yields its URL."""
-    from gpu_backend.serve import make_http_server, make_peer
-    peer = make_peer(profile, engine_dir, tokenizer=tokenizer, settings=settings)
+    from gpu_backend.serve import make_peer
+    with serving_peer(make_peer(profile, engine_dir, tokenizer=tokenizer, settings=settings)) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serving_peer(peer):
+    """Serve `peer` (a gpu_backend.serve.PeerServer) in a thread on a free loopback port until the
+    block ends; yields its URL."""
+    from gpu_backend.serve import make_http_server
     httpd = make_http_server(peer, "127.0.0.1", 0)
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()

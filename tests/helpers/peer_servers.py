@@ -5,30 +5,18 @@
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
 from pathlib import Path
 
+from conformance.adapters.bundled_server import serving_peer
 from conformance.cli import main as kvconform
 
 ROOT = Path(__file__).resolve().parents[2]
 PHI3 = str(ROOT / "spec" / "tokenizers" / "phi-3-mini")
 
 
-@contextlib.contextmanager
-def serving(peer):
-    """Serve `peer` (a gpu_backend.serve.PeerServer) on a free loopback port until the block ends."""
-    from gpu_backend.serve import make_http_server
-    httpd = make_http_server(peer, "127.0.0.1", 0)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(10)
+serving = serving_peer
+"""`with serving(peer) as url`: the adapter's own server thread (conformance/adapters/bundled_server.py)."""
 
 
 def run_peers(url: str, profile: str, folder: Path, *extra: str, tokenizer: str | None = PHI3) -> tuple[int, dict]:
