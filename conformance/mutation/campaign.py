@@ -26,14 +26,16 @@ from .host import judge_batch
 from .judges import SCRIPTS
 from .operators import Mutant, apply, mutants_of
 from .store import Store
-from .targets import EDGE_PROFILES, KIT_TESTS, PEER_LOADERS, PEER_PROFILES, PEER_TOKENIZER, ROOT, judge_of
+from .targets import (EDGE_PROFILES, KIT_TESTS, PEER_DEPLOYMENTS, PEER_TOKENIZER, ROOT, VISION_TOKENIZER, judge_of,
+                      peer_deployments)
 
 
 def tree_digest(root: Path, folders: tuple[str, ...]) -> str:
     h = hashlib.sha256()
     for folder in folders:
         for f in sorted((root / folder).rglob("*")):
-            if f.is_file() and "__pycache__" not in f.parts and f.suffix in (".py", ".json", ".jinja", ".txt"):
+            if f.is_file() and "__pycache__" not in f.parts and f.suffix in (".py", ".json", ".jinja", ".txt") \
+                    and not f.is_relative_to(root / "conformance" / "mutation"):     # the campaign's own code
                 h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
@@ -43,18 +45,19 @@ def casemap(store: Store, root: Path, judge: str, paths: list[str], progress, ca
     """The case map of `judge`'s modules, measured once per state of the sources, the cases and
     the judging code (which cases the unmutated backend passes depends on it) and per case
     selection; a map measured for more profiles serves a run that names fewer."""
-    chosen = [p for p in (EDGE_PROFILES if judge == "edge" else PEER_PROFILES) if not profiles or p in profiles]
+    every = list(EDGE_PROFILES) if judge == "edge" else peer_deployments(None)
+    chosen = [p for p in EDGE_PROFILES if not profiles or p in profiles] if judge == "edge" else \
+        peer_deployments(profiles)
     selection = hashlib.sha256(json.dumps(sorted(cases)).encode()).hexdigest()[:8]
     key = f"casemap:{judge}:{selection}:{tree_digest(root, ('gpu_backend', 'cases', 'conformance', 'reference'))}"
     known = store.get(key)
     if known and set(paths) <= set(known["lines"]) and set(chosen) <= set(known["cases"]):
         return dict(known, cases={p: c for p, c in known["cases"].items() if p in chosen})
-    measure = sorted(set(chosen) | set(known["cases"] if known else ()), key=list(EDGE_PROFILES if judge == "edge"
-                                                                                 else PEER_PROFILES).index)
+    measure = sorted(set(chosen) | set(known["cases"] if known else ()), key=every.index)
     progress(f"measuring which cases execute each line of {len(paths)} {judge} module(s) (once per state "
              "of the sources and cases)")
     request = {"root": str(root), "judge": judge, "paths": sorted(set(paths) | set(known["lines"] if known else ())),
-               "profiles": measure if judge == "edge" else {p: PEER_PROFILES[p] for p in measure}, "cases": cases,
+               "profiles": measure if judge == "edge" else {p: PEER_DEPLOYMENTS[p] for p in measure}, "cases": cases,
                "engines": engines(store, root) if judge == "peer" else None}
     done = subprocess.run([sys.executable, "-m", "conformance.mutation.casemap"], input=json.dumps(request),
                           capture_output=True, text=True, cwd=root)
@@ -79,19 +82,30 @@ def script_owner(relpath: str) -> str:
 
 
 def engines(store: Store, root: Path) -> dict:
-    """The bundled server's engines (one per tokenizer loader), built once next to the store."""
+    """The bundled server's engines, built once next to the store: one per tokenizer loader around
+    Phi-3-mini, and "vision" (transformers-auto) around the vision model folder. Each as {"engine":
+    folder, "tokenizer": the model folder the kit reads}."""
     folder = store.path.parent / "server-engines"
+    vision = folder / "vision-tokenizer"
+    if not (vision / "preprocessor_config.json").exists():
+        vision.mkdir(parents=True, exist_ok=True)
+        for name in VISION_TOKENIZER["files"]:
+            (vision / name).write_bytes((root / VISION_TOKENIZER["from"] / name).read_bytes())
+        (vision / "preprocessor_config.json").write_text(json.dumps(VISION_TOKENIZER["preprocessor_config.json"]))
+    kinds = {"tokenizers-raw": ("tokenizers-raw", root / PEER_TOKENIZER),
+             "transformers-auto": ("transformers-auto", root / PEER_TOKENIZER),
+             "vision": ("transformers-auto", vision)}
     out = {}
-    for loader in sorted(set(PEER_LOADERS.values())):
-        target = folder / loader / "engine"
+    for kind, (loader, tokenizer) in kinds.items():
+        target = folder / kind / "engine"
         if not (target / "config.json").exists():
             code = ("import sys; from conformance.adapters.bundled_server import default_engine; "
                     "print(default_engine(sys.argv[1], sys.argv[2], sys.argv[3]))")
-            done = subprocess.run([sys.executable, "-c", code, str(root / PEER_TOKENIZER), loader, str(folder / loader)],
+            done = subprocess.run([sys.executable, "-c", code, str(tokenizer), loader, str(folder / kind)],
                                   capture_output=True, text=True, cwd=root)
             if done.returncode != 0:
-                raise KvconformError(f"building the server's {loader} engine failed: {done.stderr.strip()[-300:]}")
-        out[loader] = str(target)
+                raise KvconformError(f"building the server's {kind} engine failed: {done.stderr.strip()[-300:]}")
+        out[kind] = {"engine": str(target), "tokenizer": str(tokenizer)}
     return out
 
 
