@@ -109,6 +109,12 @@ def engines(store: Store, root: Path) -> dict:
     return out
 
 
+def case_id_of(path: str) -> str:
+    """A curated case file's id as a report names it: its path under cases/, less `.json`."""
+    parts = Path(path).with_suffix("").parts
+    return "/".join(parts[parts.index("cases") + 1:]) if "cases" in parts else Path(path).stem
+
+
 class Campaign:
     def __init__(self, store: Store, pool, root: Path = ROOT, batch: int = 6, deadline_s: float = 600.0,
                  timeout_s: float = 60.0, progress=None, cases: list[str] | None = None,
@@ -169,13 +175,34 @@ class Campaign:
                     self.store.record({"id": m.id, "status": "not_covered", "verdict": None,
                                        "failure": "no case executes this line", "diff": diff_of(self.root, m)})
                     continue
-                items_by_path.setdefault(m.path, []).append({"mutant": m.to_json(), "selection": chosen})
+                item = {"mutant": m.to_json(), "selection": chosen}
+                if judge == "edge":
+                    item["first"] = self.likely_killers(m.path, chosen)
+                items_by_path.setdefault(m.path, []).append(item)
             if not items_by_path:
                 continue
             self._baseline(judge, settings, next(iter(items_by_path.values()))[0]["selection"])
             for items in items_by_path.values():
                 units += [(judge, settings, items[k:k + self.batch]) for k in range(0, len(items), self.batch)]
         self._judge(units)
+
+    def likely_killers(self, path: str, selection: dict, most: int = 6) -> dict:
+        """{profile: the selected cases that killed most of this module's mutants so far} (at most
+        `most`; the module's judge's kills where the module has none yet): run first."""
+        rows = self.store.db.execute("SELECT case_id, COUNT(*) FROM mutants WHERE status = 'killed' AND "
+                                     "case_id IS NOT NULL AND path = ? GROUP BY case_id", (path,)).fetchall()
+        if not rows:
+            rows = self.store.db.execute("SELECT case_id, COUNT(*) FROM mutants WHERE status = 'killed' AND "
+                                         "case_id IS NOT NULL AND judge = 'edge' GROUP BY case_id").fetchall()
+        kills = dict(rows)
+        if not kills:
+            return {}
+        out = {}
+        for profile, cases in selection.items():
+            ranked = sorted((c for c in cases if kills.get(case_id_of(c))), key=lambda c: -kills[case_id_of(c)])
+            if ranked:
+                out[profile] = ranked[:most]
+        return out
 
     def _baseline(self, judge: str, settings: dict, selection: dict) -> None:
         """The unmutated kit through the very path mutants take: it must survive."""

@@ -100,7 +100,8 @@ def main() -> int:
                 print(json.dumps({"id": mutant.id, "status": "invalid", "failure": str(e)[:400], "diff": ""}),
                       flush=True)
                 continue
-        result = fork_and_judge(root, judge, settings, mutant, source, item["selection"])
+        result = fork_and_judge(root, judge, dict(settings, first=item.get("first")), mutant, source,
+                                item["selection"])
         result.update(id=mutant.id if mutant.path else "baseline", diff=diff,
                       seconds=round(time.monotonic() - started, 2))
         print(json.dumps(result), flush=True)

@@ -112,19 +112,26 @@ def _kvconform(argv: list[str]) -> int:
 # --- the judges --------------------------------------------------------------------------------------
 
 def judge_edge(selection: dict, settings: dict, workdir: Path, log: Path) -> dict:
-    """`kvconform run --backend inprocess --fail-fast` over the selected cases, profile by profile."""
+    """`kvconform run --backend inprocess --fail-fast` over the selected cases, profile by profile.
+    Where the campaign names the cases likeliest to kill (settings["first"]: those that killed most
+    mutants of the module so far), they run first, as a run of their own, then the rest: the same
+    cases, each with a runtime of its own, so the verdict is the one run's over all of them; a
+    mutant they kill costs their time, not the whole selection's."""
+    first = settings.get("first") or {}
     for profile, cases in selection.items():
-        if not cases:
-            continue
-        report = workdir / f"report-{profile}"
-        argv = ["run", "--backend", "inprocess", "--device", "cpu", "--profile", profile, "--no-generated",
-                "--fail-fast", "--no-progress", "--force", "--timeout", str(settings.get("timeout", 60)),
-                "--report", str(report)]
-        for case in cases:
-            argv += ["--case", case]
-        got = outcome_of(report, _kvconform(argv), profile, log)
-        if got["status"] == "killed":
-            return got
+        likely = [c for c in first.get(profile, []) if c in cases]
+        for k, part in enumerate((likely, [c for c in cases if c not in likely]) if likely else (cases,)):
+            if not part:
+                continue
+            report = workdir / f"report-{profile}-{k}"
+            argv = ["run", "--backend", "inprocess", "--device", "cpu", "--profile", profile, "--no-generated",
+                    "--fail-fast", "--no-progress", "--force", "--timeout", str(settings.get("timeout", 60)),
+                    "--report", str(report)]
+            for case in part:
+                argv += ["--case", case]
+            got = outcome_of(report, _kvconform(argv), profile, log)
+            if got["status"] == "killed":
+                return got
     return {"status": "survived"}
 
 
