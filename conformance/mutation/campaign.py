@@ -53,9 +53,13 @@ def casemap(store: Store, root: Path, judge: str, paths: list[str], progress, ca
     known = store.get(key)
     if known and set(paths) <= set(known["lines"]) and set(chosen) <= set(known["cases"]):
         return dict(known, cases={p: c for p, c in known["cases"].items() if p in chosen})
-    measure = sorted(set(chosen) | set(known["cases"] if known else ()), key=every.index)
+    if known and judge == "peer" and set(paths) <= set(known["lines"]):
+        measure = [p for p in chosen if p not in known["cases"]]   # deployments only: the map's others stand
+    else:
+        measure = sorted(set(chosen) | set(known["cases"] if known else ()), key=every.index)
+        known = None
     progress(f"measuring which cases execute each line of {len(paths)} {judge} module(s) (once per state "
-             "of the sources and cases)")
+             f"of the sources and cases{', for ' + str(len(measure)) + ' new deployment(s)' if known else ''})")
     request = {"root": str(root), "judge": judge, "paths": sorted(set(paths) | set(known["lines"] if known else ())),
                "profiles": measure if judge == "edge" else {p: PEER_DEPLOYMENTS[p] for p in measure}, "cases": cases,
                "engines": engines(store, root) if judge == "peer" else None}
@@ -64,6 +68,14 @@ def casemap(store: Store, root: Path, judge: str, paths: list[str], progress, ca
     if done.returncode != 0:
         raise KvconformError(f"measuring the case map failed: {done.stderr.strip().splitlines()[-1:]}")
     doc = json.loads(done.stdout.strip().splitlines()[-1])
+    if known:                   # the new deployments' contexts added to the map's
+        lines = {path: {line: list(ctx) for line, ctx in by_line.items()} for path, by_line in known["lines"].items()}
+        for path, by_line in doc["lines"].items():
+            for line, ctx in by_line.items():
+                lines.setdefault(path, {}).setdefault(line, [])
+                lines[path][line] = sorted(set(lines[path][line]) | set(ctx))
+        doc = {"lines": lines, "cases": {p: known["cases"].get(p, doc["cases"].get(p)) for p in every
+                                          if p in known["cases"] or p in doc["cases"]}}
     store.put(key, doc)
     return dict(doc, cases={p: c for p, c in doc["cases"].items() if p in chosen})
 
@@ -141,7 +153,8 @@ class Campaign:
             return merge_selections([selection_for(maps[judge], script_owner(mutant.path), line)
                                      for line in script_users(source, attribute)])
         source = (self.root / mutant.path).read_text(encoding="utf-8")
-        return selection_for(maps[judge], mutant.path, statement_line(source, mutant.line))
+        return selection_for(maps[judge], mutant.path, statement_line(source, mutant.line),
+                             import_time="users" if judge == "peer" else "all")
 
     def run(self, targets: list[tuple[str, set[int] | None]], rejudge: tuple[str, ...] = ()) -> None:
         listed = self.list_mutants(targets)

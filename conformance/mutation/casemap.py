@@ -150,16 +150,28 @@ def merge_selections(selections: list[dict]) -> dict:
     return out
 
 
-def selection_for(casemap: dict, relpath: str, line: int) -> dict:
+def selection_for(casemap: dict, relpath: str, line: int, import_time: str = "all") -> dict:
     """{profile: [case, ...]} of the cases that execute `line` of `relpath` (statement line), in
-    the map's order (cheapest first); {} when none does."""
+    the map's order (cheapest first); {} when none does.
+
+    A line run at import time (a constant, a default, a definition) is executed before any case.
+    `import_time="all"`: it belongs to every case. `import_time="users"`: to the profiles (peer
+    deployments) that run some other line of the module. The peer caches are imported together
+    (gpu_backend/peer_cache/__init__.py), so every deployment imports SGLang's module, but only
+    SGLang deployments run its code: a constant of it changes what only that code reads. A module
+    none of whose lines runs after import (a table of the others) belongs to every profile."""
     contexts = casemap["lines"].get(relpath, {}).get(str(line))
     if contexts is None:
         return {}
+    users = None
+    if ALL in contexts and import_time == "users":
+        users = {c.split("\t", 1)[0] for ctx in casemap["lines"].get(relpath, {}).values() for c in ctx if c != ALL}
+        users = users or None           # a module whose code runs only at import (a table): every profile
     out = {}
     for profile, cases in casemap["cases"].items():
         if ALL in contexts:
-            out[profile] = list(cases)
+            if users is None or profile in users:
+                out[profile] = list(cases)
             continue
         named = {c.split("\t", 1)[1] for c in contexts if c.startswith(profile + "\t")}
         chosen = [c for c in cases if c in named]

@@ -59,6 +59,16 @@ PEER_DEPLOYMENTS = {
     "sglang-radix 0.5.16": _deployment("sglang-radix", "transformers-auto", page_size=4, pool_tokens=600,
                                        version="0.5.16"),
     "sglang-radix eagle": _deployment("sglang-radix", "transformers-auto", page_size=4, pool_tokens=600, eagle=True),
+    # the releases at which PEER-SGL-8's rules change (0.5.17: only the shortfall evicted; 0.5.20: a
+    # finished prompt split off its answer), each side of each: a release threshold off by one fails one
+    "sglang-radix 0.5.17": _deployment("sglang-radix", "transformers-auto", page_size=4, pool_tokens=600,
+                                       version="0.5.17"),
+    "sglang-radix 0.5.19": _deployment("sglang-radix", "transformers-auto", page_size=4, pool_tokens=600,
+                                       version="0.5.19"),
+    "sglang-radix 0.5.20": _deployment("sglang-radix", "transformers-auto", page_size=4, pool_tokens=600,
+                                       version="0.5.20"),
+    "sglang-radix page 1": _deployment("sglang-radix", "transformers-auto", page_size=1, pool_tokens=600),
+    "sglang-radix no radix cache": _deployment("sglang-radix", "transformers-auto", page_size=4, radix_cache=False),
     "trtllm-kv-reuse": _deployment("trtllm-kv-reuse", "vision", tokens_per_block=16),
     "trtllm-kv-reuse pool, retention, windows": _deployment("trtllm-kv-reuse", "vision", tokens_per_block=16,
                                                             max_blocks=12, retention_config=True,
