@@ -67,8 +67,8 @@ PEER_DEPLOYMENTS = {
                                        version="0.5.19"),
     "sglang-radix 0.5.20": _deployment("sglang-radix", "transformers-auto", page_size=4, pool_tokens=600,
                                        version="0.5.20"),
-    "sglang-radix page 1": _deployment("sglang-radix", "transformers-auto", page_size=1, pool_tokens=600),
-    "sglang-radix no radix cache": _deployment("sglang-radix", "transformers-auto", page_size=4, radix_cache=False),
+    # no page_size given: the server's own default (SGLang's: pages of one token), which it publishes
+    "sglang-radix page 1": _deployment("sglang-radix", "transformers-auto", pool_tokens=600),
     "trtllm-kv-reuse": _deployment("trtllm-kv-reuse", "vision", tokens_per_block=16),
     "trtllm-kv-reuse pool, retention, windows": _deployment("trtllm-kv-reuse", "vision", tokens_per_block=16,
                                                             max_blocks=12, retention_config=True,
