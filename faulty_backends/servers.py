@@ -366,6 +366,19 @@ RADIX_POOL = (("page_size", 4), ("pool_tokens", 600))
 """A paged, bounded SGLang server: what the radix eviction cases need to judge."""
 
 
+@server_variant("sglang-decode-pages-not-held", RADIX_POOL, ("radix-decode-",))
+class DecodePagesNotHeld(RadixCache):
+    """Asks for a page at every decode step but never takes the page a fed-back token starts.
+    Bug class: a long answer's pages not held while it decodes (the pool looks freer than it is).
+    Violates: PEER-SGL-7.
+    Mirrors: the mutation campaign's survivors in the decode steps' slots (kvconform selftest
+    --mutate, docs/mutation.md section 7: `position % P == 0` as `position // P == 0`)."""
+
+    def decode_step(self, position):
+        if self.on:
+            self._slots(self.P, 0)                                    # DEFECT: the page a token starts not taken
+
+
 @server_variant("sglang-decode-token-accounting", RADIX_POOL, ("radix-paged-decode",))
 class DecodeTokenAccounting(RadixCache):
     """Asks for a page and a slot at every decode step and holds tokens, not pages.
