@@ -559,6 +559,25 @@ TRT_POOL = (("max_blocks", 12), ("retention_config", True))
 """A bounded TensorRT-LLM pool whose server takes retention configs: the eviction cases run."""
 
 
+@server_variant("trtllm-retention-unchecked", TRT_POOL, ("trt-retention-checks",))
+class RetentionUncheckedTrt(TrtBlockTree):
+    """Takes a retention priority above 100 (the upper bound unchecked).
+    Bug class: a request field's bounds not checked (a config the runtime refuses is served).
+    Violates: PEER-TRT-8.
+    Mirrors: the mutation campaign's survivors in parse_retention (kvconform selftest --mutate,
+    docs/mutation.md section 7: `value > high` as `value >= high` and the bound dropped)."""
+
+    def _retention(self, req):
+        import dataclasses
+        doc = req.retention
+        if self.retention and isinstance(doc, dict):
+            ranges = [dict(r, priority=min(r["priority"], 100))                # DEFECT: clamped, never refused
+                      if isinstance(r, dict) and type(r.get("priority")) is int else r
+                      for r in doc.get("token_range_retention_configs") or []]
+            req = dataclasses.replace(req, retention=dict(doc, token_range_retention_configs=ranges))
+        return super()._retention(req)
+
+
 @server_variant("trtllm-frees-first-block-first", TRT_POOL)
 class FreesFirstBlockFirstTrt(TrtBlockTree):
     """Frees a finished request's blocks first block first, so its prompt's head is evicted first.
