@@ -27,6 +27,16 @@ step gives `max_tokens` (-1 or null: no limit), `sampled` is what the model woul
 and the profile cuts it (llama.cpp: at the slot's context without context shift): `predicted_n`,
 `truncated` and `finish_reason` (`length` when cut, else `stop`). llama.cpp also says whether a
 request is `refused` (its HTTP `status` 400, no count) and with which `error`.
+
+vLLM's KV-cache groups (PEER-VLLM-11..16) add what their manager tests read: `group_blocks`
+(each group's blocks, `get_block_ids()`), `group_hit_blocks` and `group_hit_counts` (what
+`get_computed_blocks` returns per group), `junction` (its shared-prefix boundary), `block_keys`
+(`len(block_hashes)`), `first_step` (where the scheduler ends the first prefill step) and `kept`
+(the hash units of the request's prompt whose key each group holds: `get_cached_block(
+block_hashes[i], [g])`); `group: g` reads one group's row, with `unit: i` whether it holds unit
+i. A request step's `allocate` gives the new tokens of each `allocate_slots` call the test makes
+after the hit, in place of the scheduler's steps. A scenario with `start_only` and no steps is a
+start-up: `{"start": "refused"}` observes whether the profile refuses its settings.
 """
 from __future__ import annotations
 
@@ -40,10 +50,18 @@ REQUEST_FIELDS = ("lora", "lora_path", "salt", "extra_key", "skip_prefix_cache",
 class Run:
     def __init__(self, scenario: dict, profile: str, settings: dict | None):
         merged = dict(settings or {}, **(scenario.get("settings") or {}))
+        self.start_error = None
         try:
             self.sim = peers.simulator(profile, merged)
         except peers.PeerProfileError as e:
-            raise NotExpressible(f"reference.peers.simulator: {e}") from None
+            if not scenario.get("start_only"):
+                raise NotExpressible(f"reference.peers.simulator: {e}") from None
+            self.start_error = str(e)             # a start-up the profile refuses, as the test expects
+        if scenario.get("start_only"):
+            if scenario["steps"]:
+                raise NotExpressible("a start_only scenario runs no step")
+            self.held, self.steps = {}, []
+            return
         self.held: dict = {}
         self.steps: list[dict] = []
         for k, step in enumerate(scenario["steps"]):
@@ -73,29 +91,60 @@ class Run:
                 self.sim.after_refusal(request)
             return self._state(refused=True, status=400, error=error, length=len(request.ids))
         seen = {"cached": self.sim.predict(request), "length": len(request.ids),
-                **({"refused": False, "status": 200} if refusal is not None else {})}
+                **({"refused": False, "status": 200} if refusal is not None else {}),
+                **self._lookup(request)}
+        driven = self._driven(step, k)
         sampled = expand(step.get("sampled", [0]))
         if "max_tokens" in step:
             sampled, truncated = self._served(request, sampled, step["max_tokens"], k)
             seen.update(predicted_n=len(sampled), truncated=truncated,
                         finish_reason="length" if len(sampled) < len(expand(step.get("sampled", [0]))) else "stop")
         if "hold" in step:
-            run = self._hold(request, sampled, k, step.get("add_tokens"))
+            run = self._hold(request, sampled, k, step.get("add_tokens"), driven)
             if run is not None:
                 self.held[step["hold"]] = run
-            return self._state(admitted=run is not None, **_blocks(run), **seen)
+            return self._state(admitted=run is not None, **_blocks(run), **seen, **self._kept(request))
         if not step.get("commit", True):
             return self._state(**seen)
         if not hasattr(self.sim, "hold"):
             self.sim.commit(request, sampled)
             return self._state(**seen)
-        run = self.sim.hold(request, sampled)
+        run = self.sim.hold(request, sampled) if driven is None else self.sim.hold(request, sampled, driven)
         if run is None:
             raise NotExpressible(f"step {k}: the request does not fit the free queue (PEER-VLLM-9), "
                                  "and a committed request cannot wait")
         blocks = _blocks(run)
         self.sim.release(run)
-        return self._state(**blocks, **seen)
+        return self._state(**blocks, **seen, **self._kept(request))
+
+    def _grouped(self) -> bool:
+        return isinstance(self.sim, peers.GroupedPool)
+
+    def _lookup(self, request) -> dict:
+        """vLLM's KV-cache groups: what `get_computed_blocks` returns beside the count (each
+        group's hit blocks, the shared-prefix junction) and where the scheduler ends the first
+        prefill step, read before the request changes the cache."""
+        if not self._grouped():
+            return {}
+        _, junction, hits = self.sim.lookup_blocks(request)
+        return {"junction": junction, "block_keys": len(self.sim.keys_of(request)), "group_hit_blocks": hits, "group_hit_counts": [len(h) for h in hits],
+                "first_step": self.sim.first_step_end(request)}
+
+    def _kept(self, request) -> dict:
+        """Which hash units of the request's prompt each group holds a key for after the step."""
+        if not self._grouped():
+            return {}
+        return {"kept": [self.sim.kept(request, g) for g in range(len(self.sim.groups))]}
+
+    def _driven(self, step: dict, k: int):
+        """A step's `allocate`: the new tokens of each `allocate_slots` call a manager test makes
+        for the request after its hit, in place of the scheduler's steps (vLLM's groups only)."""
+        if "allocate" not in step:
+            return None
+        if not self._grouped():
+            raise NotExpressible(f"step {k}: allocate_slots calls given by hand are defined for vLLM's "
+                                 "KV-cache groups only")
+        return list(step["allocate"])
 
     def _served(self, request, stream, max_tokens, k: int):
         """(the ids the server samples of the model's stream, truncated) where the profile says how
@@ -106,9 +155,11 @@ class Run:
                                  "and the context cut generation")
         return served(request, stream, max_tokens)
 
-    def _hold(self, request, sampled, k: int, add_tokens=None):
+    def _hold(self, request, sampled, k: int, add_tokens=None, driven=None):
         if not hasattr(self.sim, "hold"):
             raise NotExpressible(f"step {k}: the {type(self.sim).__name__} simulator runs one request at a time")
+        if driven is not None:
+            return self.sim.hold(request, sampled, driven)
         if add_tokens is None:
             return self.sim.hold(request, sampled)
         if not isinstance(self.sim, peers.TrtllmBlockPool):
@@ -132,7 +183,7 @@ class Run:
             self.sim.release(run, expand(step["tokens"]))
         else:
             self.sim.release(run)
-        return self._state()
+        return self._state(**(self._kept(run.request) if self._grouped() else {}))
 
     def _state(self, **seen) -> dict:
         """What the step leaves observable beyond the count: the free queue of a bounded block
@@ -145,11 +196,16 @@ class Run:
                     slot_tokens=len(tokens) if tokens is not None else None)
 
     def observe(self, what: dict):
+        if "start" in what:                     # whether the profile refuses these settings at start-up
+            return self.start_error is not None
         step, value = self.steps[what["step"]], what.get("value", "cached")
         if value == "prompt_n":                 # llama.cpp timings.prompt_n: the prompt less what was cached
             return step["length"] - step["cached"]
         if value not in step or step[value] is None:
             raise NotExpressible(f"step {what['step']} of the {type(self.sim).__name__} simulator has no {value}")
+        if "group" in what:                     # one KV-cache group's row of a per-group value
+            row = step[value][what["group"]]
+            return what["unit"] in row if "unit" in what else row
         return step[value]
 
 
@@ -163,6 +219,8 @@ def _blocks(run) -> dict:
         out["window_blocks"] = {str(w): list(b) for w, b in run.window_blocks.items()}
     if hasattr(run, "hits"):
         out.update(hit_blocks=run.blocks[:run.hits], new_blocks=run.blocks[run.hits:])
+    if hasattr(run, "group_blocks"):
+        out["group_blocks"] = run.group_blocks()
     return out
 
 

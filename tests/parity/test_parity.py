@@ -175,21 +175,48 @@ def test_the_suite_catches_the_older_context_readings(monkeypatch):
         o.test for o in parity.unexplained(parity.evaluate(llama))}
 
 
-def test_a_deliberate_difference_needs_its_paragraph(tmp_path, monkeypatch):
-    """The vLLM EAGLE version difference is explained by the paragraph of spec/peer-profiles.md
-    that names each test with its file; without it those assertions are unexplained."""
+@pytest.mark.parametrize("paragraph, tests", [
+    ("**EAGLE across vLLM versions", {
+        "test_eagle_identical_prompt_hits_last_safe_block", "test_eagle_with_partial_blocks",
+        "test_eagle_successor_token_controls_last_block_hit",
+        "test_eagle_blocks_are_published_only_after_draft_materialization"}),
+    ("**EAGLE's drafter groups", {
+        "test_eagle_swa_boundary_caches_post_boundary_block", "test_eagle_grouped_swa_siblings_use_same_cache_mask",
+        "test_hybrid_local_kv_retention_mtp_reuses_latest_boundary"}),
+])
+def test_a_deliberate_difference_needs_its_paragraph(tmp_path, monkeypatch, paragraph, tests):
+    """Each vLLM profile difference (the EAGLE release, EAGLE's drafter groups) is explained by
+    the paragraph of spec/peer-profiles.md that names each test with its file; without that
+    paragraph exactly those assertions are unexplained."""
     spec = tmp_path / "spec"
     spec.mkdir()
     text = (parity.ROOT / "spec" / "peer-profiles.md").read_text(encoding="utf-8")
-    start = text.index("**EAGLE across vLLM versions")
-    end = text.index("\n---", start)
+    start = text.index(paragraph)
+    end = text.index("\n\n", start)
     (spec / "peer-profiles.md").write_text(text[:start] + text[end:], encoding="utf-8")
     monkeypatch.setattr(parity, "ROOT", tmp_path)
     bad = parity.unexplained(parity.evaluate([d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]))
-    assert {o.test for o in bad} == {
-        "test_eagle_identical_prompt_hits_last_safe_block", "test_eagle_with_partial_blocks",
-        "test_eagle_successor_token_controls_last_block_hit",
-        "test_eagle_blocks_are_published_only_after_draft_materialization"}
+    assert {o.test for o in bad} == tests
+
+
+def test_the_suite_catches_a_window_that_keeps_every_block(monkeypatch):
+    """vLLM's retention tests read which blocks a sliding-window group keeps (PEER-VLLM-15): a
+    pool that keeps every block whatever the retention interval fails them."""
+    from reference.peer_vllm_groups import GroupedPool
+    monkeypatch.setattr(GroupedPool, "_mask", lambda self, g, start, end, boundaries: None)
+    vllm = [d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]
+    assert {"test_pure_swa_retention_latest_only", "test_hybrid_local_kv_retention_interval_aligns_in_manager",
+            "test_hybrid_cache_blocks_swa_tail_window_only"} <= {o.test for o in parity.unexplained(parity.evaluate(vllm))}
+
+
+def test_the_suite_catches_a_mamba_prefill_not_split(monkeypatch):
+    """test_hybrid_cache_mamba_align_shared_prefix_detection reads where the scheduler ends a Mamba
+    prefill (PEER-VLLM-14: at the shared-prefix junction): a scheduler that never splits fails it."""
+    from reference.peer_vllm_groups import GroupedPool
+    monkeypatch.setattr(GroupedPool, "_chunk_end", lambda self, run, start: run.n)
+    vllm = [d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]
+    assert "test_hybrid_cache_mamba_align_shared_prefix_detection" in {
+        o.test for o in parity.unexplained(parity.evaluate(vllm))}
 
 
 def test_a_paragraph_documents_a_test_only_with_its_file(tmp_path):
