@@ -31,7 +31,7 @@ request is `refused` (its HTTP `status` 400, no count) and with which `error`.
 vLLM's KV-cache groups (PEER-VLLM-11..16) add what their manager tests read: `group_blocks`
 (each group's blocks, `get_block_ids()`), `group_hit_blocks` and `group_hit_counts` (what
 `get_computed_blocks` returns per group), `junction` (its shared-prefix boundary), `block_keys`
-(`len(block_hashes)`), `first_step` (where the scheduler ends the first prefill step) and `kept`
+(`len(block_hashes)`, also without groups), `first_step` (where the scheduler ends the first prefill step) and `kept`
 (the hash units of the request's prompt whose key each group holds: `get_cached_block(
 block_hashes[i], [g])`); `group: g` reads one group's row, with `unit: i` whether it holds unit
 i. A request step's `allocate` gives the new tokens of each `allocate_slots` call the test makes
@@ -125,7 +125,8 @@ class Run:
         group's hit blocks, the shared-prefix junction) and where the scheduler ends the first
         prefill step, read before the request changes the cache."""
         if not self._grouped():
-            return {}
+            plain = isinstance(self.sim, peers.VllmBlockPool)
+            return {"block_keys": len(self.sim.keys_of(request))} if plain else {}
         _, junction, hits = self.sim.lookup_blocks(request)
         return {"junction": junction, "block_keys": len(self.sim.keys_of(request)), "group_hit_blocks": hits, "group_hit_counts": [len(h) for h in hits],
                 "first_step": self.sim.first_step_end(request)}
