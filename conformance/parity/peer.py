@@ -35,7 +35,9 @@ vLLM's KV-cache groups (PEER-VLLM-11..16) add what their manager tests read: `gr
 (the hash units of the request's prompt whose key each group holds: `get_cached_block(
 block_hashes[i], [g])`); `group: g` reads one group's row, with `unit: i` whether it holds unit
 i. A request step's `allocate` gives the new tokens of each `allocate_slots` call the test makes
-after the hit, in place of the scheduler's steps. A scenario with `start_only` and no steps is a
+after the hit, in place of the scheduler's steps; a lookup's `without_keys` ([g, i]: group g's key
+of hash unit i) takes keys out of the pool's hash map for that lookup, as the tests pop them by
+hand. A scenario with `start_only` and no steps is a
 start-up: `{"start": "refused"}` observes whether the profile refuses its settings.
 """
 from __future__ import annotations
@@ -71,6 +73,8 @@ class Run:
                 raise NotExpressible(f"step {k}: {e}") from None
 
     def _step(self, step: dict, k: int) -> dict:
+        if "without_keys" in step:
+            return self._without_keys(step, k)
         if step.get("reset"):
             accepted = self.sim.reset_prefix_cache() if hasattr(self.sim, "reset_prefix_cache") else _reset(self.sim)
             return self._state(reset=accepted)
@@ -116,6 +120,27 @@ class Run:
         blocks = _blocks(run)
         self.sim.release(run)
         return self._state(**blocks, **seen, **self._kept(request))
+
+    def _without_keys(self, step: dict, k: int) -> dict:
+        """A lookup with some of the request's keys taken out of the pool's hash map and put back
+        after it, as vLLM's tests pop `cached_block_hash_to_block` entries by hand: `[g, i]` is
+        group g's key of the request's hash unit i. The lookup is the oracle's own over that
+        state (PEER-VLLM-11..14); nothing is committed."""
+        if not self._grouped() or step.get("commit", True) or "hold" in step:
+            raise NotExpressible(f"step {k}: keys taken out by hand are defined for a lookup (commit: false) "
+                                 "of vLLM's KV-cache groups")
+        request = _request(step, k)
+        keys, taken = self.sim.keys_of(request), {}
+        try:
+            for g, unit in step["without_keys"]:
+                key = (g, keys[unit]) if 0 <= unit < len(keys) else None
+                if key not in self.sim.key_blocks:
+                    raise NotExpressible(f"step {k}: group {g} holds no key of hash unit {unit}")
+                taken[key] = self.sim.key_blocks.pop(key)
+            rest = {key: value for key, value in step.items() if key != "without_keys"}
+            return self._step(rest, k)
+        finally:
+            self.sim.key_blocks.update(taken)
 
     def _grouped(self) -> bool:
         return isinstance(self.sim, peers.GroupedPool)
