@@ -30,15 +30,15 @@ request is `refused` (its HTTP `status` 400, no count) and with which `error`.
 
 vLLM's KV-cache groups (PEER-VLLM-11..16) add what their manager tests read: `group_blocks`
 (each group's blocks, `get_block_ids()`), `group_hit_blocks` and `group_hit_counts` (what
-`get_computed_blocks` returns per group), `junction` (its shared-prefix boundary), `block_keys`
-(`len(block_hashes)`, also without groups), `first_step` (where the scheduler ends the first prefill step) and `kept`
-(the hash units of the request's prompt whose key each group holds: `get_cached_block(
-block_hashes[i], [g])`); `group: g` reads one group's row, with `unit: i` whether it holds unit
-i. A request step's `allocate` gives the new tokens of each `allocate_slots` call the test makes
-after the hit, in place of the scheduler's steps; a lookup's `without_keys` ([g, i]: group g's key
-of hash unit i) takes keys out of the pool's hash map for that lookup, as the tests pop them by
-hand. A scenario with `start_only` and no steps is a
-start-up: `{"start": "refused"}` observes whether the profile refuses its settings.
+`get_computed_blocks` returns per group), `junction` (its shared-prefix boundary), `first_step`
+(where the scheduler ends the first prefill step) and `kept` (the hash units of the request's
+prompt whose key each group holds: `get_cached_block(block_hashes[i], [g])`); `group: g` reads
+one group's row, with `unit: i` whether it holds unit i. `block_keys` is `len(block_hashes)` on
+any vLLM pool. A request step's `allocate` gives the new tokens of each `allocate_slots` call the
+test makes after the hit, in place of the scheduler's steps; a lookup's `without_keys` (`[g, i]`:
+group g's key of hash unit i) takes keys out of the pool's hash map for that lookup, as the tests
+pop them by hand. A scenario with `start_only` and no steps is a start-up: `{"start":
+"refused"}` observes whether the profile refuses its settings.
 """
 from __future__ import annotations
 
@@ -153,8 +153,8 @@ class Run:
             plain = isinstance(self.sim, peers.VllmBlockPool)
             return {"block_keys": len(self.sim.keys_of(request))} if plain else {}
         _, junction, hits = self.sim.lookup_blocks(request)
-        return {"junction": junction, "block_keys": len(self.sim.keys_of(request)), "group_hit_blocks": hits, "group_hit_counts": [len(h) for h in hits],
-                "first_step": self.sim.first_step_end(request)}
+        return {"junction": junction, "block_keys": len(self.sim.keys_of(request)), "group_hit_blocks": hits,
+                "group_hit_counts": [len(h) for h in hits], "first_step": self.sim.first_step_end(request)}
 
     def _kept(self, request) -> dict:
         """Which hash units of the request's prompt each group holds a key for after the step."""
