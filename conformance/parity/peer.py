@@ -263,3 +263,40 @@ def _request(step: dict, k: int):
         return peers.PeerRequest(expand(step["prompt"]), **fields)
     except TypeError as e:
         raise NotExpressible(f"step {k}: reference.peers.PeerRequest: {e}") from None
+
+
+class QueueRun:
+    """A free-queue scenario: vLLM's `FreeKVCacheBlockQueue` tests drive the queue alone, so the
+    oracle's own (PEER-VLLM-5: head taken first, blocks joining at either end) is driven call by
+    call: `{"free_queue": [ids], "steps": [{"prepend": [...]}, {"append": [...]}, {"popleft": n},
+    {"remove": id}]}`. Observed after step k: `queue` (head to tail; `prefix: n` its first n),
+    `free_blocks` (its length), `popped` and `popped_count` (what the step took). A block's links
+    are the queue's order; a popped block's own links are not observable."""
+
+    def __init__(self, scenario: dict):
+        queue = peers.FreeQueue(scenario["free_queue"])
+        self.steps = []
+        for k, step in enumerate(scenario["steps"]):
+            popped = []
+            if "prepend" in step:
+                queue.prepend(list(step["prepend"]))
+            elif "append" in step:
+                queue.extend(list(step["append"]))
+            elif "popleft" in step:
+                if step["popleft"] > len(queue):
+                    raise NotExpressible(f"step {k}: popleft of {step['popleft']} from a queue of {len(queue)}")
+                popped = queue.take(step["popleft"])
+            elif "remove" in step:
+                if step["remove"] not in queue:
+                    raise NotExpressible(f"step {k}: block {step['remove']} is not in the queue")
+                queue.remove(step["remove"])
+            elif step:
+                raise NotExpressible(f"step {k}: no free-queue call {sorted(step)}")
+            self.steps.append({"queue": list(queue), "free_blocks": len(queue), "popped": popped,
+                               "popped_count": len(popped)})
+
+    def observe(self, what: dict):
+        step = self.steps[what["step"]]
+        value = step[what["value"]]
+        return value[:what["prefix"]] if "prefix" in what else value
+

@@ -232,6 +232,16 @@ def test_the_suite_catches_a_window_that_needs_a_block_too_many(monkeypatch):
     assert {("test_prefill_hybrid_model", 435), ("test_prefill_hybrid_model_eagle", 693)} <= bad
 
 
+def test_the_suite_catches_a_queue_that_prepends_in_reverse(monkeypatch):
+    """vLLM's free-queue tests drive the oracle's queue alone: prepended blocks that joined the
+    head in reverse order (PEER-VLLM-5 puts the first of them at the head) fail them."""
+    from reference.peer_vllm_keys import FreeQueue
+    prepend = FreeQueue.prepend
+    monkeypatch.setattr(FreeQueue, "prepend", lambda self, blocks: prepend(self, list(reversed(blocks))))
+    vllm = [d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]
+    assert "test_free_kv_cache_block_queue_prepend_n" in {o.test for o in parity.unexplained(parity.evaluate(vllm))}
+
+
 def test_a_paragraph_documents_a_test_only_with_its_file(tmp_path):
     doc = tmp_path / "d.md"
     doc.write_text("`test_prefill` differs (tests/a.py:3).\n\n`test_evict` differs.\n\nsee tests/b.py\n")
