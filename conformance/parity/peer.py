@@ -66,6 +66,11 @@ class Run:
             return
         self.held: dict = {}
         self.steps: list[dict] = []
+        self._events_seen = 0
+        if scenario.get("kv_events"):
+            if not isinstance(self.sim, peers.VllmBlockPool):
+                raise NotExpressible("KV events are read of vLLM's block pool with one KV-cache group only")
+            self.sim.events = []
         for k, step in enumerate(scenario["steps"]):
             try:
                 self.steps.append(self._step(step, k))
@@ -99,6 +104,7 @@ class Run:
                 **self._lookup(request)}
         driven = self._driven(step, k)
         sampled = expand(step.get("sampled", [0]))
+        seen["sampled_many"] = len(sampled) > 1
         if "max_tokens" in step:
             sampled, truncated = self._served(request, sampled, step["max_tokens"], k)
             seen.update(predicted_n=len(sampled), truncated=truncated,
@@ -219,7 +225,26 @@ class Run:
         queue = self.sim.free_queue() if bounded else None
         tokens = getattr(self.sim, "tokens", None)
         return dict(seen, free_queue=queue, free_blocks=None if queue is None else len(queue),
-                    slot_tokens=len(tokens) if tokens is not None else None)
+                    slot_tokens=len(tokens) if tokens is not None else None, **self._pool())
+
+    def _pool(self) -> dict:
+        """vLLM's block pool as its own tests read it after a step (vllm/v1/core/kv_cache_utils.py
+        `KVCacheBlock.ref_cnt` and `block_hash`, block_pool.py `cached_block_hash_to_block` and
+        `take_events`): each block's reference count (the running requests holding it,
+        PEER-VLLM-5), the (group, key) each keyed block holds (a block without one: absent), how
+        many keys the hash map holds, and the KV events the step queued."""
+        sim = self.sim
+        if isinstance(sim, peers.VllmBlockPool):
+            keys = {block: (0, key) for block, key in sim.block_key.items()}
+        elif isinstance(sim, peers.GroupedPool):
+            keys = {block: held[0] for block, held in sim.block_keys.items() if held}
+        else:
+            return {}
+        events = None
+        if sim.__dict__.get("events") is not None:
+            events, self._events_seen = sim.events[self._events_seen:], len(sim.events)
+        return {"pool": {"refs": dict(sim.refs), "keys": keys, "cached_keys": len(sim.key_blocks)},
+                "kv_events": events}
 
     def observe(self, what: dict):
         if "start" in what:                     # whether the profile refuses these settings at start-up
@@ -227,12 +252,91 @@ class Run:
         step, value = self.steps[what["step"]], what.get("value", "cached")
         if value == "prompt_n":                 # llama.cpp timings.prompt_n: the prompt less what was cached
             return step["length"] - step["cached"]
+        if "same_as" in what:                   # a test comparing two of its own observations
+            mine = {key: v for key, v in what.items() if key != "same_as"}
+            return self.observe(mine) == self.observe(what["same_as"])
+        if value in POOL_VALUES:
+            return self._pool_value(what, step, value)
+        if value in EVENT_VALUES:
+            return self._event_value(what, step, value)
         if value not in step or step[value] is None:
             raise NotExpressible(f"step {what['step']} of the {type(self.sim).__name__} simulator has no {value}")
         if "group" in what:                     # one KV-cache group's row of a per-group value
             row = step[value][what["group"]]
             return what["unit"] in row if "unit" in what else row
         return step[value]
+
+    def _pool_value(self, what: dict, step: dict, value: str):
+        """`ref_cnt` (per named block; `distinct`: the set, sorted, as a test's `{b.ref_cnt for
+        ...}`), `keyed` (whether each named block holds a key: `block_hash is not None`),
+        `key_group` (the group of each named block's key, `get_group_id`; None without one),
+        `same_keys` with `as: {"step": s, "blocks": ...}` (whether the named blocks hold the same
+        keys, position by position, as the blocks `as` names held after step s: a test comparing
+        a request's `block_hash` list with one it saved earlier; equality only, PEER-VLLM-1), `cached_keys` (`len(cached_block_hash_to_block)`). `any` on `keyed`:
+        whether any of them holds one."""
+        pool = step.get("pool")
+        if pool is None:
+            raise NotExpressible(f"step {what['step']}: the {type(self.sim).__name__} simulator is not vLLM's block pool")
+        if value == "cached_keys":
+            return pool["cached_keys"]
+        blocks = _pool_blocks(what, self.steps, step)
+        if value == "ref_cnt":
+            counts = [pool["refs"].get(b, 0) for b in blocks]
+            return sorted(set(counts)) if what.get("distinct") else counts
+        if value == "keyed":
+            keyed = [b in pool["keys"] for b in blocks]
+            return any(keyed) if what.get("any") else keyed
+        if value == "same_keys":             # the keys two block lists hold, position by position
+            then = self.steps[what["as"]["step"]]    # the other list's keys as they were after its step
+            other = _pool_blocks(what["as"], self.steps, then)
+            return [pool["keys"].get(b) for b in blocks] == [then["pool"]["keys"].get(b) for b in other]
+        return [pool["keys"][b][0] if b in pool["keys"] else None for b in blocks]
+
+    def _event_value(self, what: dict, step: dict, value: str):
+        """What `take_events()` returns after the step: `kv_events` (their kinds, in order:
+        `stored`, `removed`, `cleared`; `from`/`to` slice them), `kv_event_count`, `kv_event` with `index` and `field` (`kind`; a stored
+        event's `hashes` and `tokens`, the lengths of its block_hashes and token_ids, its
+        `block_size` and `lora`), `removed_stored_at: s` (every key this step's removed events
+        name is one step s stored). A step's request must sample at most one id: vLLM caches
+        a decode's blocks one `allocate_slots` call at a time, and the profile's held request
+        computes its sampled ids at admission."""
+        events = step.get("kv_events")
+        if events is None:
+            raise NotExpressible(f"step {what['step']}: KV events are recorded where the scenario sets kv_events")
+        if step.get("sampled_many"):
+            raise NotExpressible(f"step {what['step']}: its request samples several ids (see _event_value)")
+        if value == "kv_events":
+            return [e.kind for e in events][what.get("from", 0):what.get("to")]
+        if value == "kv_event_count":
+            return len(events)
+        if value == "removed_stored_at":
+            stored = {key for e in self.steps[what["at"]]["kv_events"] if e.kind == "stored" for key in e.keys}
+            return all(key in stored for e in events if e.kind == "removed" for key in e.keys)
+        event = events[what.get("index", -1)]
+        field = what.get("field", "kind")
+        return {"kind": event.kind, "hashes": len(event.keys), "tokens": event.tokens,
+                "block_size": event.block_size, "lora": event.lora}[field]
+
+
+POOL_VALUES = ("ref_cnt", "keyed", "key_group", "same_keys", "cached_keys")
+EVENT_VALUES = ("kv_events", "kv_event_count", "kv_event", "removed_stored_at")
+
+
+def _pool_blocks(what: dict, steps: list, step: dict) -> list:
+    """The blocks an observation names: `blocks` as ids, as the name of one of the step's own
+    block lists (`free_queue`, `blocks`, `hit_blocks`, `new_blocks`), or as `{"step": s,
+    "value": LIST, "from": a, "to": b}`, a slice of step s's list (a test's `block_part1[:3]`)."""
+    named = what.get("blocks")
+    if isinstance(named, str):
+        named = {"step": None, "value": named}
+    if isinstance(named, dict):
+        source = step if named.get("step") is None else steps[named["step"]]
+        if source.get(named["value"]) is None:
+            raise NotExpressible(f"observation {what}: the step has no {named['value']}")
+        return source[named["value"]][named.get("from", 0):named.get("to")]
+    if not isinstance(named, list):
+        raise NotExpressible(f"observation {what}: `blocks` names block ids, a block list or a slice of one")
+    return named
 
 
 def _blocks(run) -> dict:
