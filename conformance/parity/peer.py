@@ -234,6 +234,8 @@ class Run:
         PEER-VLLM-5), the (group, key) each keyed block holds (a block without one: absent), how
         many keys the hash map holds, and the KV events the step queued."""
         sim = self.sim
+        if isinstance(sim, peers.RadixCache):
+            return _tree(sim)
         if isinstance(sim, peers.VllmBlockPool):
             keys = {block: (0, key) for block, key in sim.block_key.items()}
         elif isinstance(sim, peers.GroupedPool):
@@ -316,6 +318,15 @@ class Run:
         field = what.get("field", "kind")
         return {"kind": event.kind, "hashes": len(event.keys), "tokens": event.tokens,
                 "block_size": event.block_size, "lora": event.lora}[field]
+
+
+def _tree(cache) -> dict:
+    """SGLang's radix tree as its own tests read it (python/sglang/srt/mem_cache/radix_cache.py
+    `total_size`, `evictable_size`, `protected_size`): the KV slots the tree holds, and those
+    on nodes a request has locked (`inc_lock_ref`: a running request's matched path, PEER-SGL-5)
+    apart from the rest, which eviction may free."""
+    locked = sum(len(node.key) for node in cache._nodes() if node.locks > 0 and node is not cache.root)
+    return {"total_size": cache.tree_tokens, "protected_size": locked, "evictable_size": cache.tree_tokens - locked}
 
 
 POOL_VALUES = ("ref_cnt", "keyed", "key_group", "same_keys", "cached_keys")
