@@ -104,7 +104,8 @@ class Run:
                 **self._lookup(request)}
         driven = self._driven(step, k)
         sampled = expand(step.get("sampled", [0]))
-        seen["sampled_many"] = len(sampled) > 1
+        seen.update(sampled_many=len(sampled) > 1, request=request,
+                    unit_keys=list(self.sim.keys_of(request)) if hasattr(self.sim, "keys_of") else None)
         if "max_tokens" in step:
             sampled, truncated = self._served(request, sampled, step["max_tokens"], k)
             seen.update(predicted_n=len(sampled), truncated=truncated,
@@ -338,6 +339,8 @@ def _pool_blocks(what: dict, steps: list, step: dict) -> list:
     block lists (`free_queue`, `blocks`, `hit_blocks`, `new_blocks`), or as `{"step": s,
     "value": LIST, "from": a, "to": b}`, a slice of step s's list (a test's `block_part1[:3]`)."""
     named = what.get("blocks")
+    if isinstance(named, dict) and "cached" in named:     # get_cached_block(block_hashes[i], [g])
+        return _holders(named, steps, step)
     if isinstance(named, str):
         named = {"step": None, "value": named}
     if isinstance(named, dict):
@@ -348,6 +351,21 @@ def _pool_blocks(what: dict, steps: list, step: dict) -> list:
     if not isinstance(named, list):
         raise NotExpressible(f"observation {what}: `blocks` names block ids, a block list or a slice of one")
     return named
+
+
+def _holders(named: dict, steps: list, step: dict) -> list:
+    """`{"cached": [g, i], "request": s}`: the block that holds group g's key of hash unit i of
+    step s's request after the step (vLLM's `get_cached_block(req.block_hashes[i], [g])[0]`)."""
+    (g, unit), request = named["cached"], steps[named["request"]].get("request")
+    keys = step["pool"]["keys"]
+    units = steps[named["request"]]["unit_keys"] if request is not None else []
+    if unit >= len(units):
+        raise NotExpressible(f"step {named['request']}'s request has no hash unit {unit}")
+    holders = [block for block, key in keys.items() if key == (g, units[unit])]
+    if len(holders) != 1:
+        raise NotExpressible(f"{len(holders)} blocks hold group {g}'s key of hash unit {unit}: get_cached_block "
+                             "returns the one cached first, which the snapshot does not order")
+    return holders
 
 
 def _blocks(run) -> dict:
