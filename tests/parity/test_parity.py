@@ -448,3 +448,48 @@ def test_the_suite_catches_a_broken_slot_size(monkeypatch, fault, what):
     monkeypatch.setattr(oracle, "slot_sizes", broken)
     bad = [o for o in parity.unexplained(parity.evaluate(_edge_llm())) if o.test == "ReportsExactBytesPerSlot"]
     assert [o.what for o in bad] == [what], fault
+
+
+def test_the_suite_catches_a_hit_that_takes_no_reference(monkeypatch):
+    """vLLM's tests read each block's reference count (`ref_cnt`: the running requests holding
+    it): a pool that counts a hit block once however many requests hold it fails them."""
+    import reference.peer_vllm as peer_vllm
+    admit = peer_vllm.VllmBlockPool.admit
+
+    def held_once(self, request, sampled=()):
+        run = admit(self, request, sampled)
+        for block in (run.blocks[:run.hits] if run is not None else ()):
+            self.refs[block] = 1
+        return run
+    monkeypatch.setattr(peer_vllm.VllmBlockPool, "admit", held_once)
+    vllm = [d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]
+    bad = {(o.test, o.line) for o in parity.unexplained(parity.evaluate(vllm))}
+    assert {("test_prefill", 295), ("test_prefill_plp", 1230)} <= bad
+
+
+def test_the_suite_catches_an_eviction_without_its_event(monkeypatch):
+    """test_kv_cache_events reads the KV events the pool queues: a pool whose evictions queue no
+    BlockRemoved fails it."""
+    import reference.peer_vllm as peer_vllm
+    take = peer_vllm.VllmBlockPool._take
+
+    def silent(self, blocks, count):
+        queued = len(self.events) if self.events is not None else 0
+        take(self, blocks, count)
+        if self.events is not None:
+            del self.events[queued:]
+    monkeypatch.setattr(peer_vllm.VllmBlockPool, "_take", silent)
+    vllm = [d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]
+    bad = {(o.test, o.line) for o in parity.unexplained(parity.evaluate(vllm))}
+    assert {("test_kv_cache_events", 2105), ("test_kv_cache_events", 2107)} <= bad
+
+
+def test_the_suite_catches_a_tree_size_that_forgets_inner_nodes(monkeypatch):
+    """SGLang's tests read the tree's size (`total_size`): a tree that counted only its leaves'
+    tokens, losing a node split off above them, fails them."""
+    import reference.peer_sglang as peer_sglang
+    leaves = property(lambda self: sum(len(n.key) for n in self._nodes() if not n.children))
+    monkeypatch.setattr(peer_sglang.RadixCache, "tree_tokens", leaves)
+    sglang = [d for d in parity.load(SUITE) if d["runtime"] == "SGLang"]
+    bad = {(o.test, o.line) for o in parity.unexplained(parity.evaluate(sglang))}
+    assert ("test_advanced_prefix_match_with_node_splits", 542) in bad
