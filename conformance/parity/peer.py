@@ -39,6 +39,12 @@ test makes after the hit, in place of the scheduler's steps; a lookup's `without
 group g's key of hash unit i) takes keys out of the pool's hash map for that lookup, as the tests
 pop them by hand. A scenario with `start_only` and no steps is a start-up: `{"start":
 "refused"}` observes whether the profile refuses its settings.
+
+What vLLM's tests read of the pool itself (PEER-VLLM-4/5): `ref_cnt`, `keyed`, `key_group`,
+`same_keys` and `cached_keys` of the blocks an observation names, and with `kv_events: true` the
+KV events each step queues (`kv_events`, `kv_event_count`, `kv_event`, `removed_stored_at`).
+SGLang's tree: `total_size`, `evictable_size`, `protected_size`. `same_as` compares two
+observations of the scenario, as a test compares two of its own values.
 """
 from __future__ import annotations
 
