@@ -71,6 +71,7 @@ class Run:
             self.held, self.steps = {}, []
             return
         self.held: dict = {}
+        self._feedable: dict = {}
         self.steps: list[dict] = []
         self._events_seen = 0
         if scenario.get("kv_events"):
@@ -120,6 +121,8 @@ class Run:
             run = self._hold(request, sampled, k, step.get("add_tokens"), driven)
             if run is not None:
                 self.held[step["hold"]] = run
+                if driven == "prompt":             # the ids grow steps may feed: all sampled but the last
+                    self._feedable[step["hold"]] = len(request.ids) + len(sampled) - 1
             return self._state(admitted=run is not None, **_blocks(run), **seen, **self._kept(request))
         if not step.get("commit", True):
             return self._state(**seen)
@@ -163,8 +166,9 @@ class Run:
         group's hit blocks, the shared-prefix junction) and where the scheduler ends the first
         prefill step, read before the request changes the cache."""
         if not self._grouped():
-            plain = isinstance(self.sim, peers.VllmBlockPool)
-            return {"block_keys": len(self.sim.keys_of(request))} if plain else {}
+            if not isinstance(self.sim, peers.VllmBlockPool):
+                return {}
+            return {"block_keys": len(self.sim.keys_of(request)), "hit_count": self.sim.hit_blocks(request)}
         _, junction, hits = self.sim.lookup_blocks(request)
         return {"junction": junction, "block_keys": len(self.sim.keys_of(request)), "group_hit_blocks": hits,
                 "group_hit_counts": [len(h) for h in hits], "first_step": self.sim.first_step_end(request)}
@@ -180,6 +184,11 @@ class Run:
         for the request after its hit, in place of the scheduler's steps (vLLM's groups only)."""
         if "allocate" not in step:
             return None
+        if isinstance(self.sim, peers.VllmBlockPool) and "hold" in step:
+            if list(step["allocate"]) != [len(expand(step["prompt"]))]:
+                raise NotExpressible(f"step {k}: on one full-attention group the first allocate_slots call "
+                                     "computes the prompt; later ones are grow steps")
+            return "prompt"
         if not self._grouped():
             raise NotExpressible(f"step {k}: allocate_slots calls given by hand are defined for vLLM's "
                                  "KV-cache groups only")
@@ -197,6 +206,8 @@ class Run:
     def _hold(self, request, sampled, k: int, add_tokens=None, driven=None):
         if not hasattr(self.sim, "hold"):
             raise NotExpressible(f"step {k}: the {type(self.sim).__name__} simulator runs one request at a time")
+        if driven == "prompt":                  # the prompt only: its sampled ids are fed by grow steps
+            return self.sim.admit(request, sampled)
         if driven is not None:
             return self.sim.hold(request, sampled, driven)
         if add_tokens is None:
@@ -206,11 +217,30 @@ class Run:
         return self.sim.hold(request, sampled, add_tokens)
 
     def _grow(self, step: dict, k: int) -> dict:
+        if isinstance(self.sim, peers.VllmBlockPool) and "allocate" in step:
+            return self._fed(step, k)
         run = self.held.get(step["grow"])
         if run is None or not isinstance(self.sim, peers.TrtllmBlockPool):
             raise NotExpressible(f"step {k}: no held TensorRT-LLM request named {step['grow']!r}")
         self.sim.extend(run, expand(step.get("sampled", [])), step.get("add_tokens", 0))
         return self._state(**_blocks(run))
+
+    def _fed(self, step: dict, k: int) -> dict:
+        """`{"grow": NAME, "allocate": n}` on vLLM's one-group pool: n of the held request's sampled
+        ids fed back through one `allocate_slots` call, as test_decode does after
+        `append_output_token_ids` (PEER-VLLM-4, -5: a block taken when a token starts one, a block
+        keyed when it fills). Observed: `allocated` (the blocks the call took), the request's
+        `blocks`, and `block_keys` (`len(request.block_hashes)`: the full blocks of its tokens)."""
+        run = self.held.get(step["grow"])
+        limit = self._feedable.get(step["grow"], 0)
+        if run is None or run.computed + step["allocate"] > limit:
+            raise NotExpressible(f"step {k}: no held request named {step['grow']!r} admitted with its prompt "
+                                 f"alone and {step['allocate']} sampled ids left to feed")
+        before = len(run.blocks)
+        for _ in range(step["allocate"]):
+            self.sim.feed(run)
+        full = min(run.computed // self.sim.B, len(run.keys))
+        return self._state(**_blocks(run), allocated=len(run.blocks) - before, block_keys=full, sampled_many=True)
 
     def _release(self, step: dict, k: int) -> dict:
         run = self.held.pop(step["release"], None)
@@ -264,6 +294,8 @@ class Run:
         if "same_as" in what:                   # a test comparing two of its own observations
             mine = {key: v for key, v in what.items() if key != "same_as"}
             return self.observe(mine) == self.observe(what["same_as"])
+        if value == "extra_keys":
+            return _extra_keys(step, what)
         if value in POOL_VALUES:
             return self._pool_value(what, step, value)
         if value in EVENT_VALUES:
@@ -357,6 +389,24 @@ def _pool_blocks(what: dict, steps: list, step: dict) -> list:
     if not isinstance(named, list):
         raise NotExpressible(f"observation {what}: `blocks` names block ids, a block list or a slice of one")
     return named
+
+
+def _extra_keys(step: dict, what: dict):
+    """PEER-VLLM-2's extra keys of block `block` of the step's request (or of the tokens `tokens`:
+    [start, end)), as vLLM's `generate_block_hash_extra_keys` lists them: each image overlapping
+    it as [hash, offset from the start], then a non-empty salt where it starts at token 0; None
+    when there are none. An adapter's key is the kit's own (name and path) and not listed."""
+    request = step.get("request")
+    if request is None or request.lora is not None:
+        raise NotExpressible(f"observation {what}: extra keys of a request without a LoRA adapter")
+    if "tokens" in what:
+        start, end = what["tokens"]
+        block, size = (0, 1) if start == 0 else (1, start)   # vllm_extra_keys reads blocks: block 1 of size `start`
+    else:
+        block, size, end = what["block"], what["block_size"], None
+    keys = peers.vllm_extra_keys(request, block, size, end if end is not None else (block + 1) * size)
+    out = [[k[1], k[2]] if k[0] == "mm" else k[1] for k in keys if k[0] in ("mm", "cache_salt")]
+    return out or None
 
 
 def _holders(named: dict, steps: list, step: dict) -> list:

@@ -493,3 +493,18 @@ def test_the_suite_catches_a_tree_size_that_forgets_inner_nodes(monkeypatch):
     sglang = [d for d in parity.load(SUITE) if d["runtime"] == "SGLang"]
     bad = {(o.test, o.line) for o in parity.unexplained(parity.evaluate(sglang))}
     assert ("test_advanced_prefix_match_with_node_splits", 542) in bad
+
+
+def test_the_suite_catches_image_offsets_from_the_prompt_start(monkeypatch):
+    """vLLM's tests read the extra keys each block hashes (PEER-VLLM-2: an image's offset from the
+    block's first token): offsets counted from the prompt's start fail them."""
+    from conformance.judge import peer_oracle
+    extra = peer_oracle.vllm_extra_keys
+
+    def from_prompt_start(request, block, block_size, end=None):
+        return tuple(("mm", k[1], k[2] + block * block_size) if k[0] == "mm" else k
+                     for k in extra(request, block, block_size, end))
+    monkeypatch.setattr(peer_oracle, "vllm_extra_keys", from_prompt_start)
+    vllm = [d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]
+    bad = {(o.test, o.line) for o in parity.unexplained(parity.evaluate(vllm))}
+    assert {("test_mm_prefix_caching", 1733), ("test_generate_block_hash_extra_keys", 830)} <= bad
