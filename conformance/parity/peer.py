@@ -393,19 +393,22 @@ def _pool_blocks(what: dict, steps: list, step: dict) -> list:
 
 def _extra_keys(step: dict, what: dict):
     """PEER-VLLM-2's extra keys of block `block` of the step's request (or of the tokens `tokens`:
-    [start, end)), as vLLM's `generate_block_hash_extra_keys` lists them: each image overlapping
-    it as [hash, offset from the start], then a non-empty salt where it starts at token 0; None
-    when there are none. An adapter's key is the kit's own (name and path) and not listed."""
+    [start, end)), in the order vLLM's `generate_block_hash_extra_keys` lists them: the adapter
+    (the kit's key: [name, path]), each image overlapping the range as [hash, offset from its
+    start], a non-empty salt where the range starts at token 0; None when there are none. What
+    they hash to is the kit's own (PEER-VLLM-1)."""
     request = step.get("request")
-    if request is None or request.lora is not None:
-        raise NotExpressible(f"observation {what}: extra keys of a request without a LoRA adapter")
+    if request is None:
+        raise NotExpressible(f"observation {what}: the step sends no request")
     if "tokens" in what:
         start, end = what["tokens"]
         block, size = (0, 1) if start == 0 else (1, start)   # vllm_extra_keys reads blocks: block 1 of size `start`
     else:
-        block, size, end = what["block"], what["block_size"], None
-    keys = peers.vllm_extra_keys(request, block, size, end if end is not None else (block + 1) * size)
-    out = [[k[1], k[2]] if k[0] == "mm" else k[1] for k in keys if k[0] in ("mm", "cache_salt")]
+        block, size = what["block"], what["block_size"]
+        end = (block + 1) * size
+    keys = peers.vllm_extra_keys(request, block, size, end)
+    form = {"lora": lambda k: [k[1], k[2]], "mm": lambda k: [k[1], k[2]], "cache_salt": lambda k: k[1]}
+    out = [form[kind](k) for kind in ("lora", "mm", "cache_salt") for k in keys if k[0] == kind]
     return out or None
 
 
