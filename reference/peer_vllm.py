@@ -279,15 +279,16 @@ class VllmBlockPool:
             return
         new = [] if self.trace is not None else None
         block_key, key_blocks = self.block_key, self.key_blocks
-        stored = []
+        stored = [] if self.events is not None else None
         for i, block, key in zip(range(run.seen, full), run.blocks[run.seen:full], run.keys[run.seen:full]):
             if block not in block_key:
                 block_key[block] = key
                 key_blocks.setdefault(key, []).append(block)
-                stored.append(key)
+                if stored is not None:
+                    stored.append(key)
                 if new is not None:
                     new.append(i)
-        if self.events is not None and stored:        # block_pool.py cache_full_blocks: one BlockStored
+        if stored:                                     # block_pool.py cache_full_blocks: one BlockStored
             self.events.append(KvEvent("stored", tuple(stored), len(stored) * self.B, self.B, run.lora))
         run.seen = full
         if new:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from ..judge import peer_oracle as peers
 
+from . import pool_views as views
 from .engine import NotExpressible, expand
 
 REQUEST_FIELDS = ("lora", "lora_path", "salt", "extra_key", "skip_prefix_cache", "retention", "token_extra_ids")
@@ -265,25 +266,9 @@ class Run:
                     slot_tokens=len(tokens) if tokens is not None else None, **self._pool())
 
     def _pool(self) -> dict:
-        """vLLM's block pool as its own tests read it after a step (vllm/v1/core/kv_cache_utils.py
-        `KVCacheBlock.ref_cnt` and `block_hash`, block_pool.py `cached_block_hash_to_block` and
-        `take_events`): each block's reference count (the running requests holding it,
-        PEER-VLLM-5), the (group, key) each keyed block holds (a block without one: absent), how
-        many keys the hash map holds, and the KV events the step queued."""
-        sim = self.sim
-        if isinstance(sim, peers.RadixCache):
-            return _tree(sim)
-        if isinstance(sim, peers.VllmBlockPool):
-            keys = {block: (0, key) for block, key in sim.block_key.items()}
-        elif isinstance(sim, peers.GroupedPool):
-            keys = {block: held[0] for block, held in sim.block_keys.items() if held}
-        else:
-            return {}
-        events = None
-        if sim.__dict__.get("events") is not None:
-            events, self._events_seen = sim.events[self._events_seen:], len(sim.events)
-        return {"pool": {"refs": dict(sim.refs), "keys": keys, "cached_keys": len(sim.key_blocks)},
-                "kv_events": events}
+        """What the step leaves of the pool or tree itself (pool_views.snapshot)."""
+        seen, self._events_seen = views.snapshot(self.sim, self._events_seen)
+        return seen
 
     def observe(self, what: dict):
         if "start" in what:                     # whether the profile refuses these settings at start-up
@@ -295,136 +280,17 @@ class Run:
             mine = {key: v for key, v in what.items() if key != "same_as"}
             return self.observe(mine) == self.observe(what["same_as"])
         if value == "extra_keys":
-            return _extra_keys(step, what)
-        if value in POOL_VALUES:
-            return self._pool_value(what, step, value)
-        if value in EVENT_VALUES:
-            return self._event_value(what, step, value)
+            return views.extra_keys(step, what)
+        if value in views.POOL_VALUES:
+            return views.pool_value(what, self.steps, value)
+        if value in views.EVENT_VALUES:
+            return views.event_value(what, self.steps, value)
         if value not in step or step[value] is None:
             raise NotExpressible(f"step {what['step']} of the {type(self.sim).__name__} simulator has no {value}")
         if "group" in what:                     # one KV-cache group's row of a per-group value
             row = step[value][what["group"]]
             return what["unit"] in row if "unit" in what else row
         return step[value]
-
-    def _pool_value(self, what: dict, step: dict, value: str):
-        """`ref_cnt` (per named block; `distinct`: the set, sorted, as a test's `{b.ref_cnt for
-        ...}`), `keyed` (whether each named block holds a key: `block_hash is not None`),
-        `key_group` (the group of each named block's key, `get_group_id`; None without one),
-        `same_keys` with `as: {"step": s, "blocks": ...}` (whether the named blocks hold the same
-        keys, position by position, as the blocks `as` names held after step s: a test comparing
-        a request's `block_hash` list with one it saved earlier; equality only, PEER-VLLM-1), `cached_keys` (`len(cached_block_hash_to_block)`). `any` on `keyed`:
-        whether any of them holds one."""
-        pool = step.get("pool")
-        if pool is None:
-            raise NotExpressible(f"step {what['step']}: the {type(self.sim).__name__} simulator is not vLLM's block pool")
-        if value == "cached_keys":
-            return pool["cached_keys"]
-        blocks = _pool_blocks(what, self.steps, step)
-        if value == "ref_cnt":
-            counts = [pool["refs"].get(b, 0) for b in blocks]
-            return sorted(set(counts)) if what.get("distinct") else counts
-        if value == "keyed":
-            keyed = [b in pool["keys"] for b in blocks]
-            return any(keyed) if what.get("any") else keyed
-        if value == "same_keys":             # the keys two block lists hold, position by position
-            then = self.steps[what["as"]["step"]]    # the other list's keys as they were after its step
-            other = _pool_blocks(what["as"], self.steps, then)
-            return [pool["keys"].get(b) for b in blocks] == [then["pool"]["keys"].get(b) for b in other]
-        return [pool["keys"][b][0] if b in pool["keys"] else None for b in blocks]
-
-    def _event_value(self, what: dict, step: dict, value: str):
-        """What `take_events()` returns after the step: `kv_events` (their kinds, in order:
-        `stored`, `removed`, `cleared`; `from`/`to` slice them), `kv_event_count`, `kv_event` with `index` and `field` (`kind`; a stored
-        event's `hashes` and `tokens`, the lengths of its block_hashes and token_ids, its
-        `block_size` and `lora`), `removed_stored_at: s` (every key this step's removed events
-        name is one step s stored). A step's request must sample at most one id: vLLM caches
-        a decode's blocks one `allocate_slots` call at a time, and the profile's held request
-        computes its sampled ids at admission."""
-        events = step.get("kv_events")
-        if events is None:
-            raise NotExpressible(f"step {what['step']}: KV events are recorded where the scenario sets kv_events")
-        if step.get("sampled_many"):
-            raise NotExpressible(f"step {what['step']}: its request samples several ids (see _event_value)")
-        if value == "kv_events":
-            return [e.kind for e in events][what.get("from", 0):what.get("to")]
-        if value == "kv_event_count":
-            return len(events)
-        if value == "removed_stored_at":
-            stored = {key for e in self.steps[what["at"]]["kv_events"] if e.kind == "stored" for key in e.keys}
-            return all(key in stored for e in events if e.kind == "removed" for key in e.keys)
-        event = events[what.get("index", -1)]
-        field = what.get("field", "kind")
-        return {"kind": event.kind, "hashes": len(event.keys), "tokens": event.tokens,
-                "block_size": event.block_size, "lora": event.lora}[field]
-
-
-def _tree(cache) -> dict:
-    """SGLang's radix tree as its own tests read it (python/sglang/srt/mem_cache/radix_cache.py
-    `total_size`, `evictable_size`, `protected_size`): the KV slots the tree holds, and those
-    on nodes a request has locked (`inc_lock_ref`: a running request's matched path, PEER-SGL-5)
-    apart from the rest, which eviction may free."""
-    locked = sum(len(node.key) for node in cache._nodes() if node.locks > 0 and node is not cache.root)
-    return {"total_size": cache.tree_tokens, "protected_size": locked, "evictable_size": cache.tree_tokens - locked}
-
-
-POOL_VALUES = ("ref_cnt", "keyed", "key_group", "same_keys", "cached_keys")
-EVENT_VALUES = ("kv_events", "kv_event_count", "kv_event", "removed_stored_at")
-
-
-def _pool_blocks(what: dict, steps: list, step: dict) -> list:
-    """The blocks an observation names: `blocks` as ids, as the name of one of the step's own
-    block lists (`free_queue`, `blocks`, `hit_blocks`, `new_blocks`), or as `{"step": s,
-    "value": LIST, "from": a, "to": b}`, a slice of step s's list (a test's `block_part1[:3]`)."""
-    named = what.get("blocks")
-    if isinstance(named, dict) and "cached" in named:     # get_cached_block(block_hashes[i], [g])
-        return _holders(named, steps, step)
-    if isinstance(named, str):
-        named = {"step": None, "value": named}
-    if isinstance(named, dict):
-        source = step if named.get("step") is None else steps[named["step"]]
-        if source.get(named["value"]) is None:
-            raise NotExpressible(f"observation {what}: the step has no {named['value']}")
-        return source[named["value"]][named.get("from", 0):named.get("to")]
-    if not isinstance(named, list):
-        raise NotExpressible(f"observation {what}: `blocks` names block ids, a block list or a slice of one")
-    return named
-
-
-def _extra_keys(step: dict, what: dict):
-    """PEER-VLLM-2's extra keys of block `block` of the step's request (or of the tokens `tokens`:
-    [start, end)), in the order vLLM's `generate_block_hash_extra_keys` lists them: the adapter
-    (the kit's key: [name, path]), each image overlapping the range as [hash, offset from its
-    start], a non-empty salt where the range starts at token 0; None when there are none. What
-    they hash to is the kit's own (PEER-VLLM-1)."""
-    request = step.get("request")
-    if request is None:
-        raise NotExpressible(f"observation {what}: the step sends no request")
-    if "tokens" in what:
-        start, end = what["tokens"]
-        block, size = (0, 1) if start == 0 else (1, start)   # vllm_extra_keys reads blocks: block 1 of size `start`
-    else:
-        block, size = what["block"], what["block_size"]
-        end = (block + 1) * size
-    keys = peers.vllm_extra_keys(request, block, size, end)
-    form = {"lora": lambda k: [k[1], k[2]], "mm": lambda k: [k[1], k[2]], "cache_salt": lambda k: k[1]}
-    out = [form[kind](k) for kind in ("lora", "mm", "cache_salt") for k in keys if k[0] == kind]
-    return out or None
-
-
-def _holders(named: dict, steps: list, step: dict) -> list:
-    """`{"cached": [g, i], "request": s}`: the block that holds group g's key of hash unit i of
-    step s's request after the step (vLLM's `get_cached_block(req.block_hashes[i], [g])[0]`)."""
-    (g, unit), request = named["cached"], steps[named["request"]].get("request")
-    keys = step["pool"]["keys"]
-    units = steps[named["request"]]["unit_keys"] if request is not None else []
-    if unit >= len(units):
-        raise NotExpressible(f"step {named['request']}'s request has no hash unit {unit}")
-    holders = [block for block, key in keys.items() if key == (g, units[unit])]
-    if len(holders) != 1:
-        raise NotExpressible(f"{len(holders)} blocks hold group {g}'s key of hash unit {unit}: get_cached_block "
-                             "returns the one cached first, which the snapshot does not order")
-    return holders
 
 
 def _blocks(run) -> dict:
