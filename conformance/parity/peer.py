@@ -44,7 +44,8 @@ What vLLM's tests read of the pool itself (PEER-VLLM-4/5): `ref_cnt`, `keyed`, `
 `same_keys` and `cached_keys` of the blocks an observation names, and with `kv_events: true` the
 KV events each step queues (`kv_events`, `kv_event_count`, `kv_event`, `removed_stored_at`).
 SGLang's tree: `total_size`, `evictable_size`, `protected_size`. `same_as` compares two
-observations of the scenario, as a test compares two of its own values.
+observations of the scenario, as a test compares two of its own values; `len` reads the length
+of the list an observation names (pool_views.py answers the pool's and the tree's).
 """
 from __future__ import annotations
 
@@ -276,6 +277,8 @@ class Run:
         step, value = self.steps[what["step"]], what.get("value", "cached")
         if value == "prompt_n":                 # llama.cpp timings.prompt_n: the prompt less what was cached
             return step["length"] - step["cached"]
+        if what.get("len"):                     # a test's len(...) of a list it reads
+            return len(self.observe({key: v for key, v in what.items() if key != "len"}))
         if "same_as" in what:                   # a test comparing two of its own observations
             mine = {key: v for key, v in what.items() if key != "same_as"}
             return self.observe(mine) == self.observe(what["same_as"])
