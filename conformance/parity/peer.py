@@ -284,6 +284,8 @@ class Run:
             return self.observe(mine) == self.observe(what["same_as"])
         if value == "extra_keys":
             return views.extra_keys(step, what)
+        if value == "same_unit_key":            # block_hashes1[i] == block_hashes2[i]: which keys agree
+            return views.same_unit_key(what, self.steps)
         if value in views.POOL_VALUES:
             return views.pool_value(what, self.steps, value)
         if value in views.EVENT_VALUES:

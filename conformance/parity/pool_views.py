@@ -144,6 +144,17 @@ def extra_keys(step: dict, what: dict):
     return out or None
 
 
+def same_unit_key(what: dict, steps: list) -> bool:
+    """`{"step": s, "value": "same_unit_key", "unit": i, "as": t}`: whether the requests of steps
+    s and t have the same key for hash unit i (a test comparing `block_hashes[i]` of two
+    requests; PEER-VLLM-1 says which blocks share a key, not its bits)."""
+    mine, theirs = steps[what["step"]].get("unit_keys"), steps[what["as"]].get("unit_keys")
+    unit = what["unit"]
+    if mine is None or theirs is None or unit >= min(len(mine), len(theirs)):
+        raise NotExpressible(f"observation {what}: both requests need a key for hash unit {unit}")
+    return mine[unit] == theirs[unit]
+
+
 def _holders(named: dict, steps: list, step: dict) -> list:
     """`{"cached": [g, i], "request": s}`: the block that holds group g's key of hash unit i of
     step s's request after the step (vLLM's `get_cached_block(req.block_hashes[i], [g])[0]`)."""
