@@ -58,9 +58,11 @@ MIN_JUDGED = {"p128-vision-lora-b4": 104, "p16-hybrid-lora": 96, "p4-text-b1": 7
 # collision it looks for is one of 16-bit digests, which the page size does not change: the P = 4
 # and P = 16 engines run it in the default tests, `-m slow` each engine.
 SHARDS = 3
-SHARD = {"p128-phi3-mini-lora-b4": 1, "p128-vision-lora-b4": 2, "p128-phi3-vision-auto": 3}
+SHARD = {"p128-phi3-mini-lora-b4": 1, "p128-phi3-vision-auto": 2, "p128-vision-lora-b4": 3}
 OUT_OF_SHARDS = "sections/id/distinct-pages-birthday"
-MIN_JUDGED_IN_SHARD = {"p128-phi3-mini-lora-b4": 28, "p128-vision-lora-b4": 40, "p128-phi3-vision-auto": 22}
+MIN_JUDGED_IN_SHARD = {"p128-phi3-mini-lora-b4": 28, "p128-phi3-vision-auto": 31, "p128-vision-lora-b4": 36}
+# Sections with a PASS in each shard (measured; shard 3 has 7 on every one of the three engines)
+MIN_SECTIONS_IN_SHARD = {"p128-phi3-mini-lora-b4": 8, "p128-phi3-vision-auto": 8, "p128-vision-lora-b4": 7}
 
 
 def _conformance_params():
@@ -120,10 +122,10 @@ def test_the_bundled_backend_is_conformant_on_each_fixed_engine(name, shard, eng
     doc = report(tmp_path / "r")
     assert code == 0 and doc["summary"]["headline"] == "CONFORMANT", capsys.readouterr().out[-3000:]
     assert doc["summary"]["judged"] >= (MIN_JUDGED_IN_SHARD[name] if shard else MIN_JUDGED[name])
-    if shard:                                   # exactly the shard's cases, passing in 8 sections or more
+    if shard:                                   # exactly the shard's cases, passing in 7 or 8 sections or more
         mine = [c for k, c in enumerate(c for c in discover() if c.id != OUT_OF_SHARDS) if in_shard(k, (shard, SHARDS))]
         assert [c["id"] for c in doc["cases"]] == [c.id for c in mine]
-        assert len({c["section"] for c in doc["cases"] if c["verdict"] == "PASS"}) >= 8
+        assert len({c["section"] for c in doc["cases"] if c["verdict"] == "PASS"}) >= MIN_SECTIONS_IN_SHARD[name]
     unsupported = [c for c in doc["cases"] if c["verdict"] == "NOT_SUPPORTED"]
     assert all(c["reason"].startswith(("cannot be expressed on this engine: ", "the backend does not declare"))
                for c in unsupported)
