@@ -91,7 +91,9 @@ def variant(settings: dict, switches) -> object:
             return now
 
     s = peer_oracle.check_settings("sglang-radix", settings)
-    sim = Variant(s["page_size"], s["pool_tokens"], s["radix_cache"], version=s["version"], eagle=s["eagle"])
+    sim = Variant(s["page_size"], s["pool_tokens"], s["radix_cache"], version=s["version"], eagle=s["eagle"],
+                  sliding_window=s["sliding_window"], swa_eviction_interval=s["swa_eviction_interval"],
+                  mamba=s["mamba"])
     if "no_prompt_split" in on:
         sim.split_prompt = False
     if "whole_demand" in on:
