@@ -72,12 +72,12 @@ def variant(settings: dict, switches) -> object:
                 upper.touched = child.touched    # the old reading: one clock value for the whole walk
             return upper
 
-        def _insert(self, namespace, ids, computed=None):
+        def _insert(self, namespace, ids, computed=None, why=()):
             if "split_tie" not in on:
-                return super()._insert(namespace, ids, computed)
+                return super()._insert(namespace, ids, computed, why)
             self._frozen = 0                     # the old reading: the new leaf gets the walk's own value
             try:
-                return super()._insert(namespace, ids, computed)
+                return super()._insert(namespace, ids, computed, why)
             finally:
                 self._frozen = None
 
