@@ -93,7 +93,7 @@ class RadixCache:
         self.P, self.on, self.eagle = page_size, radix_cache, eagle
         self.pool = None if pool_tokens is None else page_size * (pool_tokens // page_size)   # whole pages
         rel = sglang_release(version)
-        check_hybrid(sliding_window, swa_eviction_interval, mamba, self.pool, eagle, page_size, rel)
+        check_hybrid(sliding_window, swa_eviction_interval, mamba, eagle, page_size, rel)
         self.W, self.I, self.mamba = sliding_window, swa_eviction_interval, mamba
         self.hybrid = sliding_window is not None or mamba
         self.shortfall, self.split_prompt = rel >= SHORTFALL_SINCE, rel >= PROMPT_SPLIT_SINCE
@@ -244,6 +244,10 @@ class RadixCache:
         asked = ()
         if self.trace is not None and (free < demand or (self.P > 1 and free < demand + self.P)):
             asked = (self._traced_demand(what, demand, need, free),)
+        if free < demand and self.hybrid:
+            raise PeerProfileError(f"sglang-radix: {what} asks for {demand} slots with {free} free: an eviction on a "
+                                   "sliding-window or Mamba model is not defined by the profile (SGLang evicts window "
+                                   "KV and Mamba states from lists of their own)")
         if free < demand:
             target = demand - free if self.shortfall else demand
             if self.trace is not None:

@@ -18,8 +18,9 @@ rebuilt. A Mamba state exists only where a finished request's cached sequence en
 
 The tree itself, its walks and splits are reference/peer_sglang.py's; this module is the part
 that decides where a match may end and what an insert marks. Not defined here
-(PeerProfileError): a bounded pool beside either (SGLang then evicts the window KV and the Mamba
-states from lists of their own, swa.py `_evict_device_next_node`, mamba.py), EAGLE beside either,
+(PeerProfileError): an eviction beside either (a pool of `pool_tokens` is fine while nothing has
+to be evicted from it; SGLang evicts the window KV and the Mamba states from lists of their own,
+swa.py `_evict_device_next_node`, mamba.py), EAGLE beside either,
 both at once (a Mamba checkpoint then holds the window behind it, `swa_retain_floor`), Mamba
 with pages of more than one id (SGLang needs its extra buffer then, which writes states on a
 grid: mamba.py `__init__` asserts `page_size == 1` without it), and releases before 0.5.23.
@@ -34,7 +35,7 @@ INTERVAL = 128
 """SGLANG_SWA_EVICTION_INTERVAL's default (environ.py): the ids a window slides before it is freed."""
 
 
-def check_hybrid(window, interval, mamba: bool, pool, eagle: bool, page_size: int, release: tuple) -> None:
+def check_hybrid(window, interval, mamba: bool, eagle: bool, page_size: int, release: tuple) -> None:
     """PeerProfileError for a combination the profile does not define (the module docstring)."""
     if window is None and not mamba:
         return
@@ -42,9 +43,6 @@ def check_hybrid(window, interval, mamba: bool, pool, eagle: bool, page_size: in
     if window is not None and mamba:
         raise PeerProfileError("sglang-radix: a sliding window and Mamba layers together are not defined by the "
                                "profile (a Mamba checkpoint holds the window behind it: swa_retain_floor)")
-    if pool is not None:
-        raise PeerProfileError(f"sglang-radix: {what} with pool_tokens set is not defined by the profile (SGLang "
-                               "evicts window KV and Mamba states from lists of their own): leave pool_tokens unset")
     if eagle:
         raise PeerProfileError(f"sglang-radix: {what} with EAGLE is not defined by the profile")
     if mamba and page_size != 1:

@@ -43,8 +43,9 @@ class RadixCache:
     Mamba one (`mamba`: PEER-SGL-13) keeps beside each node's KV whether its window KV is still
     there and whether a Mamba state ends at it (SGLang 0.5.23's UnifiedRadixCache components):
     a hit stops at the deepest point where the window can be rebuilt or a state exists. Neither
-    is served with a bounded pool, EAGLE or each other, nor Mamba with pages of more than one id
-    (the profile does not say what SGLang does there)."""
+    is served with EAGLE or each other, nor Mamba with pages of more than one id (the profile does
+    not say what SGLang does there); a pool evicts as on full attention, which the profile leaves
+    undefined for these models."""
     settings = {"page_size": 1, "pool_tokens": None, "radix_cache": True, "version": "0.5.23", "eagle": False,
                 "sliding_window": None, "swa_eviction_interval": 128, "mamba": False}
 
@@ -55,10 +56,10 @@ class RadixCache:
         self.release = release_of(version)
         self.window, self.interval, self.mamba = sliding_window, swa_eviction_interval, mamba
         self.hybrid = sliding_window is not None or mamba
-        if self.hybrid and (pool_tokens is not None or eagle or (sliding_window is not None and mamba)
-                            or (mamba and page_size != 1) or self.release < (0, 5, 23)):
+        if self.hybrid and (eagle or (sliding_window is not None and mamba) or (mamba and page_size != 1)
+                            or self.release < (0, 5, 23)):
             raise ValueError("a sliding window or Mamba layers are served on SGLang 0.5.23's rules, with no "
-                             "pool_tokens, no EAGLE, not both, and Mamba with page_size 1")
+                             "EAGLE, not both, and Mamba with page_size 1")
         self.reset()
 
     def reset(self):

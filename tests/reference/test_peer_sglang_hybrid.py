@@ -108,8 +108,18 @@ def test_the_rule_that_decides_is_in_the_trace():
     assert "PEER-SGL-13" in chain({"mamba": True}, [(A, [7])], A[:30] + [1])
 
 
-@pytest.mark.parametrize("settings, words", [
-    ({"sliding_window": 8, "pool_tokens": 400}, "pool_tokens"), ({"mamba": True, "eagle": True}, "EAGLE"),
+def test_a_pool_is_defined_until_it_must_evict():
+    """A pool of 100 slots: 40 + 2 ids cached, a second request of 50 asks for 50 with 58 free
+    (defined: nothing is evicted), a third of 30 asks for 30 with 8 free: an eviction, not defined."""
+    tree = peers.simulator("sglang-radix", {"sliding_window": 8, "pool_tokens": 100})
+    for prompt, sampled in ((A, [1, 2, 3]), (list(range(50)), [7])):
+        tree.predict(R(prompt))
+        tree.commit(R(prompt), sampled)
+    with pytest.raises(peers.PeerProfileError, match="eviction on a sliding-window or Mamba model"):
+        tree.commit(R(list(range(200, 230))), [7])
+
+
+@pytest.mark.parametrize("settings, words", [({"mamba": True, "eagle": True}, "EAGLE"),
     ({"mamba": True, "page_size": 4}, "page_size"), ({"mamba": True, "sliding_window": 8}, "together"),
     ({"sliding_window": 8, "version": "0.5.20"}, "0.5.23")])
 def test_what_the_profile_does_not_define(settings, words):
