@@ -8,7 +8,8 @@ prompt again, which finds only what the second cached when its match was cut sho
 (PEER-SGL-12). The interval cases put `n + 1 - W` at `I - 1`, `I`, `I + 1` and share `k = E + W -
 1` ids (E the freed prefix when the step frees: the first `k` ids are served only when it does
 not); the edge cases free, and share the first page multiple at or past `E + W`, one id less and
-one more. Mamba cases: a prompt, then prompts that continue it or share part of it (PEER-SGL-13).
+one more. Mamba cases: a prompt, then prompts that continue it, share part of it, or share its
+cached sequence up to one id before, at and one id past its state (PEER-SGL-13).
 Every count is the oracle's on the ids sent; the layout decides only whether a faulty server is
 caught."""
 from __future__ import annotations
@@ -179,6 +180,32 @@ def _mamba_shared_prefix(count, ids, settings, U):
                     {"shared_tokens": common_prefix(ids(a), ids(b)), "prompt_tokens": [len(ids(x)) for x in (a, b)]})
 
 
+def _mamba_edge(off: int):
+    """PEER-SGL-13 at the state: a prompt of n ids steered to three digit tokens (its n + 2 ids
+    cached, the state at L = n + 2), then a prompt sharing L + off ids of its prompt and digits
+    (L - 1: no state there, 0; L and L + 1: the state at L), then that prompt's conversation
+    continued (its own state)."""
+    case_id = f"mamba/state-edge-L{off:+d}".replace("+0", "")
+
+    def build(count, ids, settings, U):
+        if not settings.get("mamba"):
+            return None
+        rules = _rules(count, "PEER-SGL-13")
+        first = _text(2 * U, "nine")
+        n, digit = len(ids(first)), _digit(ids, first)
+        second = _sharing(ids, first, ids(first) + [digit] * 3, n + 2 + off)
+        if second is None or common_prefix(ids(second), ids(_continued(second))) != len(ids(second)):
+            return Unsupported(case_id, "mamba", rules, f"no prompt shares exactly {n + 2 + off} ids with the first "
+                               "prompt and the digits it sampled, or continues as a conversation after its own ids")
+        return PeerCase(case_id, "mamba", f"a prompt of {n} ids sampling three tokens (the state at L = {n + 2}), a "
+                        f"prompt sharing L {off:+d} of those ids, then its conversation continued", rules,
+                        [Step(first, 3, logit_bias={str(digit): 100}), Step(second, reuse=True),
+                         Step(_continued(second), reuse=True)],
+                        {"state_at": n + 2, "shared_tokens": n + 2 + off})
+    return build
+
+
 HYBRID_CASES = {**{f"window/sglang-interval-I{off:+d}".replace("+0", ""): _interval(off) for off in (-1, 0, 1)},
                 **{f"window/sglang-edge-W{off:+d}".replace("+0", ""): _edge(off) for off in (-1, 0, 1)},
+                **{f"mamba/state-edge-L{off:+d}".replace("+0", ""): _mamba_edge(off) for off in (-1, 0, 1)},
                 "mamba/state-at-end": _mamba_state_at_end, "mamba/shared-prefix": _mamba_shared_prefix}

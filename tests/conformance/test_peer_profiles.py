@@ -113,7 +113,8 @@ SGLANG_WINDOW_CASES = {f"window/sglang-{kind}{off}" for kind in ("interval-I", "
     pytest.param({"page_size": 1, "sliding_window": 24, "swa_eviction_interval": 6}, SGLANG_WINDOW_CASES,
                  marks=pytest.mark.slow),
     # Mamba layers (no extra buffer: pages of one id)
-    ({"page_size": 1, "mamba": True}, {"mamba/state-at-end", "mamba/shared-prefix"}),
+    ({"page_size": 1, "mamba": True}, {"mamba/state-at-end", "mamba/shared-prefix", "mamba/state-edge-L-1",
+                                        "mamba/state-edge-L", "mamba/state-edge-L+1"}),
 ])
 def test_bundled_server_conforms_on_sglang_window_and_mamba_models(settings, hybrid_cases, engines, tmp_path):
     """PEER-SGL-10..13 judged on the bundled server's own implementation: the model's own cases
