@@ -173,3 +173,18 @@ def test_replay_section_measures_and_reports(tmp_path):
     rows = replay.target_rows(result)
     assert [r[0] for r in rows] == ["8"] * 3 and all(r[4] in (True, False) for r in rows)
     assert any("| kvconform-1 | 1e7 |" in line for line in replay.markdown(result))
+
+
+def test_replay_side_by_side_runs_both_trees(tmp_path):
+    """benchmarks/replay_side_by_side.py on one tree against itself: a replay worker per tree,
+    the summaries compared, the ratio and table written."""
+    from pathlib import Path
+    from benchmarks import replay, replay_side_by_side
+    trace = str(tmp_path / "t.jsonl")
+    replay.write_conversation_trace(trace, 30)
+    root = Path(__file__).resolve().parents[2]
+    r = replay_side_by_side.run(root, root, reps=1, requests=20, trace=trace, runs=(("vllm-apc", "1e4"),))
+    row, = r["rows"]
+    assert row["profile"] == "vllm-apc" and row["requests"] == 20 and row["prompt_tokens"] > 0
+    assert row["old"]["cpu_tokens_per_s"] > 0 and row["cpu_speedup"] > 0
+    assert "| vllm-apc | 1e4 |" in replay_side_by_side.table(r)
