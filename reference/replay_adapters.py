@@ -21,9 +21,10 @@ by request; tests/reference/test_replay_vllm.py checks the vllm-apc replay pool 
 from __future__ import annotations
 
 from array import array
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, compress, count as numbers_from
+from operator import eq
 
 from .peer_common import ImageItem, PeerRequest
 
@@ -166,9 +167,24 @@ class FreeQueue:
                 del back[block]
                 return block
 
+    def _take_tail(self, wanted: int) -> list:
+        """The tail's first `wanted` blocks, head first, out of it (`wanted` `_pop_tail`s in one):
+        a slice of `_order` at a time, its live entries picked by C-level iterators."""
+        order, back, out = self._order, self.back, []
+        i = self._head
+        while len(out) < wanted:
+            segment = order[i:i + wanted - len(out)]
+            if not segment:
+                raise IndexError("take from a free queue's tail shorter than the count")
+            out += compress(segment, map(eq, map(back.get, segment), numbers_from(i)))
+            i += len(segment)
+        deque(map(back.__delitem__, out), 0)
+        self._head = i
+        return out
+
     def _compact(self) -> None:
         if len(self._order) > 2 * len(self.back) + self.COMPACT_SLACK:
-            self._order = list(self._tail())
+            self._order = sorted(self.back, key=self.back.__getitem__)        # the live entries, in place order
             self._head = 0
             self.back = dict(zip(self._order, range(len(self._order))))
 
@@ -238,7 +254,8 @@ class FreeQueue:
         fresh = min(count - len(out), max(0, self.hi - self.lo + 1))
         out += range(self.lo, self.lo + fresh)
         self.lo += fresh
-        out += [self._pop_tail() for _ in range(count - len(out))]
+        if count > len(out):
+            out += self._take_tail(count - len(out))
         return out
 
     def prepend(self, blocks: list) -> None:

@@ -38,6 +38,7 @@ request, and the same evictions, cached blocks and freed steps as the oracle's t
 """
 from __future__ import annotations
 
+from collections import deque
 from itertools import filterfalse, takewhile
 
 from .replay_adapters import FreeQueue
@@ -109,8 +110,15 @@ class ReplayVllmPool:
         free.discard(held)                                         # PEER-VLLM-5: touched, out of the queue
         taken = free.take(count)
         key_of, first, more = self.key_of, self.first, self.more
-        for block in list(filter(key_of.__contains__, taken)):
-            key = key_of.pop(block)
+        evicted = list(filter(key_of.__contains__, taken))
+        keys = list(map(key_of.pop, evicted))
+        self.evicted += len(evicted)
+        if self.log is not None:
+            self.log += (("PEER-VLLM-5", "evicted", block) for block in evicted)
+        if not any(map(more.__contains__, keys)):     # each key's one holder: the block evicted
+            deque(map(first.__delitem__, keys), 0)
+            return taken
+        for block, key in zip(evicted, keys):
             later = more.get(key)
             if first[key] == block:
                 if later:
@@ -121,9 +129,6 @@ class ReplayVllmPool:
                 later.remove(block)
             if later is not None and not later:
                 del more[key]
-            self.evicted += 1
-            if self.log is not None:
-                self.log.append(("PEER-VLLM-5", "evicted", block))
         return taken
 
     def _cache(self, keys: list, blocks: list) -> None:
