@@ -201,7 +201,7 @@ def target_rows(r: dict) -> list:
                      row["cpu_tokens_per_s"] >= TARGET_TOKENS_PER_S if edge_or_vllm else None))
     p = r.get("plain_vllm")
     if p:
-        rows.append(("8", f"vllm-apc: the replay's pool (O(1) free queue, decode in one step) / VllmBlockPool as it is "
+        rows.append(("8", f"vllm-apc: the replay's pool (reference/replay_vllm.py) / VllmBlockPool as it is "
                           f"({p['requests']} requests)", "measure",
                      f"{p['speedup']:.0f}x ({p['tokens_per_s']['queued'] / 1e6:.2f}M vs "
                      f"{p['tokens_per_s']['plain'] / 1e6:.3f}M tokens/s, equal counts)", None))

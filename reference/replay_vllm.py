@@ -39,7 +39,8 @@ request, and the same evictions, cached blocks and freed steps as the oracle's t
 from __future__ import annotations
 
 from collections import deque
-from itertools import filterfalse, takewhile
+from itertools import compress, filterfalse, takewhile
+from operator import not_
 
 from .replay_adapters import FreeQueue
 
@@ -115,10 +116,19 @@ class ReplayVllmPool:
         self.evicted += len(evicted)
         if self.log is not None:
             self.log += (("PEER-VLLM-5", "evicted", block) for block in evicted)
-        if not any(map(more.__contains__, keys)):     # each key's one holder: the block evicted
-            deque(map(first.__delitem__, keys), 0)
-            return taken
-        for block, key in zip(evicted, keys):
+        twice = list(map(more.__contains__, keys)) if more else ()
+        if any(twice):
+            alone = list(compress(keys, map(not_, twice)))
+            self._evict_held_twice(compress(zip(evicted, keys), twice))
+            keys = alone
+        deque(map(first.__delitem__, keys), 0)        # a key held by one block: that block, evicted
+        return taken
+
+    def _evict_held_twice(self, pairs) -> None:
+        """(block, key) evicted, in order, each key held by more than one block when the take
+        began: the block leaves the key's holders; its next holder takes a first holder's place."""
+        first, more = self.first, self.more
+        for block, key in pairs:
             later = more.get(key)
             if first[key] == block:
                 if later:
@@ -129,7 +139,6 @@ class ReplayVllmPool:
                 later.remove(block)
             if later is not None and not later:
                 del more[key]
-        return taken
 
     def _cache(self, keys: list, blocks: list) -> None:
         """Each block cached under its key, in order (PEER-VLLM-4): the first holder of a key is
