@@ -17,20 +17,24 @@ of its time. With requests that never overlap, most of that bookkeeping is known
   here: the running request holds its blocks once each and frees them all at its end.
 - A block taken from the queue loses its key as it is taken (an eviction, PEER-VLLM-5), so every
   full block past the hits is keyed (PEER-VLLM-4's "not keyed yet" always holds), and a
-  request's decode can be taken and keyed with its prompt (`QueuedVllmBlockPool.commit_alone`
-  did so too: with nothing else taking blocks, one token at a time or all at once takes the same
-  blocks in the same order).
+  request's decode can be taken and keyed with its prompt (with nothing else taking blocks, one
+  token at a time or all at once takes the same blocks in the same order).
+- So at release a request's blocks split by position, not block by block: its full blocks (the
+  hits, and those it keyed) have keys and go to the tail, the blocks past them have none and go
+  to the head (PEER-VLLM-5), each part last block first.
 
-What stays per block is done by C-level builtins over lists of block ids and integer keys
-(`map`, `filter`, `zip`, `dict.update`): the hit lookup, the touch, the keying and the release.
-Only an eviction and a key cached twice are handled block by block.
+What stays per block is done by C-level builtins over lists of block ids and keys (integers for
+a hash-id trace: `map`, `filter`, `compress`, `zip`, `dict.update`): the hit lookup, the touch,
+the keying, an eviction of keys held by one block. Only a key held by several blocks is handled
+block by block.
 
 The layout. `first` maps a key to the block a hit takes (the first that cached it, vllm
 `BlockHashToBlockMap`); `more` to the later holders in the order they cached it (the block
 past the N - 1 cap, EAGLE's dropped block, a block past a chain's evicted middle: rare); `key_of`
 a block to its key. The free queue is a `FreeQueue` (reference/replay_adapters.py): blocks
 without a key at the head, then those never handed out, then the cached blocks, least recently
-freed first.
+freed first; a request takes and frees its blocks as lists, and the tail's head is taken a slice
+at a time.
 
 tests/reference/test_replay_vllm.py replays random pools through this pool and `VllmBlockPool`
 (with a `PeerTrace`) side by side: the same hits, free queue, keys and holders after every
@@ -39,7 +43,7 @@ request, and the same evictions, cached blocks and freed steps as the oracle's t
 from __future__ import annotations
 
 from collections import deque
-from itertools import compress, filterfalse, takewhile
+from itertools import compress, takewhile
 from operator import not_
 
 from .replay_adapters import FreeQueue
@@ -76,11 +80,12 @@ class ReplayVllmPool:
         (PEER-VLLM-4), `keys` the keys of its full blocks. Touch the hits, take the other blocks
         from the head of the free queue (evicting), key the full ones, free them all (PEER-VLLM-5).
         Returns the hits (`hit_blocks`)."""
-        B, first, key_of = self.B, self.first, self.key_of
+        B = self.B
         computed = n + max(0, g - 1)
         hits = self.hit_blocks(keys, n)
-        held = list(map(first.__getitem__, keys[:hits]))
+        held = list(map(self.first.__getitem__, keys[:hits]))
         taken = self._take(-(-computed // B) - hits, held, n)
+        full = 0
         if self.caching:                                           # PEER-VLLM-4: each full block keyed
             full = computed // B
             if len(keys) != full:
@@ -88,13 +93,14 @@ class ReplayVllmPool:
             self._cache(keys[hits:], taken[:full - hits])
             if self.log is not None and full > hits:
                 self.log.append(("PEER-VLLM-4", "cached", full))
-        if self.free is not None:                                  # PEER-VLLM-5: freed last block first
-            last_first = (held + taken)[::-1]
-            fresh = list(filterfalse(key_of.__contains__, last_first))
-            cached = list(filter(key_of.__contains__, last_first))
-            self.free.prepend(fresh)
-            self.free.extend(cached)
-            if self.log is not None and last_first:
+        if self.free is not None:
+            # PEER-VLLM-5: freed last block first, a block without a key to the head, one with a key
+            # to the tail. The full blocks have keys (the hits had theirs, `_cache` gave the rest
+            # theirs); the blocks past them have none (taking a block drops its key).
+            blocks = held + taken
+            self.free.prepend(blocks[full:][::-1])
+            self.free.extend(blocks[:full][::-1])
+            if self.log is not None and blocks:
                 self.log.append(("PEER-VLLM-5", "freed", len(self.free)))
         return hits
 
@@ -102,6 +108,7 @@ class ReplayVllmPool:
         """`count` blocks for the request after its hits `held` leave the free queue: the next
         numbers when unbounded, else the head of the queue, head first; a block with a key drops
         it (an eviction, PEER-VLLM-5)."""
+        key_of = self.key_of
         if self.free is None:
             self.fresh += count
             return list(range(self.fresh - count, self.fresh))
@@ -110,18 +117,20 @@ class ReplayVllmPool:
             raise ValueError(f"an {n}-token prompt does not fit {len(free)} free blocks (SIM-CAP-2 checks it)")
         free.discard(held)                                         # PEER-VLLM-5: touched, out of the queue
         taken = free.take(count)
-        key_of, first, more = self.key_of, self.first, self.more
         evicted = list(filter(key_of.__contains__, taken))
+        if not evicted:
+            return taken
         keys = list(map(key_of.pop, evicted))
         self.evicted += len(evicted)
         if self.log is not None:
             self.log += (("PEER-VLLM-5", "evicted", block) for block in evicted)
+        more = self.more
         twice = list(map(more.__contains__, keys)) if more else ()
         if any(twice):
             alone = list(compress(keys, map(not_, twice)))
             self._evict_held_twice(compress(zip(evicted, keys), twice))
             keys = alone
-        deque(map(first.__delitem__, keys), 0)        # a key held by one block: that block, evicted
+        deque(map(self.first.__delitem__, keys), 0)   # a key held by one block: that block, evicted
         return taken
 
     def _evict_held_twice(self, pairs) -> None:
@@ -143,8 +152,8 @@ class ReplayVllmPool:
     def _cache(self, keys: list, blocks: list) -> None:
         """Each block cached under its key, in order (PEER-VLLM-4): the first holder of a key is
         the block a hit takes; a key already held gets one more holder."""
-        key_of, first = self.key_of, self.first
-        key_of.update(zip(blocks, keys))
+        first = self.first
+        self.key_of.update(zip(blocks, keys))
         if not any(map(first.__contains__, keys)) and len(set(keys)) == len(keys):
             first.update(zip(keys, blocks))
             return
@@ -157,6 +166,10 @@ class ReplayVllmPool:
     def holders(self) -> dict:
         """Each cached key and its blocks in the order they cached it (`VllmBlockPool.key_blocks`)."""
         return {key: [block] + self.more.get(key, []) for key, block in self.first.items()}
+
+    def block_keys(self) -> dict:
+        """Each block that holds a key, and its key (`VllmBlockPool.block_key`)."""
+        return dict(self.key_of)
 
     def free_queue(self) -> list:
         """The free queue from head to tail (PEER-VLLM-5); empty when unbounded."""

@@ -99,7 +99,7 @@ def replay_both(seed: int, requests: int, seen: dict | None = None) -> int:
         assert count == want_count, at
         assert pool.free_queue() == oracle.free_queue(), at
         assert pool.holders() == oracle.key_blocks, at
-        assert pool.key_of == oracle.block_key, at
+        assert pool.block_keys() == oracle.block_key, at
         assert not any(oracle.refs.values()), at
         log = pool.log
         assert [to for rule, what, to in log if what == "evicted"] == want_evicted, at
