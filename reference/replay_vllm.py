@@ -52,7 +52,7 @@ from .replay_adapters import FreeQueue
 class ReplayVllmPool:
     """The one-group `vllm-apc` pool of `block_size` B and `cache_blocks` K (None: unbounded,
     every block new, nothing evicted), prefix caching on or off, EAGLE dropping the last matched
-    block (PEER-VLLM-8). `evicted`: blocks whose key was dropped so far. `log`: a list to record
+    block (PEER-VLLM-8), its requests run one at a time, each to its end (SIM-ORDER-1). `evicted`: blocks whose key was dropped so far. `log`: a list to record
     the decisions the oracle's trace records, as (rule, value, to) triples (None: nothing)."""
 
     def __init__(self, block_size: int, cache_blocks: int | None, enable_prefix_caching: bool = True,
