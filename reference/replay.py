@@ -27,6 +27,8 @@ from .peer_llama import LlamaSlots
 from .peer_sglang import RadixCache
 from .peer_trtllm import TrtllmBlockPool, trtllm_cached
 from .peer_trtllm_keys import DEFAULT_PRIORITY
+from .peer_vllm import lookahead_tokens
+from .peer_vllm_groups import grouped
 from .peer_vllm_keys import vllm_block_keys
 from .peers import PROFILES as PEER_PROFILES, check_settings
 from .replay_adapters import EdgeLlmRequest, FreeQueue, KeyedEdgeLlmRequest, peer_request
@@ -79,6 +81,12 @@ class TrafficProfile:
                 out = check_settings(name, settings)
             except PeerProfileError as e:
                 raise TrafficProfileError(str(e)) from None
+            if name == "vllm-apc" and (grouped(out) or lookahead_tokens(out)):      # SIM-CAP-1
+                raise TrafficProfileError(
+                    "the replay runs vllm-apc as one full-attention group with unshifted "
+                    "block keys; KV-cache groups (full_attention false, sliding_window, mamba_block_size: "
+                    "PEER-VLLM-11) and EAGLE's lookahead keys (eagle with vllm_version >= 0.33.0: PEER-VLLM-10) "
+                    "are not replayed")
         else:
             raise TrafficProfileError(f"unknown profile {name!r} (one of {', '.join(PROFILES)})")
         return TrafficProfile(name, out, label or name)

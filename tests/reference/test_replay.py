@@ -202,6 +202,9 @@ def test_capacity_units():
     ("kvconform-1", {"tokens_per_page": 0}, None, "tokens_per_page must be an integer >= 1"),
     ("kvconform-1", {"commit_policy": "x"}, None, "commit_policy must be one of"),
     ("nope", {}, None, "unknown profile 'nope'"),
+    ("vllm-apc", {"sliding_window": 64}, None, "KV-cache groups .* are not replayed"),
+    ("vllm-apc", {"full_attention": False, "mamba_block_size": 16}, None, "KV-cache groups .* are not replayed"),
+    ("vllm-apc", {"eagle": True, "vllm_version": "0.33.0"}, None, "lookahead keys .* are not replayed"),
 ])
 def test_bad_profiles_and_capacities(name, settings, capacity, message):
     from reference.replay import TrafficProfileError
