@@ -96,6 +96,35 @@ def child_env(**extra) -> dict:
     return {**os.environ, "PYTHONPATH": (path + os.pathsep if path else "") + str(ROOT), **extra}
 
 
+MOONCAKE_TRACES = ("conversation_trace.jsonl", "toolagent_trace.jsonl", "synthetic_trace.jsonl")
+
+
+def trace_label(path: str) -> str:
+    """How a result names the trace it measured: one of Mooncake's FAST'25 traces by where it is
+    published (docs/simulate.md section 5), any other by its file name, never by where this
+    machine keeps it."""
+    name = os.path.basename(path)
+    return f"kvcache-ai/Mooncake FAST25-release/traces/{name}" if name in MOONCAKE_TRACES else name
+
+
+def recorded_command(prog: str, argv: list, stand_ins: dict | None = None) -> str:
+    """The command line a result records: a `--trace` argument as `trace_label` names it, and an
+    option in `stand_ins` (such as `--old`, another checkout) by the words given there, so no
+    result holds a path of the machine it ran on."""
+    args, stand_ins = list(argv), stand_ins or {}
+    for i, arg in enumerate(args):
+        option, _, value = arg.partition("=")
+        if i and args[i - 1] == "--trace":
+            args[i] = trace_label(arg)
+        elif i and args[i - 1] in stand_ins:
+            args[i] = stand_ins[args[i - 1]]
+        elif value and option == "--trace":
+            args[i] = "--trace=" + trace_label(value)
+        elif value and option in stand_ins:
+            args[i] = f"{option}={stand_ins[option]}"
+    return " ".join([prog] + args)
+
+
 def one_core() -> list:
     """The command prefix that pins a child process to one core (taskset), or [] where there is none."""
     return ["taskset", "-c", str(min(os.sched_getaffinity(0)))] if shutil.which("taskset") else []
