@@ -37,7 +37,7 @@ SIDE_PROFILES = ("kvconform-1", "edge-llm-0.10", "vllm-apc", "vllm-apc:block_siz
                  "trtllm-kv-reuse", "llama.cpp-server")
 SIDE_CAPACITY = "1e7"
 PLAIN_CAPACITY = "1e6"
-SWEEP_PROFILES = ("kvconform-1", "vllm-apc:block_size=512")
+SWEEP_PROFILES = ("kvconform-1", "vllm-apc", "vllm-apc:block_size=512")
 SWEEP_CAPACITIES = "1e5:1e9:9,inf"
 TARGET_TOKENS_PER_S = 20e6
 TARGET_SWEEP_S = 60.0
