@@ -66,7 +66,8 @@ PACKAGES = ("gpu_backend", "reference", "conformance", "numerical_reference", "f
 
 
 def code_provenance() -> dict:
-    """Which commit, whether the packages have uncommitted changes, and where each was imported from."""
+    """Which commit, whether the packages have uncommitted changes, and where each was imported from:
+    its folder in this checkout, or "another checkout" (never a path of this machine)."""
     out = {}
     try:
         out["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -79,7 +80,9 @@ def code_provenance() -> dict:
     import importlib.util
     for pkg in PACKAGES:
         spec = importlib.util.find_spec(pkg)
-        out[pkg] = os.path.dirname(spec.origin) if spec and spec.origin else None
+        where = os.path.dirname(spec.origin) if spec and spec.origin else None
+        inside = where is not None and os.path.commonpath([os.path.abspath(where), str(ROOT)]) == str(ROOT)
+        out[pkg] = None if where is None else os.path.relpath(where, ROOT) if inside else "another checkout"
     return out
 
 
