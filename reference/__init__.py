@@ -32,6 +32,8 @@ speed. Its modules, by the spec section each transcribes:
     peer_trtllm_keys.py  the peer profiles of OpenAI-compatible servers (spec/peer-profiles.md)
     peer_vllm_groups.py, peer_vllm_keys.py   vllm-apc's KV-cache groups (hybrid models), and the
                      block keys and free queue both vLLM pools share
+    peer_sglang_hybrid.py   sglang-radix on sliding-window and Mamba models: where a match may
+                     end, what a decoding request frees
     peer_profile.py  what a peer profile is, as data (PeerProfile: settings, rules, server API)
     peer_trace.py    the peer caches' decision trace (reference.trace.Step, recorded where they decide)
     traffic.py       a recorded trace's requests: hash-id tokens and page keys (spec/trace-replay.md)
