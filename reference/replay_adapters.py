@@ -10,8 +10,9 @@ SIM-ORDER-1) without a change to their rules. Stdlib only; used by reference/rep
   checked against that pool).
 - At real pool sizes: a `FreeQueue`, vLLM's free block queue in O(1) per operation instead of
   the list's O(K), and the K blocks of a fresh pool a range, not a list (a pool of 10^9 tokens
-  would otherwise be a 60M-item list): the free queue of `trtllm-kv-reuse`'s pool and of
-  reference/replay_vllm.py's.
+  would otherwise be a 60M-item list): the free queue of `trtllm-kv-reuse`'s pool
+  (reference/replay_vllm.py keeps vllm-apc's free queue in a layout of its own, its tail
+  carrying each block's key).
 
 tests/reference/test_replay.py checks that none of them changes a count: keyed traffic equals
 the same traffic as tokens, and `trtllm-kv-reuse` with a `FreeQueue` equals its pool request
