@@ -87,6 +87,12 @@ class TrafficProfile:
                     "block keys; KV-cache groups (full_attention false, sliding_window, mamba_block_size: "
                     "PEER-VLLM-11) and EAGLE's lookahead keys (eagle with vllm_version >= 0.33.0: PEER-VLLM-10) "
                     "are not replayed")
+            if name == "sglang-radix" and (out.get("sliding_window") is not None or out.get("mamba")
+                                           or out.get("eagle")):                           # SIM-CAP-1
+                raise TrafficProfileError(
+                    "the replay runs sglang-radix as one full-attention radix tree of token ids; a sliding "
+                    "window or Mamba layers (PEER-SGL-10..13) and EAGLE's bigram keys (PEER-SGL-9) are not "
+                    "replayed")
         else:
             raise TrafficProfileError(f"unknown profile {name!r} (one of {', '.join(PROFILES)})")
         return TrafficProfile(name, out, label or name)
@@ -320,7 +326,7 @@ class SglangReplayer(Replayer):
 
     def __init__(self, profile: TrafficProfile, units: int | None):
         s = profile.settings
-        self.pool = RadixCache(s["page_size"], units, s["radix_cache"])
+        self.pool = RadixCache(s["page_size"], units, s["radix_cache"], version=s["version"])
         self.units, self.evicted = units, 0
         evict = self.pool.evict
 

@@ -205,6 +205,9 @@ def test_capacity_units():
     ("vllm-apc", {"sliding_window": 64}, None, "KV-cache groups .* are not replayed"),
     ("vllm-apc", {"full_attention": False, "mamba_block_size": 16}, None, "KV-cache groups .* are not replayed"),
     ("vllm-apc", {"eagle": True, "vllm_version": "0.33.0"}, None, "lookahead keys .* are not replayed"),
+    ("sglang-radix", {"sliding_window": 64}, None, "sliding window or Mamba .* are not replayed"),
+    ("sglang-radix", {"mamba": True}, None, "sliding window or Mamba .* are not replayed"),
+    ("sglang-radix", {"eagle": True}, None, "bigram keys .* are not replayed"),
 ])
 def test_bad_profiles_and_capacities(name, settings, capacity, message):
     from reference.replay import TrafficProfileError
@@ -245,6 +248,28 @@ def test_keyed_traffic_equals_the_same_traffic_as_tokens(name, settings, capacit
         keyed, by_tokens = run(name, settings, spec, capacity), run(name, settings, spec, capacity, tokens=True)
         assert keyed[1] == by_tokens[1], seed
         assert keyed[0].evictions == by_tokens[0].evictions, seed
+
+
+def test_sglang_replays_the_release_its_settings_name():
+    """The `version` setting reaches the replay's tree (PEER-SGL-8: eviction changed at 0.5.17):
+    under 0.5.16 each request counts what the oracle's 0.5.16 tree counts, and on these traces
+    that differs from the default release's count somewhere."""
+    from reference.peer_sglang import RadixCache
+    differs = 0
+    for seed in range(6):
+        spec = random_spec(seed)
+        old, new = run("sglang-radix", {"page_size": 1, "version": "0.5.16"}, spec, 16)[1], \
+            run("sglang-radix", {"page_size": 1}, spec, 16)[1]
+        tree, direct = RadixCache(1, 16, True, version="0.5.16"), []
+        for request, sampled in _peer_requests(spec):
+            if len(request.ids) + len(sampled) - 1 > 16:                    # SIM-CAP-2: not admitted
+                direct.append(None)
+                continue
+            direct.append(tree.predict(request))
+            tree.commit(request, sampled)
+        assert old == direct, seed
+        differs += old != new
+    assert differs
 
 
 def _peer_requests(spec, B=4):
