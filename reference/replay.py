@@ -47,6 +47,11 @@ UNIT_SETTING = {"vllm-apc": "block_size", "sglang-radix": "page_size", "trtllm-k
 POOL_SETTING = {"vllm-apc": "cache_blocks", "sglang-radix": "pool_tokens", "trtllm-kv-reuse": "max_blocks"}
 """SIM-CAP-1: the setting a capacity sets (Edge-LLM profiles: the engine's kv_pool_pages)."""
 PROFILES = tuple(PROFILE_NAMES) + tuple(PEER_PROFILES)
+UNREPLAYED = {"trtllm-kv-reuse": {"max_attention_window": "PEER-TRT-7"},
+              "llama.cpp-server": {"cache_reuse": "PEER-LCPP-7", "context_shift": "PEER-LCPP-9",
+                                   "n_ctx": "PEER-LCPP-8"}}
+"""SIM-CAP-1: peer settings the replay does not model, refused unless at their default (vllm-apc's
+KV-cache groups and sglang-radix's window, Mamba and EAGLE are refused above)."""
 
 
 class TrafficProfileError(ValueError):
@@ -93,6 +98,11 @@ class TrafficProfile:
                     "the replay runs sglang-radix as one full-attention radix tree of token ids; a sliding "
                     "window or Mamba layers (PEER-SGL-10..13) and EAGLE's bigram keys (PEER-SGL-9) are not "
                     "replayed")
+            defaults = check_settings(name, {})
+            for key in UNREPLAYED.get(name, ()):                                                # SIM-CAP-1
+                if out[key] != defaults[key]:
+                    raise TrafficProfileError(f"the replay does not model {name}'s {key} ({UNREPLAYED[name][key]}): "
+                                              f"give it its default ({defaults[key]!r}) or leave it out")
         else:
             raise TrafficProfileError(f"unknown profile {name!r} (one of {', '.join(PROFILES)})")
         return TrafficProfile(name, out, label or name)

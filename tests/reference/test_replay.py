@@ -208,6 +208,10 @@ def test_capacity_units():
     ("sglang-radix", {"sliding_window": 64}, None, "sliding window or Mamba .* are not replayed"),
     ("sglang-radix", {"mamba": True}, None, "sliding window or Mamba .* are not replayed"),
     ("sglang-radix", {"eagle": True}, None, "bigram keys .* are not replayed"),
+    ("trtllm-kv-reuse", {"max_attention_window": [64]}, None, "does not model trtllm-kv-reuse's max_attention_window"),
+    ("llama.cpp-server", {"cache_reuse": 8}, None, "does not model llama.cpp-server's cache_reuse"),
+    ("llama.cpp-server", {"context_shift": True}, None, "does not model llama.cpp-server's context_shift"),
+    ("llama.cpp-server", {"n_ctx": 1024}, None, "does not model llama.cpp-server's n_ctx"),
 ])
 def test_bad_profiles_and_capacities(name, settings, capacity, message):
     from reference.replay import TrafficProfileError
