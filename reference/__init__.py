@@ -39,6 +39,7 @@ speed. Its modules, by the spec section each transcribes:
     traffic.py       a recorded trace's requests: hash-id tokens and page keys (spec/trace-replay.md)
     replay.py        traffic replayed through any profile at a capacity, and its summary
     replay_adapters.py  what lets the simulators replay on page keys and at real pool sizes
+    replay_vllm.py   vllm-apc's pool for one request at a time, as the replay runs it
 
 Public API:
     SPEC_VERSION, InputError, NeedsTranscript, OutOfScope, Unreported, DeploymentRejected,
