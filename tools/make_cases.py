@@ -309,6 +309,25 @@ def media_cases() -> list[dict]:
              ["CR-ID-4", "CR-MEDIA-3"],
              [user("ab", image("img_j_a_32x48.jpg"), "cd"), user("ab", image("img_j_a_32x48_fill.jpg"), "cd")],
              engine=VISION4, expect={"requests": [MISS, fact("standard", 8)]}),
+        case("sections/media/jpeg-comments", "JPEG A, then the same JPEG with two comment segments after APP0: "
+             "an empty one (length 2, the least a segment may say: ITU T.81 B.1.1.4) and one of 300 bytes (length "
+             "302 = 0x012E, whose high byte counts). Both are skipped: the same pixels, the same item; the replay "
+             "reuses pages 0-7 as in jpeg-exif-orientation (standard, matched 8). A parser that refuses a length "
+             "of 2, or reads the length from its low byte only (0x2E), refuses the file.", ["CR-ID-4", "CR-MEDIA-3"],
+             [user("ab", image("img_j_a_32x48.jpg"), "cd"), user("ab", image("img_j_a_32x48_com.jpg"), "cd")],
+             engine=VISION4, expect={"requests": [MISS, fact("standard", 8)]}),
+        case("sections/media/jpeg-header-extremes", "The frame header's fields at their edges: a grey JPEG "
+             "(one component) of 1 x 272 pixels, then a colour JPEG of 272 x 1 (the least side, and a side above "
+             "255, whose two bytes both count). Placeholders are one per 16x16 patch: ceil(1/16) * ceil(272/16) = "
+             "1 * 17 = 17 and 17 * 1 = 17, so ab + image + cd is n = 2 + 17 + 2 = 21 each. Each is sent twice: the "
+             "replay reuses the five full pages 0-19 below n - 1 = 20 (the image at 2-18 whole; page 5 holds "
+             "position 20 and the first request's generated tokens): standard, matched 20; the colour image after "
+             "the grey one is another item from position 2, so page 0 differs: nothing. A parser that reads one "
+             "byte of a side, refuses one component or a side of 1 refuses a file here.", ["CR-ID-4", "CR-MEDIA-3"],
+             [user("ab", image("img_j_g_1x272.jpg"), "cd"), user("ab", image("img_j_g_1x272.jpg"), "cd"),
+              user("ab", image("img_j_t_272x1.jpg"), "cd"), user("ab", image("img_j_t_272x1.jpg"), "cd")],
+             engine=VISION4, expect={"requests": [dict(MISS, input_tokens=21), dict(fact("standard", 20), input_tokens=21),
+                                                  dict(MISS, input_tokens=21), dict(fact("standard", 20), input_tokens=21)]}),
         case("sections/media/aware-under-bypass", "Media-aware sequences count under bypass as well.",
              ["CR-MEDIA-2", "CR-MET-3", "CR-POL-2"],
              [user("ab", image("img_a_16x16.png"), "cdefgh"), user("ab", image("img_a_16x16.png"), "cdefgh")],
@@ -601,6 +620,37 @@ def negative_cases() -> list[dict]:
             "$.requests[0].messages[0].content[1].image", engine=VISION4,
             description="An arithmetic-coded JPEG is refused from its frame header, as stb_image (Edge-LLM 0.10's "
                         "image loader) refuses it; baseline and progressive 8-bit JPEG are accepted."),
+        neg("image-jpeg-no-frame", ["CR-ID-4"], [user("ab", image("bad_jpeg_no_frame.jpg"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="A JPEG that ends after its APP0 segment (SOI, APP0, end of file) has no frame header: "
+                        "refused. The marker walk stops where fewer than the 4 bytes of a marker and its length are "
+                        "left; a walk that goes on reads past the end."),
+        neg("image-jpeg-eoi-first", ["CR-ID-4"], [user("ab", image("bad_jpeg_eoi_first.jpg"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="A JPEG whose end-of-image marker (EOI) follows its SOI, then JPEG A's segments: the image "
+                        "ends before any frame header, so it is refused (stb_image: no frame before the marker that "
+                        "ends the header; a walk that neither stops nor moves at EOI never ends)."),
+        neg("image-jpeg-sof-cut", ["CR-ID-4"], [user("ab", image("bad_jpeg_sof_cut.jpg"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="SOI and a baseline frame header whose length says 8 bytes of which the file holds 7 "
+                        "(precision 8, height 32, width 48, then the file ends before the component count): the "
+                        "segment runs past the end of the file, refused as truncated. A length check that lets one "
+                        "missing byte through reads past the end."),
+        neg("image-jpeg-sof-short", ["CR-ID-4"], [user("ab", image("bad_jpeg_sof_short.jpg"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="SOI and a baseline frame header whose length says 7: the length counts itself (2), the "
+                        "precision (1), height (2), width (2) and component count (1), 8 at least, so the frame "
+                        "header is truncated: refused. Read as a frame, its component count would be the byte after "
+                        "the segment, past the end of this file."),
+        neg("image-jpeg-cmyk", ["CR-ID-4"], [user("ab", image("bad_jpeg_cmyk_ids.jpg"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="A CMYK JPEG (4 components in its frame header) is refused from the header: stb_image takes "
+                        "1 or 3 components. Its components are named 1 to 4 (as grey and colour files name theirs), "
+                        "so a parser that reads the first component's id for the count sees 1 and accepts it."),
+        neg("image-jpeg-truncated-data", ["CR-ID-4"], [user("ab", image("bad_truncated.jpg"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="JPEG A cut after 300 bytes: its frame header (bytes 158-176) is whole, so the header "
+                        "checks pass, but the image data does not decode: an input error, not a crash."),
         neg("image-without-vision", ["CR-MEDIA-1"], [user("ab", image("img_a_16x16.png"))],
             "$.requests[0].messages[0].content[1].image", description="A text engine cannot take an image."),
         neg("later-request-empty", ["CR-BATCH-5"], [user("abcd"), user("")], "$.requests[1].messages",

@@ -40,7 +40,15 @@ are fixed by the seeds below). What each asset is for:
   `bad_12bit.jpg`, `bad_lossless.jpg` (frame headers only), `bad_cmyk.jpg`, `bad_truncated.jpg`.
   `img_j_a_32x48_exif6.jpg` is the first one with an EXIF orientation of 6 (not applied:
   the same item), `img_j_a_32x48_fill.jpg` the first one with three 0xFF fill bytes before each
-  marker (skipped: the same item).
+  marker (skipped: the same item), `img_j_a_32x48_com.jpg` the first one with an empty comment
+  segment and one of 300 bytes (skipped: the same item). `img_j_g_1x272.jpg` (grey, one row)
+  and `img_j_t_272x1.jpg` (colour, one column): the least side, a side above 255 (both bytes of
+  the frame header's field count) and one component. Refused: `bad_jpeg_cmyk_ids.jpg`
+  (`bad_cmyk.jpg` with its components named 1-4, as grey and colour files name theirs); malformed
+  headers:
+  `bad_jpeg_no_frame.jpg` (the file ends after APP0), `bad_jpeg_eoi_first.jpg` (EOI right after
+  SOI), `bad_jpeg_sof_cut.jpg` (a frame header longer than the file), `bad_jpeg_sof_short.jpg`
+  (a frame header of 7 bytes, below the 8 its fields need).
 - `audio_{a,b}_16k.wav` (3200 samples: 10 placeholders), `audio_c_16k.wav` (961 samples: 4);
   refused: `bad_audio_8k.wav`, `bad_audio_stereo.wav`, `bad_audio_corrupt.wav`,
   `bad_audio_empty.wav`.
@@ -136,6 +144,34 @@ def with_fill_bytes(data: bytes, count: int) -> bytes:
         out += data[last:at] + b"\xff" * count
         last = at
     return bytes(out + data[last:])
+
+
+def with_comments(data: bytes, comments: list[bytes]) -> bytes:
+    """The same JPEG with a COM segment per comment after its APP0 segment: an empty one (length
+    2, the least a segment may say) and one longer than 255 bytes (a length whose high byte
+    counts): the pixels are unchanged."""
+    at = jpeg_segments(data)[1]
+    return data[:at] + b"".join(b"\xff\xfe" + (len(c) + 2).to_bytes(2, "big") + c for c in comments) + data[at:]
+
+
+def with_component_ids(data: bytes, ids: bytes) -> bytes:
+    """The same JPEG with its components renamed `ids` in the frame header and in each scan
+    header (component ids are labels; the count is the byte before them)."""
+    out, i = bytearray(data), 2
+    while i + 4 <= len(out) and out[i] == 0xFF:
+        length = int.from_bytes(out[i + 2:i + 4], "big")
+        if out[i + 1] in (0xC0, 0xC1, 0xC2):
+            for k in range(out[i + 9]):
+                out[i + 10 + 3 * k] = ids[k]
+        if out[i + 1] == 0xDA:
+            for k in range(out[i + 4]):
+                out[i + 5 + 2 * k] = ids[k]
+            i += 2 + length
+            while not (out[i] == 0xFF and out[i + 1] not in (0x00, *range(0xD0, 0xD8))):   # entropy-coded data
+                i += 1
+            continue
+        i += 2 + length
+    return bytes(out)
 
 
 def jpeg_header_only(marker: int, precision: int, height: int, width: int, components: int = 3) -> bytes:
@@ -277,6 +313,15 @@ def assets() -> dict[str, bytes]:
     out["bad_truncated.jpg"] = out["img_j_a_32x48.jpg"][:300]
     out["img_j_a_32x48_exif6.jpg"] = with_exif_orientation(out["img_j_a_32x48.jpg"], 6)
     out["img_j_a_32x48_fill.jpg"] = with_fill_bytes(out["img_j_a_32x48.jpg"], 3)
+    out["img_j_a_32x48_com.jpg"] = with_comments(out["img_j_a_32x48.jpg"], [b"", b"k" * 300])
+    out["img_j_g_1x272.jpg"] = jpeg_bytes(Image.frombytes("L", (272, 1), bytes(7 * x % 256 for x in range(272))))
+    out["img_j_t_272x1.jpg"] = jpeg_bytes(gradient(18, 272, 1))
+    a = out["img_j_a_32x48.jpg"]
+    out["bad_jpeg_cmyk_ids.jpg"] = with_component_ids(out["bad_cmyk.jpg"], b"\x01\x02\x03\x04")
+    out["bad_jpeg_no_frame.jpg"] = a[:jpeg_segments(a)[1]]          # SOI and APP0, then the file ends
+    out["bad_jpeg_eoi_first.jpg"] = a[:2] + b"\xff\xd9" + a[2:]        # the image ends before its frame
+    out["bad_jpeg_sof_cut.jpg"] = b"\xff\xd8\xff\xc0\x00\x08\x08\x00\x20\x00\x30"   # 8 bytes said, 7 there
+    out["bad_jpeg_sof_short.jpg"] = b"\xff\xd8\xff\xc0\x00\x07\x08\x00\x20\x00\x30"  # a frame header of 7 bytes
 
     out["audio_a_16k.wav"] = wav_bytes(tone(11, 3200))
     out["audio_b_16k.wav"] = wav_bytes(tone(12, 3200))
