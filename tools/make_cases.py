@@ -651,6 +651,22 @@ def negative_cases() -> list[dict]:
             "$.requests[0].messages[0].content[1].image", engine=VISION4,
             description="JPEG A cut after 300 bytes: its frame header (bytes 158-176) is whole, so the header "
                         "checks pass, but the image data does not decode: an input error, not a crash."),
+        *(neg(f"template-{name}", ["TOK-HF-4"], [user("Hello")], "$.requests[0].messages", settings=dict(
+            GREEDY, apply_chat_template=True), engine={"maxInputLen": 256, "maxKVCacheCapacity": 320, "maxKVPoolPages": 0,
+                                                      "tokensPerPage": 16, "tokenizer": f"../../media/qwen3-bytes-{folder}",
+                                                      "tokenizerLoader": "tokenizers-raw", **kwargs},
+              description=f"A chat template is untrusted code, bounded in time, memory and output (TOK-HF-4, Bounds): "
+                          f"{why}, so the request is refused (exit 2), never a crash or a hang.")
+          for name, folder, kwargs, why in (
+              ("memory-bound", "ballast", {"chatTemplateKwargs": {"ballast_bytes": 1_500_000_000}},
+               "this one builds a string of 1,500,000,000 bytes (the keyword ballast_bytes, "
+               "cases/media/qwen3-bytes-ballast), more than the 1 GiB a template may use"),
+              ("output-bound", "output", {},
+               "this one writes 100,000 pieces of 200 characters, 20,000,000 characters, more than the 16 Mi "
+               "(16,777,216) one render may write (cases/media/qwen3-bytes-output)"),
+              ("recursion", "recursion", {},
+               "this one calls a macro from itself without end (cases/media/qwen3-bytes-recursion): it raises "
+               "(Python's recursion limit) and a template that raises is invalid"))),
         neg("image-without-vision", ["CR-MEDIA-1"], [user("ab", image("img_a_16x16.png"))],
             "$.requests[0].messages[0].content[1].image", description="A text engine cannot take an image."),
         neg("later-request-empty", ["CR-BATCH-5"], [user("abcd"), user("")], "$.requests[1].messages",
@@ -835,6 +851,45 @@ def template_and_emission_cases() -> list[dict]:
              "reuses the first page (16 ids).", ["TOK-HF-4", "TOK-HF-9", "CR-BATCH-3"], [hello, hello],
              engine=dict(engine, chatTemplateKwargs={"enable_thinking": True}),
              settings=dict(chat, _policy_switch={"batch": 1, "enable_thinking": False})),
+        case("sections/tok/template-environment", "A template that prints each user message with tojson, ends "
+             "each message with the config's eos_token and wraps assistant contents in a {% generation %} block "
+             "(cases/media/qwen3-bytes-features/chat_template.jinja). transformers' tojson is json.dumps with "
+             "ensure_ascii=False and the keys in the mapping's order; the config's named special tokens are "
+             "variables; the generation block renders its body unchanged (TOK-HF-4). Request 0: <|im_start|> + "
+             "{\"role\": \"user\", \"content\": \"Grüße\"} (29 + 7 + 2 = 38 bytes: ü and ß are 2 each) + "
+             "<|im_end|> + \\n, then the generation prompt <|im_start|>assistant\\n (11): 1 + 38 + 1 + 1 + 11 = 52. "
+             "Request 1 with Hallo: 1 + 36 + 1 + 1 + 11 = 50; it shares <|im_start|>{\"role\": \"user\", "
+             "\"content\": \" (30 ids) with request 0, so it reuses page 0 (16 ids). Request 2 (Grüße, assistant "
+             "Hi, Hallo): 41 + <|im_start|>assistant\\nHi<|im_end|>\\n (15) + 39 + 11 = 106. ASCII escapes "
+             "(\\u00fc\\u00df) give 60 for request 0; sorted keys put content first, sharing 14 ids: nothing "
+             "reused; without the eos_token variable each message is one id shorter (51); a generation block that "
+             "is not closed by endgeneration does not compile.", ["TOK-HF-4", "TOK-HF-9", "CR-PLAN-1"],
+             [user("Grüße"), user("Hallo"), turns(("user", "Grüße"), ("assistant", "Hi"), ("user", "Hallo"))],
+             engine=dict(engine, tokenizer="../../media/qwen3-bytes-features"), settings=chat,
+             expect={"requests": [{"input_tokens": 52}, {"input_tokens": 50, "reused_tokens": 16},
+                                  {"input_tokens": 106}]}),
+        case("sections/tok/template-named-default", "A tokenizer_config.json whose chat_template is a list of "
+             "named templates, tool_use first and default second, with no chat_template.jinja "
+             "(cases/media/qwen3-bytes-named): transformers renders the one named default (TOK-HF-4), here "
+             f"ChatML: {rendered}: n = 24. The tool_use template adds a system turn, <|im_start|>system\\n# Tools"
+             "\\n<|im_end|>\\n (1 + 7 + 8 + 1 + 1 = 18): 42 for a runtime that takes the first template.",
+             ["TOK-HF-4", "TOK-HF-9"], [hello],
+             engine=dict(engine, tokenizer="../../media/qwen3-bytes-named"), settings=chat,
+             expect={"requests": [{"input_tokens": 24}]}),
+        case("sections/tok/template-source-1mib", "A chat template of exactly 1,048,576 bytes, the largest a "
+             "template may be (TOK-HF-4, Bounds: larger than 1 MiB is refused): ChatML followed by a comment "
+             "that fills it to the byte (cases/media/qwen3-bytes-1mib). It is accepted and renders as ChatML: "
+             f"{rendered}: n = 24. A runtime whose bound is below 1 MiB, or that refuses a source of exactly "
+             "1 MiB, refuses the file.", ["TOK-HF-4", "TOK-HF-9"], [hello],
+             engine=dict(engine, tokenizer="../../media/qwen3-bytes-1mib"), settings=chat,
+             expect={"requests": [{"input_tokens": 24}]}),
+        case("sections/tok/template-memory-within", "A template that builds a string of 600,000,000 bytes (the "
+             "keyword ballast_bytes, cases/media/qwen3-bytes-ballast) before it renders ChatML: within the 1 GiB "
+             "a template may use (TOK-HF-4, Bounds), so it renders: " + rendered + ": n = 24. A runtime that "
+             "gives templates 512 MiB refuses the file.", ["TOK-HF-4", "TOK-HF-9"], [hello],
+             engine=dict(engine, tokenizer="../../media/qwen3-bytes-ballast",
+                         chatTemplateKwargs={"ballast_bytes": 600_000_000}), settings=chat,
+             expect={"requests": [{"input_tokens": 24}]}),
         case("sections/tok/special-token-bias", "A logit bias of +100 on <think> (259, the file's) and on "
              "<|im_start|> (257, request 1's own) leaves both unemitted: the engine emits only its normal tokens "
              "and the EOS (spec/engine.md section 5, Emission), and the bias is added before that mask, so the "

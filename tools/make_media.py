@@ -25,6 +25,12 @@ are fixed by the seeds below). What each asset is for:
   special tokens (`mini_qwen3_tokenizer`): Qwen3's own chat template and special tokens over a
   byte-level vocabulary of one token per byte (id b for byte b), so every count is derived by
   hand from the rendered text.
+- `qwen3-bytes-<name>/`: the same tokenizer with another template (`TEMPLATES`): `features`
+  (tojson on a mapping, the EOS token's variable, a `{% generation %}` block), `named` (the
+  config's list of named templates, no chat_template.jinja: the one named `default` is used),
+  `1mib` (a source of exactly 1 MiB), and templates at the bounds on untrusted code: `ballast`
+  (a string of the keyword `ballast_bytes`' size), `recursion` (a macro that calls itself),
+  `output` (20,000,000 characters).
 - `img_t_16x32.png` / `img_t_32x16.png`: the same raw RGB bytes under transposed geometry:
   different items by CR-ID-4 although their bytes are equal.
 - `img_a_16x16` re-encoded: `_palette.png` (colour type 3), `_rgba.png` (alpha dropped),
@@ -244,6 +250,14 @@ def mini_qwen3_tokenizer() -> dict[str, bytes]:
     # indentation before a tag; chat_template.jinja wins over the config's template (TOK-HF-4)
     out.update({f"qwen3-bytes-indented/{name}": data for name, data in files.items()})
     out["qwen3-bytes-indented/chat_template.jinja"] = INDENTED_CHATML.encode()
+    # templates for the rest of transformers' environment and for the bounds on untrusted
+    # templates (spec/hf-tokenizer.md TOK-HF-4): each folder is the same tokenizer with one template
+    for folder, template in TEMPLATES.items():
+        out.update({f"qwen3-bytes-{folder}/{name}": data for name, data in files.items()})
+        out[f"qwen3-bytes-{folder}/chat_template.jinja"] = template.encode()
+    named = dict(config, chat_template=[{"name": "tool_use", "template": TOOL_CHATML}, {"name": "default", "template": CHATML}])
+    out["qwen3-bytes-named/tokenizer.json"] = files["tokenizer.json"]
+    out["qwen3-bytes-named/tokenizer_config.json"] = (json.dumps(named, indent=1) + "\n").encode()
     return out
 
 
@@ -260,6 +274,45 @@ INDENTED_CHATML = """{% for message in messages %}
 <|im_start|>assistant
 {% endif %}
 """
+
+CHATML = """{% for message in messages %}
+<|im_start|>{{ message['role'] }}
+{{ message['content'] }}<|im_end|>
+{% endfor %}
+{% if add_generation_prompt %}
+<|im_start|>assistant
+{% endif %}
+"""
+TOOL_CHATML = "<|im_start|>system\n# Tools\n<|im_end|>\n" + CHATML
+
+
+def padded(template: str, size: int) -> str:
+    """`template` followed by a comment that makes its source exactly `size` bytes (renders nothing)."""
+    return template + "{#" + "k" * (size - len(template.encode()) - 4) + "#}"
+
+
+TEMPLATES = {
+    # transformers' environment: tojson on a mapping (plain json.dumps: key order kept, non-ASCII
+    # kept), the config's named special tokens as variables, the {% generation %} block
+    "features": """{% for message in messages %}
+{% if message['role'] == 'assistant' %}
+<|im_start|>assistant
+{% generation %}
+{{ message['content'] }}{{ eos_token }}
+{% endgeneration %}
+{% else %}
+<|im_start|>{{ message | tojson }}{{ eos_token }}
+{% endif %}
+{% endfor %}
+{% if add_generation_prompt %}
+<|im_start|>assistant
+{% endif %}
+""",
+    "1mib": padded(CHATML, 1 << 20),                                # the largest source a template may have
+    "ballast": "{% set ballast = 'x' * ballast_bytes %}\n" + CHATML,  # memory: a string of the keyword's size
+    "recursion": "{% macro nest(depth) %}{{ nest(depth + 1) }}{% endmacro %}{{ nest(0) }}\n" + CHATML,
+    "output": "{% for i in range(100000) %}{{ 'x' * 200 }}{% endfor %}\n" + CHATML,   # 20,000,000 characters
+}
 
 
 def assets() -> dict[str, bytes]:
