@@ -630,6 +630,12 @@ def negative_cases() -> list[dict]:
             description="A JPEG whose end-of-image marker (EOI) follows its SOI, then JPEG A's segments: the image "
                         "ends before any frame header, so it is refused (stb_image: no frame before the marker that "
                         "ends the header; a walk that neither stops nor moves at EOI never ends)."),
+        neg("image-jpeg-ff00-first", ["CR-ID-4"], [user("ab", image("bad_jpeg_ff00_first.jpg"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="A JPEG with 0xFF 0x00 right after SOI, then JPEG A's segments: 0xFF 0x00 is a stuffed zero "
+                        "byte, which belongs inside entropy-coded data; where a marker must be it is no marker "
+                        "(stb_image: unknown marker), and read as a segment its length (0xFFE0) runs past the file: "
+                        "refused. Pillow skips it, so a parser that skips it too accepts the file."),
         neg("image-jpeg-sof-cut", ["CR-ID-4"], [user("ab", image("bad_jpeg_sof_cut.jpg"))],
             "$.requests[0].messages[0].content[1].image", engine=VISION4,
             description="SOI and a baseline frame header whose length says 8 bytes of which the file holds 7 "

@@ -50,10 +50,9 @@ are fixed by the seeds below). What each asset is for:
   segment and one of 300 bytes (skipped: the same item). `img_j_g_1x272.jpg` (grey, one row)
   and `img_j_t_272x1.jpg` (colour, one column): the least side, a side above 255 (both bytes of
   the frame header's field count) and one component. Refused: `bad_jpeg_cmyk_ids.jpg`
-  (`bad_cmyk.jpg` with its components named 1-4, as grey and colour files name theirs); malformed
-  headers:
+  (`bad_cmyk.jpg` with its components named 1-4, as grey and colour files name theirs); malformed headers:
   `bad_jpeg_no_frame.jpg` (the file ends after APP0), `bad_jpeg_eoi_first.jpg` (EOI right after
-  SOI), `bad_jpeg_sof_cut.jpg` (a frame header longer than the file), `bad_jpeg_sof_short.jpg`
+  SOI), `bad_jpeg_ff00_first.jpg` (0xFF 0x00 right after SOI), `bad_jpeg_sof_cut.jpg` (a frame header longer than the file), `bad_jpeg_sof_short.jpg`
   (a frame header of 7 bytes, below the 8 its fields need).
 - `audio_{a,b}_16k.wav` (3200 samples: 10 placeholders), `audio_c_16k.wav` (961 samples: 4);
   refused: `bad_audio_8k.wav`, `bad_audio_stereo.wav`, `bad_audio_corrupt.wav`,
@@ -373,6 +372,7 @@ def assets() -> dict[str, bytes]:
     out["bad_jpeg_cmyk_ids.jpg"] = with_component_ids(out["bad_cmyk.jpg"], b"\x01\x02\x03\x04")
     out["bad_jpeg_no_frame.jpg"] = a[:jpeg_segments(a)[1]]          # SOI and APP0, then the file ends
     out["bad_jpeg_eoi_first.jpg"] = a[:2] + b"\xff\xd9" + a[2:]        # the image ends before its frame
+    out["bad_jpeg_ff00_first.jpg"] = a[:2] + b"\xff\x00" + a[2:]        # a stuffed zero where a marker must be
     out["bad_jpeg_sof_cut.jpg"] = b"\xff\xd8\xff\xc0\x00\x08\x08\x00\x20\x00\x30"   # 8 bytes said, 7 there
     out["bad_jpeg_sof_short.jpg"] = b"\xff\xd8\xff\xc0\x00\x07\x08\x00\x20\x00\x30"  # a frame header of 7 bytes
 
