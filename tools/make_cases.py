@@ -667,9 +667,6 @@ def negative_cases() -> list[dict]:
               ("memory-bound", "ballast", {"chatTemplateKwargs": {"ballast_bytes": 1_500_000_000}},
                "this one builds a string of 1,500,000,000 bytes (the keyword ballast_bytes, "
                "cases/media/qwen3-bytes-ballast), more than the 1 GiB a template may use"),
-              ("output-bound", "output", {},
-               "this one writes 100,000 pieces of 200 characters, 20,000,000 characters, more than the 16 Mi "
-               "(16,777,216) one render may write (cases/media/qwen3-bytes-output)"),
               ("recursion", "recursion", {},
                "this one calls a macro from itself without end (cases/media/qwen3-bytes-recursion): it raises "
                "(Python's recursion limit) and a template that raises is invalid"))),

@@ -29,8 +29,9 @@ are fixed by the seeds below). What each asset is for:
   (tojson on a mapping, the EOS token's variable, a `{% generation %}` block), `named` (the
   config's list of named templates, no chat_template.jinja: the one named `default` is used),
   `1mib` (a source of exactly 1 MiB), and templates at the bounds on untrusted code: `ballast`
-  (a string of the keyword `ballast_bytes`' size), `recursion` (a macro that calls itself),
-  `output` (20,000,000 characters).
+  (a string of the keyword `ballast_bytes`' size), `recursion` (a macro that calls itself). (The
+  output bound is left to the tests: a render past 16 Mi characters is past the 1 MiB input-text
+  bound too, so no request tells the two apart.)
 - `img_t_16x32.png` / `img_t_32x16.png`: the same raw RGB bytes under transposed geometry:
   different items by CR-ID-4 although their bytes are equal.
 - `img_a_16x16` re-encoded: `_palette.png` (colour type 3), `_rgba.png` (alpha dropped),
@@ -310,7 +311,6 @@ TEMPLATES = {
     "1mib": padded(CHATML, 1 << 20),                                # the largest source a template may have
     "ballast": "{% set ballast = 'x' * ballast_bytes %}\n" + CHATML,  # memory: a string of the keyword's size
     "recursion": "{% macro nest(depth) %}{{ nest(depth + 1) }}{% endmacro %}{{ nest(0) }}\n" + CHATML,
-    "output": "{% for i in range(100000) %}{{ 'x' * 200 }}{% endfor %}\n" + CHATML,   # 20,000,000 characters
 }
 
 
