@@ -30,7 +30,8 @@ import heapq
 import re
 
 from .peer_common import PeerProfileError, PeerRequest, computed_sequence
-from .peer_sglang_hybrid import INTERVAL, check_hybrid, usable_end, window_freed
+from .peer_sglang_hybrid import (INTERVAL, check_hybrid, evict_states, evict_window, refresh_window, usable_end,
+                                 window_freed)
 from .peer_profile import PeerProfile, Published, Setting, Signature
 from .peer_trace import keyed
 
@@ -40,6 +41,8 @@ SHORTFALL_SINCE = (0, 5, 17)
 """PEER-SGL-8 (b): from this release an allocation evicts only what is missing."""
 PROMPT_SPLIT_SINCE = (0, 5, 20)
 """PEER-SGL-8 (a): from this release a finished request's node is split at its page-aligned prompt."""
+TEST_NAMESPACE = ("|", None)
+"""The namespace of a RadixKey without extra key or salt (what `sglang_namespace` gives a plain request)."""
 RELEASE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -69,13 +72,15 @@ def units(ids: list, eagle: bool) -> list:
 
 
 class Node:
-    __slots__ = ("key", "parent", "children", "touched", "locks", "origin", "by", "live", "state", "marked")
+    __slots__ = ("key", "parent", "children", "touched", "locks", "origin", "by", "live", "state", "marked",
+                 "state_used")
 
     def __init__(self, key: list, parent: "Node | None", touched: int):
         self.key, self.parent, self.children, self.touched, self.locks = key, parent, {}, touched, 0
         self.origin = self.by = None         # traced: the step that inserted it; who touched it last
         self.live, self.state = True, False  # its window KV is kept (else a tombstone); it holds a Mamba state
         self.marked = None                   # traced: the step that made it a tombstone or gave it its state
+        self.state_used = 0                  # its Mamba state's place in the Mamba LRU list (peer_sglang_hybrid.py)
 
     def __lt__(self, other: "Node") -> bool:
         return self.touched < other.touched
@@ -110,6 +115,8 @@ class RadixCache:
         self.size = 0                                       # units (KV slots) held by the tree
         self._evicted_under: dict = {}                      # traced: (node, edge) -> the eviction of that child
         self._cut: dict = {}                                # traced: node -> PEER-SGL-12's step ending there
+        self.window_lru: list | None = None                 # live nodes, least recently used first: kept only
+        self.requests_cached = 0                            # for a tree the tests build (evict_window)
         if self.trace is not None:
             self.trace.add("PEER-API-4", "reset", True, "the tree was flushed")
 
@@ -172,6 +179,8 @@ class RadixCache:
         upper.live = child.live                            # both parts keep their window KV or lack it;
         upper.marked = None if child.live else child.marked   # the Mamba state stays with the lower part
         upper.children = {self._child_key(namespace, child.key, k): child}
+        if self.window_lru is not None and child in self.window_lru:
+            self.window_lru.insert(self.window_lru.index(child), upper)   # just older than the suffix
         child.parent.children[self._child_key(namespace, child.key, 0)] = upper
         child.key, child.parent = child.key[k:], upper
         return upper
@@ -223,6 +232,8 @@ class RadixCache:
             del parent.children[edge]
             freed += len(leaf.key)
             self.size -= len(leaf.key)
+            if self.window_lru is not None and leaf in self.window_lru:
+                self.window_lru.remove(leaf)
             if self.trace is not None:
                 self._traced_eviction(leaf, (parent, edge), tokens, free)
             if parent is not self.root and not parent.children and parent.locks == 0:
@@ -348,7 +359,7 @@ class RadixCache:
         """PEER-SGL-13: the node ending where the cached sequence ends holds a Mamba state
         (mamba.py `commit_insert_component_data`); the insert's walk split there if need be."""
         *_, (lo, hi, node, whole) = self._segments(namespace, key, len(key))
-        node.state = True
+        node.state, node.state_used = True, self._tick()
         if self.trace is not None:
             node.marked = self.trace.add("PEER-SGL-13", "mamba_state", hi, f"request {self.trace.owner} finished: "
                                          f"its cached sequence of {hi} ids ends here, and a Mamba state is kept "
@@ -361,6 +372,7 @@ class RadixCache:
         if not self.on:
             return
         namespace, n, P = sglang_namespace(request), len(request.ids), self.P
+        self.requests_cached += 1
         self._empty_keys = self._traced_empty_keys(request) if self.trace is not None else ()
         looked = units(request.ids[:max(0, n - 1)], self.eagle)
         matched, node = self._walk(namespace, looked, touch=True)
@@ -391,6 +403,76 @@ class RadixCache:
                                                      "it are a leaf of their own (since 0.5.20)",
                                                      causes=(rest.origin,))
         self._lock(node, -1)
+
+    # --- the tree called directly, as SGLang's unit tests do (parity only) -------------------------
+    def insert_key(self, ids: list) -> int:
+        """`insert(RadixKey(ids), value)` with values of the test's own: the units already in
+        the tree (the `prefix_len` it returns); with Mamba layers the node the key ends at gets
+        a state (PEER-SGL-3, PEER-SGL-13). No request runs, so no window KV is freed."""
+        key = units(ids, self.eagle)
+        at, _ = self._walk(TEST_NAMESPACE, key, touch=False)
+        if self.W is not None:
+            self._window_list("an insert of hand-built values")
+            if any(not node.live for *_, node, _ in self._segments(TEST_NAMESPACE, key, at)):
+                raise PeerProfileError("sglang-radix: an insert of hand-built values over a tombstone is not "
+                                       "defined by the profile")
+        leaf = self._insert(TEST_NAMESPACE, key)
+        if self.mamba and key:
+            self._give_state(TEST_NAMESPACE, key)
+        if self.W is not None and key:
+            if leaf is not None:
+                self.window_lru.append(leaf)
+            *_, (_, _, end, _) = self._segments(TEST_NAMESPACE, key, len(key))
+            refresh_window(self, end)
+        return at
+
+    def match_key(self, ids: list) -> tuple:
+        """`match_prefix(RadixKey(ids))`: (the units matched, the node it ends at:
+        `last_device_node`, the root when nothing matched). The whole key is looked up (a
+        request looks up N - 1 ids); the walk touches and splits as a request's does
+        (PEER-SGL-4), the match ends where PEER-SGL-11/13 let it, and with Mamba layers the
+        state it ends at becomes the most recently used (mamba.py `refresh_lru` MATCH_END)."""
+        key = units(ids, self.eagle)
+        matched, node = self._walk(TEST_NAMESPACE, key, touch=True)
+        if not self.hybrid:
+            return matched, node
+        end, decided, _ = self._usable(TEST_NAMESPACE, key, matched)
+        node = self.root if decided is None else decided[2]
+        if self.mamba and node.state:
+            node.state_used = self._tick()
+        if self.W is not None:
+            self._window_list("a match called directly")
+            refresh_window(self, node)
+        return end, node
+
+    def _window_list(self, what: str) -> None:
+        """Start the window KV's LRU list on a tree no request has changed (PeerProfileError
+        otherwise: the profile keeps it for the calls SGLang's unit tests make, not for requests)."""
+        if self.requests_cached:
+            raise PeerProfileError(f"sglang-radix: {what} on a sliding-window tree that requests changed is not "
+                                   "defined by the profile (the window KV's LRU list is kept for direct calls only)")
+        if self.window_lru is None:
+            self.window_lru = []
+
+    def evict_window(self, tokens: int, window_tokens: int) -> tuple:
+        """`evict(EvictParams(num_tokens, swa_num_tokens))`: (full KV tokens freed, window KV
+        tokens freed) (peer_sglang_hybrid.py `evict_window`)."""
+        if self.W is None:
+            raise PeerProfileError("sglang-radix: an eviction of window KV on a tree without a sliding window")
+        self._window_list("an eviction of window KV")
+        return evict_window(self, tokens, window_tokens)
+
+    def lock_node(self, node: Node, delta: int) -> None:
+        """`inc_lock_ref(node)` (+1) or `dec_lock_ref(node)` (-1): the node and every node above
+        it are locked once more or once less (PEER-SGL-5)."""
+        self._lock(node, delta)
+
+    def evict_mamba(self, states: int) -> int:
+        """`evict(EvictParams(mamba_num=states))`: the Mamba states freed (peer_sglang_hybrid.py
+        `evict_states`)."""
+        if not self.mamba:
+            raise PeerProfileError("sglang-radix: evict_mamba on a tree without Mamba layers")
+        return evict_states(self, states)
 
     # --- the trace: reasons and causes, built only when tracing ----------------------------------
     def _traced_count(self, request: PeerRequest, looked: list, matched: int, node: Node, c: int,

@@ -14,7 +14,8 @@ rebuilt. A Mamba state exists only where a finished request's cached sequence en
                        (PEER-SGL-11); a request whose match stopped short of the full-attention
                        hit caches only up to that hit (PEER-SGL-12)
     Mamba              a finished request leaves one state, at the end of its cached sequence; a
-                       match ends only at a node holding one (PEER-SGL-13)
+                       match ends only at a node holding one (PEER-SGL-13); states evicted
+                       directly go least recently used first (`evict_states`, parity only)
 
 The tree itself, its walks and splits are reference/peer_sglang.py's; this module is the part
 that decides where a match may end and what an insert marks. Not defined here
@@ -102,3 +103,71 @@ def usable_end(segments, W: int | None, mamba: bool):
         if usable:
             best, decided = end, (start, end, node)
     return best, decided, tomb
+
+
+def evict_states(cache, states: int) -> int:
+    """PEER-SGL-13's states evicted directly (spec/peer-profiles.md, after the rule; SGLang's
+    unit tests call it, a request never does here): free Mamba states, least recently used
+    first, until `states` are freed or none is left unlocked. A state on a leaf goes with the
+    leaf (its ids' full KV too), any other leaves its node without one (mamba.py
+    `_evict_device_next_node`: the LRU tail, a leaf evicted whole, an inner node's state freed
+    alone). A state is used when an insert gives it (a new leaf's `insert_mru`, an existing
+    node's `reset_node_mru`: `commit_insert_component_data`) and when a match ends at it
+    (`refresh_lru` MATCH_END); an insert's walk does not use the states it passes (WALKDOWN).
+    The count of states freed."""
+    freed = 0
+    while freed < states:
+        held = [n for n in cache._nodes() if n.state and n.locks == 0 and n is not cache.root]
+        if not held:
+            break
+        node = min(held, key=lambda n: n.state_used)
+        node.state = False
+        freed += 1
+        if not node.children:
+            del node.parent.children[next(k for k, v in node.parent.children.items() if v is node)]
+            cache.size -= len(node.key)
+    return freed
+
+
+def refresh_window(cache, node) -> None:
+    """The window KV's LRU list after an insert or a match ends at `node` (swa.py:332-355
+    `refresh_lru` INSERT_END / MATCH_END, unified_tree_core.py:332-355
+    `reset_node_and_window_ancestors_mru`): the node and its ancestors, while fewer than W + P
+    units lie between them and the end, become the most recently used, the deeper the more
+    recent; tombstones are not in the list but their units count. An insert's walk refreshes
+    nothing on its own (WALKDOWN); a split puts the new upper part just older than the suffix,
+    which keeps its place (unified_tree_core.py `_split_node`: `insert_after(child, node)`)."""
+    chain, seen = [], 0
+    while node is not cache.root and seen < cache.W + cache.P:
+        if node.live:
+            chain.append(node)
+        seen += len(node.key)
+        node = node.parent
+    for node in reversed(chain):
+        if node in cache.window_lru:
+            cache.window_lru.remove(node)
+        cache.window_lru.append(node)
+
+
+def evict_window(cache, tokens: int, window_tokens: int) -> tuple:
+    """Full KV first, then window KV (unified_radix_cache.py `_evict_components`, one component
+    after the other with one tracker): `cache.evict(tokens)` frees whole leaves (PEER-SGL-5), and
+    their window KV counts toward `window_tokens`; then, while fewer window ids are freed, the
+    least recently used live unlocked node goes: a leaf whole (its full KV too), any other
+    becomes a tombstone (swa.py:754-830 `_evict_device_next_node`). (full ids freed, window ids
+    freed)."""
+    full = cache.evict(tokens) if tokens > 0 else 0
+    window = full
+    while window < window_tokens:
+        node = next((n for n in cache.window_lru if n.locks == 0), None)
+        if node is None:
+            break
+        cache.window_lru.remove(node)
+        window += len(node.key)
+        if node.children:
+            node.live = False
+        else:
+            del node.parent.children[next(k for k, v in node.parent.children.items() if v is node)]
+            cache.size -= len(node.key)
+            full += len(node.key)
+    return full, window

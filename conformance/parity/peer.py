@@ -54,6 +54,7 @@ from ..judge import peer_oracle as peers
 from . import pool_views as views
 from .engine import NotExpressible, expand
 
+TREE_CALLS = {"insert", "match", "lock", "unlock", "evict", "evict_mamba"}
 REQUEST_FIELDS = ("lora", "lora_path", "salt", "extra_key", "skip_prefix_cache", "retention", "token_extra_ids")
 
 
@@ -87,6 +88,8 @@ class Run:
                 raise NotExpressible(f"step {k}: {e}") from None
 
     def _step(self, step: dict, k: int) -> dict:
+        if TREE_CALLS & step.keys():
+            return self._tree_call(step, k)
         if "without_keys" in step:
             return self._without_keys(step, k)
         if step.get("reset"):
@@ -138,6 +141,40 @@ class Run:
         blocks = _blocks(run)
         self.sim.release(run)
         return self._state(**blocks, **seen, **self._kept(request))
+
+    def _tree_call(self, step: dict, k: int) -> dict:
+        """SGLang's tree called directly, as its unit tests do (reference/peer_sglang.py
+        `insert_key`, `match_key`, `lock_node`, `evict`, `evict_mamba`): `{"insert": ids}`
+        (observed: `prefix_len`), `{"match": ids, "as": NAME}` (`matched`, `last_node_len`:
+        `len(last_device_node.key)`, `last_node_first` and `last_node_last`: its first and last
+        unit, a bigram as a list; `as` keeps the node), `{"lock": NAME}` and `{"unlock":
+        NAME}` (`inc_lock_ref` / `dec_lock_ref` on the kept node), `{"evict": n}` (full KV
+        tokens: `evicted`; on a sliding-window tree with `window: m`, the window KV tokens too:
+        `window_evicted`), `{"evict_mamba": n}` (Mamba states: `evicted`). The tree's sizes are
+        read after every step (pool_views.tree_sizes)."""
+        if not isinstance(self.sim, peers.RadixCache):
+            raise NotExpressible(f"step {k}: tree calls are defined for SGLang's radix tree only")
+        if "insert" in step:
+            return self._state(prefix_len=self.sim.insert_key(expand(step["insert"])))
+        if "match" in step:
+            matched, last = self.sim.match_key(expand(step["match"]))
+            if "as" in step:
+                self.held[step["as"]] = last
+            return self._state(matched=matched, last_node_len=len(last.key),
+                               last_node_first=_unit(last.key[0]) if last.key else None,
+                               last_node_last=_unit(last.key[-1]) if last.key else None)
+        if "lock" in step or "unlock" in step:
+            node = self.held.get(step.get("lock", step.get("unlock")))
+            if node is None or isinstance(node, peers.PeerRequest) or not hasattr(node, "locks"):
+                raise NotExpressible(f"step {k}: no node kept by a match under that name")
+            self.sim.lock_node(node, 1 if "lock" in step else -1)
+            return self._state()
+        if "evict" in step:
+            if self.sim.W is not None:
+                full, window = self.sim.evict_window(step["evict"], step.get("window", 0))
+                return self._state(evicted=full, window_evicted=window)
+            return self._state(evicted=self.sim.evict(step["evict"]))
+        return self._state(evicted=self.sim.evict_mamba(step["evict_mamba"]))
 
     def _without_keys(self, step: dict, k: int) -> dict:
         """A lookup with some of the request's keys taken out of the pool's hash map and put back
@@ -311,6 +348,11 @@ def _blocks(run) -> dict:
     if hasattr(run, "group_blocks"):
         out["group_blocks"] = run.group_blocks()
     return out
+
+
+def _unit(unit):
+    """A key's unit as a test compares it: an id, or an EAGLE bigram as a list."""
+    return list(unit) if isinstance(unit, tuple) else unit
 
 
 def _reset(sim) -> bool:

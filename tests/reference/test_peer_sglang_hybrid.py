@@ -125,3 +125,74 @@ def test_a_pool_is_defined_until_it_must_evict():
 def test_what_the_profile_does_not_define(settings, words):
     with pytest.raises(peers.PeerProfileError, match=words):
         peers.simulator("sglang-radix", settings)
+
+
+# --- the trees called directly, as SGLang's unit tests do (parity only) ---------------------------
+INSERTS = ([1, 2, 3], [1, 2, 3, 4, 5, 6, 7], [10, 11, 12], [1, 2, 3, 4, 5, 60, 70])
+
+
+def built(settings: dict):
+    tree = peers.simulator("sglang-radix", {"page_size": 1, **settings})
+    return tree, [tree.insert_key(ids) for ids in INSERTS]
+
+
+def test_mamba_tree_called_directly_evicts_states_least_recently_used_first():
+    """test_mamba_radix_cache_1 by hand: the inserts leave 123 (state) / 45 (none, split) / 67
+    and 60 70 (states), and 10 11 12 (state); evict(1) takes the oldest leaf, 10 11 12;
+    evict_mamba(1) the oldest state, 123's (inner: the state alone). 12345 matches 0, the two
+    7-id keys 7 at 2-id nodes; those matches use 60 70, then 67, so the next evict_mamba takes
+    60 70 whole and 1 2 3 4 5 60 70 matches 0 at the root. The 0.5.23 wheel's UnifiedRadixCache
+    gave the same on the same calls."""
+    tree, prefixes = built({"mamba": True})
+    assert prefixes == [0, 3, 0, 5]
+    assert tree.evict(1) == 3 and tree.tree_tokens == 9              # 3 + 4 + 3 + 2 ids, less 3
+    assert tree.evict_mamba(1) == 1 and tree.tree_tokens == 9           # an inner state: no ids freed
+    assert [(m, len(n.key)) for m, n in map(tree.match_key, ([1, 2, 3, 4, 5], INSERTS[3], INSERTS[1]))] == \
+        [(0, 0), (7, 2), (7, 2)]
+    assert tree.evict_mamba(1) == 1 and tree.tree_tokens == 7           # the leaf 60 70, whole
+    matched, node = tree.match_key(INSERTS[3])
+    assert (matched, node is tree.root) == (0, True)
+
+
+def test_a_match_makes_the_state_it_ends_at_the_most_recently_used():
+    """Without the match that ends at 67, 67's state (second insert) is older than 60 70's
+    (fourth): the second evict_mamba takes 67, and 1 2 3 4 5 60 70 still matches 7."""
+    tree, _ = built({"mamba": True})
+    tree.evict(1)
+    tree.evict_mamba(1)
+    tree.match_key(INSERTS[3])
+    tree.evict_mamba(1)
+    assert tree.match_key(INSERTS[3])[0] == 7 and tree.match_key(INSERTS[1])[0] == 0
+
+
+def test_window_tree_called_directly_follows_the_window_lru_list():
+    """test_swa_radix_cache_1 on 0.5.23's rules, W = 4: the window list, oldest first, is 67, 10
+    11 12, 123, 45, 60 70 (the fourth insert refreshes 60 70, 45 and 123: 2 + 2 < 5 <= 2 + 2 + 3;
+    67 keeps its place from the second). evict(1, 0) frees 10 11 12 (3, 3), evict(0, 1) the leaf
+    67 (2, 2), evict(1, 2) the leaf 60 70 (2, 2): no tombstone, so 12345 and 1 2 3 4 5 60 70 match
+    5, at 45. The 0.5.23 wheel gave the same (the test, written for SWARadixCache, asserts 0 and 7)."""
+    tree, prefixes = built({"sliding_window": 4})
+    assert prefixes == [0, 3, 0, 5]
+    assert [[n.key for n in tree.window_lru]] == [[[6, 7], [10, 11, 12], [1, 2, 3], [4, 5], [60, 70]]]
+    assert [tree.evict_window(f, w) for f, w in ((1, 0), (0, 1), (1, 2))] == [(3, 3), (2, 2), (2, 2)]
+    assert [(m, n.key) for m, n in map(tree.match_key, ([1, 2, 3, 4, 5], INSERTS[3]))] == [(5, [4, 5]), (5, [4, 5])]
+
+
+def test_an_inner_node_evicted_from_the_window_list_becomes_a_tombstone():
+    """After a match of 1 2 3 4 5 60 70 (refreshing 123, 45, 60 70) and one of 1234567
+    (refreshing 123, 45, 67), the oldest window KV is 10 11 12, then 60 70, then 123: evict(0, 6)
+    frees 10 11 12 and 60 70 whole (3 + 2 = 5 < 6) and makes 123 a tombstone (5 + 3 = 8): 12345
+    then matches 0 (2 live ids after the tombstone, fewer than W = 4) and 1234567 7 (4 live)."""
+    tree, _ = built({"sliding_window": 4})
+    tree.match_key(INSERTS[3])
+    tree.match_key(INSERTS[1])
+    assert [n.key for n in tree.window_lru][:3] == [[10, 11, 12], [60, 70], [1, 2, 3]]
+    assert tree.evict_window(0, 6) == (5, 8)
+    assert tree.match_key([1, 2, 3, 4, 5])[0] == 0 and tree.match_key(INSERTS[1])[0] == 7
+
+
+def test_direct_window_calls_are_refused_on_a_tree_requests_changed():
+    tree = peers.simulator("sglang-radix", {"page_size": 1, "sliding_window": 4})
+    tree.commit(R([1, 2, 3, 4, 5]), [9])
+    with pytest.raises(peers.PeerProfileError, match="requests changed"):
+        tree.evict_window(1, 1)
