@@ -66,7 +66,8 @@ PACKAGES = ("gpu_backend", "reference", "conformance", "numerical_reference", "f
 
 
 def code_provenance() -> dict:
-    """Which commit, whether the packages have uncommitted changes, and where each was imported from."""
+    """Which commit, whether the packages have uncommitted changes, and where each was imported from:
+    its folder in this checkout, or "another checkout" (never a path of this machine)."""
     out = {}
     try:
         out["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -79,7 +80,9 @@ def code_provenance() -> dict:
     import importlib.util
     for pkg in PACKAGES:
         spec = importlib.util.find_spec(pkg)
-        out[pkg] = os.path.dirname(spec.origin) if spec and spec.origin else None
+        where = os.path.dirname(spec.origin) if spec and spec.origin else None
+        inside = where is not None and os.path.commonpath([os.path.abspath(where), str(ROOT)]) == str(ROOT)
+        out[pkg] = None if where is None else os.path.relpath(where, ROOT) if inside else "another checkout"
     return out
 
 
@@ -94,6 +97,35 @@ def child_env(**extra) -> dict:
     copy of the packages keeps it), then the repository."""
     path = os.environ.get("PYTHONPATH", "")
     return {**os.environ, "PYTHONPATH": (path + os.pathsep if path else "") + str(ROOT), **extra}
+
+
+MOONCAKE_TRACES = ("conversation_trace.jsonl", "toolagent_trace.jsonl", "synthetic_trace.jsonl")
+
+
+def trace_label(path: str) -> str:
+    """How a result names the trace it measured: one of Mooncake's FAST'25 traces by where it is
+    published (docs/simulate.md section 5), any other by its file name, never by where this
+    machine keeps it."""
+    name = os.path.basename(path)
+    return f"kvcache-ai/Mooncake FAST25-release/traces/{name}" if name in MOONCAKE_TRACES else name
+
+
+def recorded_command(prog: str, argv: list, stand_ins: dict | None = None) -> str:
+    """The command line a result records: a `--trace` argument as `trace_label` names it, and an
+    option in `stand_ins` (such as `--old`, another checkout) by the words given there, so no
+    result holds a path of the machine it ran on."""
+    args, stand_ins = list(argv), stand_ins or {}
+    for i, arg in enumerate(args):
+        option, _, value = arg.partition("=")
+        if i and args[i - 1] == "--trace":
+            args[i] = trace_label(arg)
+        elif i and args[i - 1] in stand_ins:
+            args[i] = stand_ins[args[i - 1]]
+        elif value and option == "--trace":
+            args[i] = "--trace=" + trace_label(value)
+        elif value and option in stand_ins:
+            args[i] = f"{option}={stand_ins[option]}"
+    return " ".join([prog] + args)
 
 
 def one_core() -> list:

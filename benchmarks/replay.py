@@ -31,13 +31,13 @@ import subprocess
 import sys
 import time
 
-from .common import child_env, loadavg, log, machine, median, one_core, run_json
+from .common import child_env, loadavg, log, machine, median, one_core, recorded_command, run_json, trace_label
 
 SIDE_PROFILES = ("kvconform-1", "edge-llm-0.10", "vllm-apc", "vllm-apc:block_size=512", "sglang-radix",
                  "trtllm-kv-reuse", "llama.cpp-server")
 SIDE_CAPACITY = "1e7"
 PLAIN_CAPACITY = "1e6"
-SWEEP_PROFILES = ("kvconform-1", "vllm-apc:block_size=512")
+SWEEP_PROFILES = ("kvconform-1", "vllm-apc", "vllm-apc:block_size=512")
 SWEEP_CAPACITIES = "1e5:1e9:9,inf"
 TARGET_TOKENS_PER_S = 20e6
 TARGET_SWEEP_S = 60.0
@@ -167,7 +167,7 @@ def run(tmp: str, *, requests: int = 12031, side_requests: int = 500, reps: int 
             f"prompt tokens ({time.perf_counter() - t0:.1f} s to write)")
         source = "model"
     else:
-        stats, source = {}, os.path.abspath(trace)
+        stats, source = {}, trace_label(trace)
     out = {"trace": {"source": source, **stats}, "side_by_side": side_by_side(trace, side_requests, reps)}
     out["plain_vllm"] = plain_against_queued(trace, plain_requests, max(2, reps - 1))
     log(f"replay: vllm-apc's own pool {out['plain_vllm']['tokens_per_s']['plain'] / 1e6:.2f}M tokens/s, the replay's "
@@ -201,7 +201,7 @@ def target_rows(r: dict) -> list:
                      row["cpu_tokens_per_s"] >= TARGET_TOKENS_PER_S if edge_or_vllm else None))
     p = r.get("plain_vllm")
     if p:
-        rows.append(("8", f"vllm-apc: the replay's pool (O(1) free queue, decode in one step) / VllmBlockPool as it is "
+        rows.append(("8", f"vllm-apc: the replay's pool (reference/replay_vllm.py) / VllmBlockPool as it is "
                           f"({p['requests']} requests)", "measure",
                      f"{p['speedup']:.0f}x ({p['tokens_per_s']['queued'] / 1e6:.2f}M vs "
                      f"{p['tokens_per_s']['plain'] / 1e6:.3f}M tokens/s, equal counts)", None))
@@ -264,7 +264,7 @@ def main(argv=None) -> int:
             load = loadavg()
             r = run(tmp, requests=a.requests, side_requests=a.side_requests, reps=a.reps, trace=a.trace)
         r.update(started=started, machine=machine(), load={"before": load, "after": loadavg()},
-                 command="python -m benchmarks.replay " + " ".join(argv if argv is not None else sys.argv[1:]))
+                 command=recorded_command("python -m benchmarks.replay", argv if argv is not None else sys.argv[1:]))
         out = a.json
         if out:
             with open(out, "w") as f:

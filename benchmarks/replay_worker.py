@@ -5,9 +5,9 @@
 
 Reads a hash-id trace as `kvconform simulate --trace` does (conformance/traffic/), then replays it
 through the profile at each capacity, timing each replay alone (wall and CPU seconds), and
-prints one JSON line. `--plain-vllm`: vllm-apc on `VllmBlockPool` as it is (its list free queue,
-`commit` token by token) instead of the replay's `QueuedVllmBlockPool`, to measure what the
-pool's own containers cost. `--cprofile`: also the self time of the first replay grouped by
+prints one JSON line. `--plain-vllm`: vllm-apc on the oracle's `VllmBlockPool` as it is (its
+free queue, `commit` token by token) instead of the replay's pool (reference/replay_vllm.py), to
+measure what the replay's layout saves. `--cprofile`: also the self time of the first replay grouped by
 module, C calls counted with their caller (where the time goes).
 """
 from __future__ import annotations
@@ -25,10 +25,12 @@ from conformance.judge import traffic as oracle_traffic
 from conformance.traffic import formats, options
 from reference import replay as reference_replay
 from reference.peer_vllm import VllmBlockPool
+from reference.replay_adapters import KeyedPeerRequest, peer_request
 
 GROUPS = (("trace tokens and keys (reference/traffic.py)", ("/reference/traffic.py",)),
           ("replay and its adapters (reference/replay.py, replay_adapters.py)",
            ("/reference/replay.py", "/reference/replay_adapters.py")),
+          ("vLLM replay pool (replay_vllm.py)", ("/reference/replay_vllm.py",)),
           ("vLLM pool (peer_vllm.py)", ("/reference/peer_vllm.py",)),
           ("peer requests (peer_common.py: computed sequence, common prefix)", ("/reference/peer_common.py",)),
           ("Edge-LLM batches (batching.py, sequence.py, metrics.py)",
@@ -41,13 +43,32 @@ GROUPS = (("trace tokens and keys (reference/traffic.py)", ("/reference/traffic.
           ("llama.cpp slots (peer_llama.py)", ("/reference/peer_llama.py",)))
 
 
-class PlainVllmPool(VllmBlockPool):
-    """vllm-apc's pool as it is: a list free queue, decode grown one token at a time."""
+class PlainVllmReplayer(reference_replay.VllmReplayer):
+    """vllm-apc on the oracle's pool as it is: its free queue, decode grown one token at a time,
+    a hash-id request's keys through the hook in `vllm_block_keys`."""
 
-    def commit_alone(self, request, sampled) -> int:
-        hits = self.hit_blocks(request)
-        self.commit(request, sampled)
-        return hits
+    def __init__(self, profile, units):
+        super().__init__(profile, units)
+        s = profile.settings
+        self.plain = VllmBlockPool(self.B, units, s["enable_prefix_caching"], s["eagle"])
+        self.evicted = 0
+
+    def run(self, request):
+        n, g, B, pool = request.n, request.output, self.B, self.plain
+        if self.K is not None and -(-(n + g - 1) // B) > self.K:
+            return None
+        if request.keyed:
+            peer, sampled = KeyedPeerRequest(range(n), traffic=request, prompt_keys=request.page_keys(B)), range(g)
+        else:
+            peer, sampled = peer_request(request), request.sampled_tokens()
+        before, hits = len(pool.block_key), pool.hit_blocks(peer)
+        pool.commit(peer, sampled)
+        if pool.caching:
+            self.evicted += before + max(0, (n + g - 1) // B - hits) - len(pool.block_key)
+        return B * hits
+
+    def evictions(self):
+        return self.evicted, self.evicted * self.B
 
 
 def self_time_share(prof: cProfile.Profile) -> tuple[dict, list]:
@@ -81,7 +102,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cprofile", action="store_true")
     a = ap.parse_args(argv)
     if a.plain_vllm:
-        reference_replay.QueuedVllmBlockPool = PlainVllmPool
+        reference_replay.VllmReplayer = PlainVllmReplayer
     t0 = time.perf_counter()
     trace = formats.read_trace(a.trace)
     requests = oracle_traffic.hash_id_traffic(trace.entries, trace.block_size, limit=a.limit)

@@ -625,3 +625,64 @@ class CyclicWindowTrt(TrtBlockTree):
 
     def may_store(self, run, window, sequence) -> bool:
         return run.may_store and len(sequence) < min(self.window_sizes)   # DEFECT: cyclic sequences drop out
+
+
+# --- sglang-radix: sliding-window and Mamba models ------------------------------------------------------
+
+SWA_MODEL = (("page_size", 4), ("sliding_window", 30), ("swa_eviction_interval", 8))
+"""A paged sliding-window model whose window is freed after a few decode steps (PEER-SGL-10)."""
+
+
+@server_variant("sglang-swa-tail-kept", SWA_MODEL, ("sglang-interval", "sglang-edge"))
+class SlidingWindowNeverFreed(RadixCache):
+    """Keeps a request's whole sliding-window KV however far it decodes past its window.
+    Bug class: a window's tail kept past what the window and the eviction interval keep.
+    Violates: PEER-SGL-10.
+    Mirrors: a hybrid cache that never runs the decode-time free (schedule_batch.py
+    `maybe_evict_swa`, mem_cache/common.py `free_swa_out_of_window_slots`) and so reuses ids
+    whose window KV SGLang has freed."""
+
+    def window_freed(self, n, decode_steps) -> int:
+        return 0                                           # DEFECT: nothing freed while decoding
+
+
+@server_variant("sglang-swa-tombstone-matched", SWA_MODEL, ("sglang-interval", "sglang-edge"))
+class TombstoneMatched(RadixCache):
+    """Lets a match end inside ids whose window KV was freed, as long as their full KV is cached.
+    Bug class: a tombstoned node matched as a hit (the window before it cannot be rebuilt).
+    Violates: PEER-SGL-11.
+    Mirrors: a radix tree that checks only the full-attention KV when it matches (swa.py
+    `create_match_validator` stops a match at a tombstone until W live ids follow it)."""
+
+    def usable(self, path) -> int:
+        if self.window is not None and path:
+            at, nd = path[-1]
+            return at + len(nd.key)                        # DEFECT: the tombstones are not looked at
+        return super().usable(path)
+
+
+@server_variant("sglang-swa-branch-whole", SWA_MODEL, ("sglang-interval", "sglang-edge"))
+class BranchCachedWhole(RadixCache):
+    """Caches a request's whole sequence after its match stopped at a tombstone.
+    Bug class: what a request leaves cached decided without the component that cut its match.
+    Violates: PEER-SGL-12.
+    Mirrors: an insert that ignores `swa_branching_seqlen` (swa.py `prepare_for_caching_req`
+    caps a finished request's insert at its full-attention hit when its match stopped short)."""
+
+    def cut_short(self, length) -> int:
+        return length                                      # DEFECT: the whole sequence, not the hit
+
+
+@server_variant("sglang-mamba-state-off-boundary", (("mamba", True),), ("mamba/",))
+class MambaStateOffBoundary(RadixCache):
+    """Reuses a Mamba state at any point of a matched path, not only where a cached sequence ended.
+    Bug class: a recurrent state assumed at positions it was never saved at.
+    Violates: PEER-SGL-13.
+    Mirrors: treating Mamba layers like attention in a radix tree (mamba.py
+    `create_match_validator` accepts only a node holding a state; a split's upper part holds none)."""
+
+    def usable(self, path) -> int:
+        if self.mamba and path:
+            at, nd = path[-1]
+            return at + len(nd.key)                        # DEFECT: a state read off any node end
+        return super().usable(path)

@@ -247,12 +247,13 @@ def _engine_files(engine_dir: str) -> list:
 
 
 def _infer(a) -> int:
-    from .runtime import Runtime, check_warmup
+    from .refusals import check_warmup
     check_warmup(a.warmup)                  # flag bounds first: they cost nothing to check
     _check_outputs(a, [a.inputFile])
     doc = read_json_file(a.inputFile, "a JSON file", missing_flag="--inputFile")
     base_dir = os.path.dirname(os.path.realpath(a.inputFile))
     _check_outputs(a, [a.inputFile] + _engine_files(a.engineDir) + _referenced_files(doc, base_dir))
+    from .runtime import Runtime            # torch (about 2 s of CPU) only for an input worth running
     rt = Runtime(a.engineDir, enable_context_reuse=a.enableContextReuse, max_records=a.contextCacheMaxRecords,
                  recurrent_snapshot_bytes=a.contextCacheRecurrentSnapshotPoolBytes,
                  partial_kv_snapshot_bytes=a.contextCachePartialKVSnapshotPoolBytes, tp_size=a.tpSize,

@@ -7,8 +7,6 @@ inputs.check_engine_config checks the rest of the keys the runtime reads.
 """
 import os
 
-import torch
-
 from .errors import BackendInputError
 from .inputs import check_engine_config, read_json_file
 
@@ -18,7 +16,8 @@ _CONFIG_KEYS = {"format": str, "model": str, "layer_kinds": list, "tokens_per_pa
                 "num_attention_heads": int, "intermediate_size": int, "tie_embeddings": bool}
 
 
-def resolve_device(device: str) -> torch.device:
+def resolve_device(device: str) -> "torch.device":
+    import torch                        # here, not at the top: a refused input never loads torch
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():

@@ -77,7 +77,16 @@ def sample_row(row: torch.Tensor, temperature: float, top_k: int, top_p: float, 
 def top_logprobs(row: torch.Tensor, k: int, entry=token_entry) -> list:
     """The k most likely tokens of a masked row, descending, ties by token id (Edge-LLM format)."""
     lp = torch.log_softmax(row, dim=-1)
-    vals, idx = torch.sort(lp, descending=True, stable=True)
+    # Only the tokens at or above the k-th largest value can be among the first k: sort those
+    # (ids ascending, so the stable sort keeps ties by id) instead of the whole vocabulary, a
+    # tenth of a decode step at a 32k vocabulary. A NaN row (topk and sort rank NaN above all)
+    # leaves fewer than k and takes the whole sort.
+    kth = torch.topk(lp, min(k, lp.numel())).values[-1]
+    idx = torch.nonzero(lp >= kth).flatten()                         # [m >= k], ascending ids
+    if idx.numel() < k:
+        idx = torch.arange(lp.numel())
+    vals, order = torch.sort(lp[idx], descending=True, stable=True)
+    idx = idx[order]
     out = []
     for v, i in zip(vals[:k].tolist(), idx[:k].tolist()):
         token, raw = entry(i)

@@ -32,11 +32,14 @@ speed. Its modules, by the spec section each transcribes:
     peer_trtllm_keys.py  the peer profiles of OpenAI-compatible servers (spec/peer-profiles.md)
     peer_vllm_groups.py, peer_vllm_keys.py   vllm-apc's KV-cache groups (hybrid models), and the
                      block keys and free queue both vLLM pools share
+    peer_sglang_hybrid.py   sglang-radix on sliding-window and Mamba models: where a match may
+                     end, what a decoding request frees
     peer_profile.py  what a peer profile is, as data (PeerProfile: settings, rules, server API)
     peer_trace.py    the peer caches' decision trace (reference.trace.Step, recorded where they decide)
     traffic.py       a recorded trace's requests: hash-id tokens and page keys (spec/trace-replay.md)
     replay.py        traffic replayed through any profile at a capacity, and its summary
     replay_adapters.py  what lets the simulators replay on page keys and at real pool sizes
+    replay_vllm.py   vllm-apc's pool for one request at a time, as the replay runs it
 
 Public API:
     SPEC_VERSION, InputError, NeedsTranscript, OutOfScope, Unreported, DeploymentRejected,

@@ -8,6 +8,7 @@ digest over (modality, geometry, decoded bytes) (CR-ID-4). Decoded items are cac
 identity, so a benchmark that repeats an image decodes it once.
 """
 
+import hashlib
 import math
 import os
 import struct
@@ -68,7 +69,7 @@ def load_image(path: str, max_placeholders: int | None = None) -> MediaItem:
     if max_placeholders is not None and count > max_placeholders:
         raise DecodeError(f"image {height}x{width} needs {count} placeholders, more than "
                           f"max_input_len {max_placeholders}")
-    stamp = _stamp(path)
+    stamp = hashlib.sha256(data).digest()           # by content: copies of one image decode once
     item = _IMAGES.get(stamp)
     if item is None:
         rgb = decode()

@@ -45,6 +45,20 @@ def leading_hits(keys, cached) -> int:
     return len(list(takewhile(cached.__contains__, keys)))
 
 
+@dataclass(frozen=True)
+class KvEvent:
+    """One KV event of vLLM's block pool (vllm/distributed/kv_events.py, queued by
+    vllm/v1/core/block_pool.py): `stored` (BlockStored: the keys one caching call added, in
+    order, its token count and block size, the request's adapter), `removed` (BlockRemoved: the
+    key an evicted block held) or `cleared` (AllBlocksCleared: an accepted reset). Keys are the
+    kit's own (PEER-VLLM-1): which keys, never their bits."""
+    kind: str
+    keys: tuple = ()
+    tokens: int = 0
+    block_size: int = 0
+    lora: str | None = None
+
+
 @dataclass
 class Running:
     """A request holding blocks: its computed sequence's keys, its blocks in order, how many
@@ -57,6 +71,8 @@ class Running:
     ids_keys: list = field(default_factory=list)
     """Traced only: its blocks' keys over token ids alone (what tells a keying miss apart)."""
     seen: int = 0
+    lora: str | None = None
+    """The adapter its blocks are cached for (what a stored KV event names)."""
 
 
 class VllmBlockPool:
@@ -76,6 +92,11 @@ class VllmBlockPool:
         self.eagle = eagle and not lookahead
         self.trace = None
         self._memo = (None, None)        # (the request last looked up, its keys): computed once a request
+        self.events: list | None = None
+        """None, or the KV events the pool publishes, oldest first (set to [] to record them):
+        `KvEvent`s as vLLM's block_pool.py queues them (`cache_full_blocks`: one `stored` per
+        call that keys blocks; `_maybe_evict_cached_block`: one `removed` per key an eviction
+        drops; `reset_prefix_cache`: `cleared`). Off by default: no server request reads them."""
         self.reset()
         self.trace = trace
 
@@ -181,7 +202,7 @@ class VllmBlockPool:
                                f"blocks, {len(hit_blocks)} of them hits, do not fit the {len(self.free)} free "
                                "blocks: it waits, and nothing changes")
             return None
-        run = Running(keys, [], len(request.ids), hits, seen=hits)
+        run = Running(keys, [], len(request.ids), hits, seen=hits, lora=request.lora)
         if self.trace is not None:
             run.ids_keys = vllm_block_keys(seq, self.B, lookahead=self.lookahead)
         refs = self.refs
@@ -219,6 +240,8 @@ class VllmBlockPool:
         self._why.clear()
         self._by_ids.clear()
         self._holds.clear()
+        if self.events is not None:
+            self.events.append(KvEvent("cleared"))
         if self.trace is not None:
             self.trace.add("PEER-API-4", "reset", True, "every key dropped; the free queue keeps its order")
         return True
@@ -256,12 +279,17 @@ class VllmBlockPool:
             return
         new = [] if self.trace is not None else None
         block_key, key_blocks = self.block_key, self.key_blocks
+        stored = [] if self.events is not None else None
         for i, block, key in zip(range(run.seen, full), run.blocks[run.seen:full], run.keys[run.seen:full]):
             if block not in block_key:
                 block_key[block] = key
                 key_blocks.setdefault(key, []).append(block)
+                if stored is not None:
+                    stored.append(key)
                 if new is not None:
                     new.append(i)
+        if stored:                                     # block_pool.py cache_full_blocks: one BlockStored
+            self.events.append(KvEvent("stored", tuple(stored), len(stored) * self.B, self.B, run.lora))
         run.seen = full
         if new:
             self._traced_cached(run, new, what)
@@ -281,6 +309,8 @@ class VllmBlockPool:
             block_key, key_blocks = self.block_key, self.key_blocks
             for block in list(filter(block_key.__contains__, taken)):  # PEER-VLLM-5: eviction drops the key
                 old = block_key.pop(block)
+                if self.events is not None:            # block_pool.py _maybe_evict_cached_block: BlockRemoved
+                    self.events.append(KvEvent("removed", (old,)))
                 holders = key_blocks[old]
                 holders.remove(block)
                 if not holders:

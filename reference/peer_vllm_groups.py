@@ -308,21 +308,26 @@ class GroupedPool:
                                    "the profile does not define what the server does then")
         self.release(run)
 
-    def hold(self, request: PeerRequest, sampled=()) -> GroupedRun | None:
+    def hold(self, request: PeerRequest, sampled=(), steps=None) -> GroupedRun | None:
         """Admit the request, compute its prompt (in the chunks vLLM's scheduler cuts for Mamba)
-        and its fed-back sampled tokens; None, nothing changed, when its first step does not fit."""
+        and its fed-back sampled tokens; None, nothing changed, when its first step does not fit.
+        `steps` instead names the new tokens of each `allocate_slots` call after the hit, as a
+        test that drives the manager without the scheduler makes them (none sampled; what they
+        leave uncomputed stays so)."""
         trace, self.trace = self.trace, None
         try:
             hit, junction = self._hit(request)
         finally:
             self.trace = trace
-        seq = computed_sequence(request.ids, sampled) if sampled else list(request.ids)
+        seq = computed_sequence(request.ids, sampled) if sampled and steps is None else list(request.ids)
         keys = list(self.keys_of(request, seq))
         run = GroupedRun(request, seq, keys, len(request.ids), hit, junction, 0, [Table() for _ in self.groups])
         if junction and self.trace is not None:
             self.trace.add("PEER-VLLM-16", "junction", junction, f"a group could serve {junction} tokens, more than "
                            f"the {hit} every group serves: the request keeps its window tails and Mamba state at "
                            f"{junction} too, for the next request that shares them")
+        if steps is not None:
+            return self._driven(run, steps)
         start, first = hit, True
         while start < run.n or first:
             end = self._chunk_end(run, start) if start < run.n else start
@@ -338,6 +343,40 @@ class GroupedPool:
                 raise PeerProfileError(f"vllm-apc: a decode step needs more than cache_blocks={self.K} blocks; "
                                        "the profile does not define what the server does then")
         return run
+
+    def _driven(self, run: GroupedRun, steps) -> GroupedRun | None:
+        """The prefill as the given `allocate_slots` calls compute it (new tokens each)."""
+        start = run.hit
+        for k, new in enumerate(steps):
+            if new < 0 or start + new > run.n:
+                raise PeerProfileError(f"vllm-apc: allocate_slots of {new} new tokens after {start} computed, for a "
+                                       f"prompt of {run.n}")
+            if not self._step(run, start, new, k == 0):
+                if k == 0:
+                    return None
+                raise PeerProfileError(f"vllm-apc: a request's prefill needs more than cache_blocks={self.K} blocks")
+            start += new
+        return run
+
+    def lookup_blocks(self, request: PeerRequest) -> tuple[int, int, list]:
+        """What `get_computed_blocks` returns for the request now: the hit, the shared-prefix
+        junction, and each group's hit blocks (null blocks as 0) - changing nothing."""
+        hit, junction = self._hit(request)
+        keys = self.keys_of(request)
+        run = GroupedRun(request, list(request.ids), keys, len(request.ids), hit, junction, 0, [])
+        return hit, junction, self._hit_blocks(run)
+
+    def first_step_end(self, request: PeerRequest) -> int:
+        """Where the scheduler ends the request's first prefill step (PEER-VLLM-14's split)."""
+        hit, junction = self._hit(request)
+        run = GroupedRun(request, list(request.ids), [], len(request.ids), hit, junction, hit, [])
+        return self._chunk_end(run, hit) if hit < run.n else hit
+
+    def kept(self, request: PeerRequest, g: int) -> list:
+        """The hash units i of the request's prompt whose key group g holds (vLLM's
+        `get_cached_block(block_hashes[i], [g])` is not None): PEER-VLLM-12 and -15."""
+        keys = self.keys_of(request)
+        return [i for i, key in enumerate(keys) if (g, key) in self.key_blocks]
 
     def _chunk_end(self, run: GroupedRun, start: int) -> int:
         """Where the scheduler ends a prefill chunk: with a Mamba group, at the last block boundary

@@ -26,7 +26,7 @@ from .peer_trtllm import BlockKey, TrtllmBlockPool, trtllm_cached
 from .peer_vllm import VllmBlockPool, leading_hits, vllm_block_keys, vllm_cached, vllm_extra_keys
 from .peer_vllm_groups import GroupedPool, groups_of, grouped, swa_need
 
-PEER_PROFILES_VERSION = "1.3.0"
+PEER_PROFILES_VERSION = "1.4.0"
 PEER_PROFILES: dict[str, PeerProfile] = {p.name: p for p in (peer_llama.PROFILE, peer_vllm.PROFILE,
                                                              peer_sglang.PROFILE, peer_trtllm.PROFILE)}
 """Every peer profile, by name, in the order the docs list them."""

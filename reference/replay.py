@@ -7,9 +7,11 @@
 
 Every count comes from the profile's own simulator, unchanged: the Edge-LLM profiles run
 `BatchRunner` (reference/batching.py) on a one-request batch, the peer profiles their pools
-(reference/peer_*.py). What this module adds is only what the trace does not say: which pool,
-which tokens, one request at a time, and what is summed. The adapters that let those simulators
-run on keys instead of tokens and at real pool sizes are reference/replay_adapters.py.
+(reference/peer_*.py), except `vllm-apc`, whose pool for one request at a time is
+reference/replay_vllm.py (the oracle's rules on lists of block ids and integer keys, checked
+against `VllmBlockPool` block by block). What this module adds is only what the trace does not
+say: which pool, which tokens, one request at a time, and what is summed. The adapters that let
+those simulators run on keys instead of tokens and at real pool sizes are reference/replay_adapters.py.
 """
 from __future__ import annotations
 
@@ -20,14 +22,17 @@ from .batching import BatchFailed, BatchRunner
 from .capacity import PAGES, ContextCache
 from .engine import MAX_POOL_PAGES, EngineConfig, RuntimeFlags
 from .metrics import Metrics, PrefillStats
-from .peer_common import PeerProfileError
+from .peer_common import PeerProfileError, computed_sequence
 from .peer_llama import LlamaSlots
 from .peer_sglang import RadixCache
 from .peer_trtllm import TrtllmBlockPool, trtllm_cached
 from .peer_trtllm_keys import DEFAULT_PRIORITY
+from .peer_vllm import lookahead_tokens
+from .peer_vllm_groups import grouped
+from .peer_vllm_keys import vllm_block_keys
 from .peers import PROFILES as PEER_PROFILES, check_settings
-from .replay_adapters import (FreeQueue, KeyedPeerRequest, QueuedVllmBlockPool, EdgeLlmRequest,
-                              KeyedEdgeLlmRequest, check_hooks, peer_request)
+from .replay_adapters import EdgeLlmRequest, FreeQueue, KeyedEdgeLlmRequest, peer_request
+from .replay_vllm import ReplayVllmPool
 from .requests import COMMIT_POLICIES
 from .semantics import PROFILE_NAMES
 
@@ -42,6 +47,11 @@ UNIT_SETTING = {"vllm-apc": "block_size", "sglang-radix": "page_size", "trtllm-k
 POOL_SETTING = {"vllm-apc": "cache_blocks", "sglang-radix": "pool_tokens", "trtllm-kv-reuse": "max_blocks"}
 """SIM-CAP-1: the setting a capacity sets (Edge-LLM profiles: the engine's kv_pool_pages)."""
 PROFILES = tuple(PROFILE_NAMES) + tuple(PEER_PROFILES)
+UNREPLAYED = {"trtllm-kv-reuse": {"max_attention_window": "PEER-TRT-7"},
+              "llama.cpp-server": {"cache_reuse": "PEER-LCPP-7", "context_shift": "PEER-LCPP-9",
+                                   "n_ctx": "PEER-LCPP-8"}}
+"""SIM-CAP-1: peer settings the replay does not model, refused unless at their default (vllm-apc's
+KV-cache groups and sglang-radix's window, Mamba and EAGLE are refused above)."""
 
 
 class TrafficProfileError(ValueError):
@@ -76,6 +86,23 @@ class TrafficProfile:
                 out = check_settings(name, settings)
             except PeerProfileError as e:
                 raise TrafficProfileError(str(e)) from None
+            if name == "vllm-apc" and (grouped(out) or lookahead_tokens(out)):      # SIM-CAP-1
+                raise TrafficProfileError(
+                    "the replay runs vllm-apc as one full-attention group with unshifted "
+                    "block keys; KV-cache groups (full_attention false, sliding_window, mamba_block_size: "
+                    "PEER-VLLM-11) and EAGLE's lookahead keys (eagle with vllm_version >= 0.33.0: PEER-VLLM-10) "
+                    "are not replayed")
+            if name == "sglang-radix" and (out.get("sliding_window") is not None or out.get("mamba")
+                                           or out.get("eagle")):                           # SIM-CAP-1
+                raise TrafficProfileError(
+                    "the replay runs sglang-radix as one full-attention radix tree of token ids; a sliding "
+                    "window or Mamba layers (PEER-SGL-10..13) and EAGLE's bigram keys (PEER-SGL-9) are not "
+                    "replayed")
+            defaults = check_settings(name, {})
+            for key in UNREPLAYED.get(name, ()):                                                # SIM-CAP-1
+                if out[key] != defaults[key]:
+                    raise TrafficProfileError(f"the replay does not model {name}'s {key} ({UNREPLAYED[name][key]}): "
+                                              f"give it its default ({defaults[key]!r}) or leave it out")
         else:
             raise TrafficProfileError(f"unknown profile {name!r} (one of {', '.join(PROFILES)})")
         return TrafficProfile(name, out, label or name)
@@ -268,34 +295,35 @@ class EdgeLlmReplayer(Replayer):
 
 class VllmReplayer(Replayer):
     """`vllm-apc` with `cache_blocks` = `units` (spec/peer-profiles.md section 3), one request at a
-    time: the count is the pool's `predict`, then `commit`."""
+    time on `ReplayVllmPool` (reference/replay_vllm.py): the count is B times the hits the request
+    is admitted with. A hash-id request's block keys are its page keys (SIM-KEY-2), then a key of
+    its own for each block a sampled token completes (SIM-GEN-1); a token request's are vLLM's
+    hash chain over its computed sequence (PEER-VLLM-1, -2: `vllm_block_keys`)."""
     eviction_unit = "blocks"
 
     def __init__(self, profile: TrafficProfile, units: int | None):
         s = profile.settings
         self.B, self.K = s["block_size"], units
-        self.pool = QueuedVllmBlockPool(self.B, units, s["enable_prefix_caching"], s["eagle"])
-        self.evicted = 0
-        check_hooks()
+        self.pool = ReplayVllmPool(self.B, units, s["enable_prefix_caching"], s["eagle"])
 
     def run(self, request) -> int | None:
         n, g, B = request.n, request.output, self.B
         if self.K is not None and _ceil(n + g - 1, B) > self.K:             # SIM-CAP-2
             return None
+        return B * self.pool.run(self.keys(request) if self.pool.caching else [], n, g)
+
+    def keys(self, request) -> list:
+        """The keys of the request's full blocks over its n + g - 1 computed tokens."""
+        B, full = self.B, (request.n + max(0, request.output - 1)) // self.B
         if request.keyed:
-            peer = KeyedPeerRequest(range(n), traffic=request, prompt_keys=request.page_keys(B))
-            sampled = range(g)                   # only sized, as the ids: the keys come from the trace
-        else:
-            peer, sampled = peer_request(request), request.sampled_tokens()
-        pool = self.pool
-        before = len(pool.block_key)
-        hits = pool.commit_alone(peer, sampled)          # the pool's hit_blocks as it admits the request
-        if pool.caching:            # every full block past the hits got a key; the rest were dropped
-            self.evicted += before + max(0, (n + g - 1) // B - hits) - len(pool.block_key)
-        return B * hits
+            keys = request.page_keys(B)
+            keys += map(request.new_key, range(len(keys), full))
+            return keys
+        peer = peer_request(request)
+        return vllm_block_keys(computed_sequence(peer.ids, request.sampled_tokens()), B, peer)
 
     def evictions(self):
-        return self.evicted, self.evicted * self.B
+        return self.pool.evicted, self.pool.evicted * self.B
 
 
 # --- sglang-radix and trtllm-kv-reuse (token by token), llama.cpp-server --------------------------
@@ -308,7 +336,7 @@ class SglangReplayer(Replayer):
 
     def __init__(self, profile: TrafficProfile, units: int | None):
         s = profile.settings
-        self.pool = RadixCache(s["page_size"], units, s["radix_cache"])
+        self.pool = RadixCache(s["page_size"], units, s["radix_cache"], version=s["version"])
         self.units, self.evicted = units, 0
         evict = self.pool.evict
 

@@ -2,29 +2,32 @@
 SIM-ORDER-1) without a change to their rules. Stdlib only; used by reference/replay.py.
 
 - On keys instead of tokens: a hash-id request gives `BatchRunner` a `KeyedHistory` (its page
-  keys, computed per page from the trace's ids) and `VllmBlockPool` its block keys
-  (`KeyedPeerRequest.block_keys`). Each simulator takes them through a one-line hook
-  (reference/batching.py `BatchRunner._sequence`, reference/peer_vllm.py `vllm_block_keys`);
-  `check_hooks` refuses to replay when the vLLM one is missing, and a `KeyedEdgeLlmRequest`
-  has no tokens to fall back on.
-- At real pool sizes: `QueuedVllmBlockPool` is `VllmBlockPool` with its free queue a
-  `FreeQueue` (the same order of blocks, O(1) per operation instead of the list's O(K), and the
-  K blocks of a fresh pool a range, not a list: a pool of 10^9 tokens would otherwise be a
-  60M-item list) and a request's decode grown in one step (`commit_alone`). `trtllm-kv-reuse`'s
-  pool takes a `FreeQueue` too.
+  keys, computed per page from the trace's ids) through a one-line hook (reference/batching.py
+  `BatchRunner._sequence`); a `KeyedEdgeLlmRequest` has no tokens to fall back on. A
+  `KeyedPeerRequest` gives `VllmBlockPool` the same keys through the hook in
+  reference/peer_vllm_keys.py `vllm_block_keys` (the replay's own vllm-apc pool,
+  reference/replay_vllm.py, takes them directly; the oracle takes them this way where it is
+  checked against that pool).
+- At real pool sizes: a `FreeQueue`, vLLM's free block queue in O(1) per operation instead of
+  the list's O(K), and the K blocks of a fresh pool a range, not a list (a pool of 10^9 tokens
+  would otherwise be a 60M-item list): the free queue of `trtllm-kv-reuse`'s pool
+  (reference/replay_vllm.py keeps vllm-apc's free queue in a layout of its own, its tail
+  carrying each block's key).
 
 tests/reference/test_replay.py checks that none of them changes a count: keyed traffic equals
-the same traffic as tokens, and the queued pools equal the pools request by request.
+the same traffic as tokens, and `trtllm-kv-reuse` with a `FreeQueue` equals its pool request
+by request; tests/reference/test_replay_vllm.py checks the vllm-apc replay pool against
+`VllmBlockPool`.
 """
 from __future__ import annotations
 
 from array import array
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
-from itertools import chain, islice
+from itertools import chain, compress, count as numbers_from
+from operator import eq
 
-from .peer_common import ImageItem, PeerProfileError, PeerRequest
-from .peer_vllm import VllmBlockPool, vllm_block_keys
+from .peer_common import ImageItem, PeerRequest
 
 
 # --- the Edge-LLM profiles: BatchRunner on page keys --------------------------------------------
@@ -165,9 +168,24 @@ class FreeQueue:
                 del back[block]
                 return block
 
+    def _take_tail(self, wanted: int) -> list:
+        """The tail's first `wanted` blocks, head first, out of it (`wanted` `_pop_tail`s in one):
+        a slice of `_order` at a time, its live entries picked by C-level iterators."""
+        order, back, out = self._order, self.back, []
+        i = self._head
+        while len(out) < wanted:
+            segment = order[i:i + wanted - len(out)]
+            if not segment:
+                raise IndexError("take from a free queue's tail shorter than the count")
+            out += compress(segment, map(eq, map(back.get, segment), numbers_from(i)))
+            i += len(segment)
+        deque(map(back.__delitem__, out), 0)
+        self._head = i
+        return out
+
     def _compact(self) -> None:
         if len(self._order) > 2 * len(self.back) + self.COMPACT_SLACK:
-            self._order = list(self._tail())
+            self._order = sorted(self.back, key=self.back.__getitem__)        # the live entries, in place order
             self._head = 0
             self.back = dict(zip(self._order, range(len(self._order))))
 
@@ -237,7 +255,8 @@ class FreeQueue:
         fresh = min(count - len(out), max(0, self.hi - self.lo + 1))
         out += range(self.lo, self.lo + fresh)
         self.lo += fresh
-        out += [self._pop_tail() for _ in range(count - len(out))]
+        if count > len(out):
+            out += self._take_tail(count - len(out))
         return out
 
     def prepend(self, blocks: list) -> None:
@@ -256,49 +275,11 @@ class FreeQueue:
         return self
 
 
-class QueuedVllmBlockPool(VllmBlockPool):
-    """`VllmBlockPool`, every rule its own, with the free queue a `FreeQueue` (see the module
-    docstring): what the pool's own code needs to replay a trace at a real pool size."""
-
-    def reset(self) -> None:
-        K, self.K = self.K, None               # the base class would build the K-item list
-        try:
-            super().reset()
-        finally:
-            self.K = K
-        if K is not None:
-            self.free = FreeQueue(K)
-
-    def commit_alone(self, request: PeerRequest, sampled) -> int:
-        """`commit` of a request that no other request overlaps (SIM-ORDER-1): admitted, its
-        g - 1 fed-back tokens computed in one growth step, then released. With nothing else
-        taking blocks in between, growing one token at a time (`hold`) or all at once takes the
-        same blocks from the queue in the same order and caches the same keys (the pool's own
-        rules); `hold`'s `_grow` rescans every block of the request at each token, which
-        is O(blocks x g) per request (a 12,000-token request sampling 343 at B = 16: 260,000
-        steps). Returns the leading blocks it hit (`hit_blocks` as the request was admitted)."""
-        run = self.admit(request, sampled)
-        if run is None:
-            raise PeerProfileError(f"vllm-apc: a request needs more than cache_blocks={self.K} blocks")
-        run.computed += max(0, len(sampled) - 1)
-        self._grow(run)
-        self.release(run)
-        return run.hits
-
-    def _sequence(self, request: PeerRequest, sampled) -> list | range:
-        """A hash-id request's computed sequence only sized, as its `ids` are: its keys come
-        from the trace through the hook in `vllm_block_keys` (SIM-KEY-2), never from ids, so
-        no list of its tokens is built."""
-        if isinstance(request, KeyedPeerRequest):
-            return range(len(request.ids) + max(0, len(sampled) - 1))
-        return super()._sequence(request, sampled)
-
-
 @dataclass
 class KeyedPeerRequest(PeerRequest):
-    """A hash-id request as the `vllm-apc` pool sees it: `ids` only sized (the pool reads its
-    length: the replay gives a `range`), the keys of its blocks from the trace (SIM-KEY-2, then SIM-GEN-1 past the prompt)
-    through the hook in `vllm_block_keys`."""
+    """A hash-id request as `VllmBlockPool` sees it: `ids` only sized, the keys of its blocks
+    from the trace (SIM-KEY-2, then SIM-GEN-1 past the prompt) through the hook in
+    `vllm_block_keys`."""
     traffic: object = None
     prompt_keys: list | None = None
 
@@ -307,15 +288,6 @@ class KeyedPeerRequest(PeerRequest):
         if count <= len(keys):
             return keys[:count]
         return keys + [self.traffic.new_key(i) for i in range(len(keys), count)]
-
-
-def check_hooks() -> None:
-    """Refuse to replay hash-id traffic through `vllm-apc` when `vllm_block_keys` ignores a
-    request's precomputed keys: its `ids` are only sized, so the counts would be wrong."""
-    probe = KeyedPeerRequest([0, 0], prompt_keys=["probe"])
-    if vllm_block_keys(probe.ids, 2, probe) != ["probe"]:
-        raise RuntimeError("reference/peer_vllm.py vllm_block_keys ignores precomputed block keys (its hook "
-                           "for trace replay is missing): hash-id traces cannot be replayed through vllm-apc")
 
 
 def peer_request(traffic, ids=None) -> PeerRequest:

@@ -309,6 +309,25 @@ def media_cases() -> list[dict]:
              ["CR-ID-4", "CR-MEDIA-3"],
              [user("ab", image("img_j_a_32x48.jpg"), "cd"), user("ab", image("img_j_a_32x48_fill.jpg"), "cd")],
              engine=VISION4, expect={"requests": [MISS, fact("standard", 8)]}),
+        case("sections/media/jpeg-comments", "JPEG A, then the same JPEG with two comment segments after APP0: "
+             "an empty one (length 2, the least a segment may say: ITU T.81 B.1.1.4) and one of 300 bytes (length "
+             "302 = 0x012E, whose high byte counts). Both are skipped: the same pixels, the same item; the replay "
+             "reuses pages 0-7 as in jpeg-exif-orientation (standard, matched 8). A parser that refuses a length "
+             "of 2, or reads the length from its low byte only (0x2E), refuses the file.", ["CR-ID-4", "CR-MEDIA-3"],
+             [user("ab", image("img_j_a_32x48.jpg"), "cd"), user("ab", image("img_j_a_32x48_com.jpg"), "cd")],
+             engine=VISION4, expect={"requests": [MISS, fact("standard", 8)]}),
+        case("sections/media/jpeg-header-extremes", "The frame header's fields at their edges: a grey JPEG "
+             "(one component) of 1 x 272 pixels, then a colour JPEG of 272 x 1 (the least side, and a side above "
+             "255, whose two bytes both count). Placeholders are one per 16x16 patch: ceil(1/16) * ceil(272/16) = "
+             "1 * 17 = 17 and 17 * 1 = 17, so ab + image + cd is n = 2 + 17 + 2 = 21 each. Each is sent twice: the "
+             "replay reuses the five full pages 0-19 below n - 1 = 20 (the image at 2-18 whole; page 5 holds "
+             "position 20 and the first request's generated tokens): standard, matched 20; the colour image after "
+             "the grey one is another item from position 2, so page 0 differs: nothing. A parser that reads one "
+             "byte of a side, refuses one component or a side of 1 refuses a file here.", ["CR-ID-4", "CR-MEDIA-3"],
+             [user("ab", image("img_j_g_1x272.jpg"), "cd"), user("ab", image("img_j_g_1x272.jpg"), "cd"),
+              user("ab", image("img_j_t_272x1.jpg"), "cd"), user("ab", image("img_j_t_272x1.jpg"), "cd")],
+             engine=VISION4, expect={"requests": [dict(MISS, input_tokens=21), dict(fact("standard", 20), input_tokens=21),
+                                                  dict(MISS, input_tokens=21), dict(fact("standard", 20), input_tokens=21)]}),
         case("sections/media/aware-under-bypass", "Media-aware sequences count under bypass as well.",
              ["CR-MEDIA-2", "CR-MET-3", "CR-POL-2"],
              [user("ab", image("img_a_16x16.png"), "cdefgh"), user("ab", image("img_a_16x16.png"), "cdefgh")],
@@ -601,6 +620,56 @@ def negative_cases() -> list[dict]:
             "$.requests[0].messages[0].content[1].image", engine=VISION4,
             description="An arithmetic-coded JPEG is refused from its frame header, as stb_image (Edge-LLM 0.10's "
                         "image loader) refuses it; baseline and progressive 8-bit JPEG are accepted."),
+        neg("image-jpeg-no-frame", ["CR-ID-4"], [user("ab", image("bad_jpeg_no_frame.jpg"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="A JPEG that ends after its APP0 segment (SOI, APP0, end of file) has no frame header: "
+                        "refused. The marker walk stops where fewer than the 4 bytes of a marker and its length are "
+                        "left; a walk that goes on reads past the end."),
+        neg("image-jpeg-eoi-first", ["CR-ID-4"], [user("ab", image("bad_jpeg_eoi_first.jpg"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="A JPEG whose end-of-image marker (EOI) follows its SOI, then JPEG A's segments: the image "
+                        "ends before any frame header, so it is refused (stb_image: no frame before the marker that "
+                        "ends the header; a walk that neither stops nor moves at EOI never ends)."),
+        neg("image-jpeg-ff00-first", ["CR-ID-4"], [user("ab", image("bad_jpeg_ff00_first.jpg"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="A JPEG with 0xFF 0x00 right after SOI, then JPEG A's segments: 0xFF 0x00 is a stuffed zero "
+                        "byte, which belongs inside entropy-coded data; where a marker must be it is no marker "
+                        "(stb_image: unknown marker), and read as a segment its length (0xFFE0) runs past the file: "
+                        "refused. Pillow skips it, so a parser that skips it too accepts the file."),
+        neg("image-jpeg-sof-cut", ["CR-ID-4"], [user("ab", image("bad_jpeg_sof_cut.jpg"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="SOI and a baseline frame header whose length says 8 bytes of which the file holds 7 "
+                        "(precision 8, height 32, width 48, then the file ends before the component count): the "
+                        "segment runs past the end of the file, refused as truncated. A length check that lets one "
+                        "missing byte through reads past the end."),
+        neg("image-jpeg-sof-short", ["CR-ID-4"], [user("ab", image("bad_jpeg_sof_short.jpg"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="SOI and a baseline frame header whose length says 7: the length counts itself (2), the "
+                        "precision (1), height (2), width (2) and component count (1), 8 at least, so the frame "
+                        "header is truncated: refused. Read as a frame, its component count would be the byte after "
+                        "the segment, past the end of this file."),
+        neg("image-jpeg-cmyk", ["CR-ID-4"], [user("ab", image("bad_jpeg_cmyk_ids.jpg"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="A CMYK JPEG (4 components in its frame header) is refused from the header: stb_image takes "
+                        "1 or 3 components. Its components are named 1 to 4 (as grey and colour files name theirs), "
+                        "so a parser that reads the first component's id for the count sees 1 and accepts it."),
+        neg("image-jpeg-truncated-data", ["CR-ID-4"], [user("ab", image("bad_truncated.jpg"))],
+            "$.requests[0].messages[0].content[1].image", engine=VISION4,
+            description="JPEG A cut after 300 bytes: its frame header (bytes 158-176) is whole, so the header "
+                        "checks pass, but the image data does not decode: an input error, not a crash."),
+        *(neg(f"template-{name}", ["TOK-HF-4"], [user("Hello")], "$.requests[0].messages", settings=dict(
+            GREEDY, apply_chat_template=True), engine={"maxInputLen": 256, "maxKVCacheCapacity": 320, "maxKVPoolPages": 0,
+                                                      "tokensPerPage": 16, "tokenizer": f"../../media/qwen3-bytes-{folder}",
+                                                      "tokenizerLoader": "tokenizers-raw", **kwargs},
+              description=f"A chat template is untrusted code, bounded in time, memory and output (TOK-HF-4, Bounds): "
+                          f"{why}, so the request is refused (exit 2), never a crash or a hang.")
+          for name, folder, kwargs, why in (
+              ("memory-bound", "ballast", {"chatTemplateKwargs": {"ballast_bytes": 1_500_000_000}},
+               "this one builds a string of 1,500,000,000 bytes (the keyword ballast_bytes, "
+               "cases/media/qwen3-bytes-ballast), more than the 1 GiB a template may use"),
+              ("recursion", "recursion", {},
+               "this one calls a macro from itself without end (cases/media/qwen3-bytes-recursion): it raises "
+               "(Python's recursion limit) and a template that raises is invalid"))),
         neg("image-without-vision", ["CR-MEDIA-1"], [user("ab", image("img_a_16x16.png"))],
             "$.requests[0].messages[0].content[1].image", description="A text engine cannot take an image."),
         neg("later-request-empty", ["CR-BATCH-5"], [user("abcd"), user("")], "$.requests[1].messages",
@@ -785,6 +854,45 @@ def template_and_emission_cases() -> list[dict]:
              "reuses the first page (16 ids).", ["TOK-HF-4", "TOK-HF-9", "CR-BATCH-3"], [hello, hello],
              engine=dict(engine, chatTemplateKwargs={"enable_thinking": True}),
              settings=dict(chat, _policy_switch={"batch": 1, "enable_thinking": False})),
+        case("sections/tok/template-environment", "A template that prints each user message with tojson, ends "
+             "each message with the config's eos_token and wraps assistant contents in a {% generation %} block "
+             "(cases/media/qwen3-bytes-features/chat_template.jinja). transformers' tojson is json.dumps with "
+             "ensure_ascii=False and the keys in the mapping's order; the config's named special tokens are "
+             "variables; the generation block renders its body unchanged (TOK-HF-4). Request 0: <|im_start|> + "
+             "{\"role\": \"user\", \"content\": \"Grüße\"} (29 + 7 + 2 = 38 bytes: ü and ß are 2 each) + "
+             "<|im_end|> + \\n, then the generation prompt <|im_start|>assistant\\n (11): 1 + 38 + 1 + 1 + 11 = 52. "
+             "Request 1 with Hallo: 1 + 36 + 1 + 1 + 11 = 50; it shares <|im_start|>{\"role\": \"user\", "
+             "\"content\": \" (30 ids) with request 0, so it reuses page 0 (16 ids). Request 2 (Grüße, assistant "
+             "Hi, Hallo): 41 + <|im_start|>assistant\\nHi<|im_end|>\\n (15) + 39 + 11 = 106. ASCII escapes "
+             "(\\u00fc\\u00df) give 60 for request 0; sorted keys put content first, sharing 14 ids: nothing "
+             "reused; without the eos_token variable each message is one id shorter (51); a generation block that "
+             "is not closed by endgeneration does not compile.", ["TOK-HF-4", "TOK-HF-9", "CR-PLAN-1"],
+             [user("Grüße"), user("Hallo"), turns(("user", "Grüße"), ("assistant", "Hi"), ("user", "Hallo"))],
+             engine=dict(engine, tokenizer="../../media/qwen3-bytes-features"), settings=chat,
+             expect={"requests": [{"input_tokens": 52}, {"input_tokens": 50, "reused_tokens": 16},
+                                  {"input_tokens": 106}]}),
+        case("sections/tok/template-named-default", "A tokenizer_config.json whose chat_template is a list of "
+             "named templates, tool_use first and default second, with no chat_template.jinja "
+             "(cases/media/qwen3-bytes-named): transformers renders the one named default (TOK-HF-4), here "
+             f"ChatML: {rendered}: n = 24. The tool_use template adds a system turn, <|im_start|>system\\n# Tools"
+             "\\n<|im_end|>\\n (1 + 7 + 8 + 1 + 1 = 18): 42 for a runtime that takes the first template.",
+             ["TOK-HF-4", "TOK-HF-9"], [hello],
+             engine=dict(engine, tokenizer="../../media/qwen3-bytes-named"), settings=chat,
+             expect={"requests": [{"input_tokens": 24}]}),
+        case("sections/tok/template-source-1mib", "A chat template of exactly 1,048,576 bytes, the largest a "
+             "template may be (TOK-HF-4, Bounds: larger than 1 MiB is refused): ChatML followed by a comment "
+             "that fills it to the byte (cases/media/qwen3-bytes-1mib). It is accepted and renders as ChatML: "
+             f"{rendered}: n = 24. A runtime whose bound is below 1 MiB, or that refuses a source of exactly "
+             "1 MiB, refuses the file.", ["TOK-HF-4", "TOK-HF-9"], [hello],
+             engine=dict(engine, tokenizer="../../media/qwen3-bytes-1mib"), settings=chat,
+             expect={"requests": [{"input_tokens": 24}]}),
+        case("sections/tok/template-memory-within", "A template that builds a string of 600,000,000 bytes (the "
+             "keyword ballast_bytes, cases/media/qwen3-bytes-ballast) before it renders ChatML: within the 1 GiB "
+             "a template may use (TOK-HF-4, Bounds), so it renders: " + rendered + ": n = 24. A runtime that "
+             "gives templates 512 MiB refuses the file.", ["TOK-HF-4", "TOK-HF-9"], [hello],
+             engine=dict(engine, tokenizer="../../media/qwen3-bytes-ballast",
+                         chatTemplateKwargs={"ballast_bytes": 600_000_000}), settings=chat,
+             expect={"requests": [{"input_tokens": 24}]}),
         case("sections/tok/special-token-bias", "A logit bias of +100 on <think> (259, the file's) and on "
              "<|im_start|> (257, request 1's own) leaves both unemitted: the engine emits only its normal tokens "
              "and the EOS (spec/engine.md section 5, Emission), and the bias is added before that mask, so the "

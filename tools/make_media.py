@@ -25,6 +25,13 @@ are fixed by the seeds below). What each asset is for:
   special tokens (`mini_qwen3_tokenizer`): Qwen3's own chat template and special tokens over a
   byte-level vocabulary of one token per byte (id b for byte b), so every count is derived by
   hand from the rendered text.
+- `qwen3-bytes-<name>/`: the same tokenizer with another template (`TEMPLATES`): `features`
+  (tojson on a mapping, the EOS token's variable, a `{% generation %}` block), `named` (the
+  config's list of named templates, no chat_template.jinja: the one named `default` is used),
+  `1mib` (a source of exactly 1 MiB), and templates at the bounds on untrusted code: `ballast`
+  (a string of the keyword `ballast_bytes`' size), `recursion` (a macro that calls itself). (The
+  output bound is left to the tests: a render past 16 Mi characters is past the 1 MiB input-text
+  bound too, so no request tells the two apart.)
 - `img_t_16x32.png` / `img_t_32x16.png`: the same raw RGB bytes under transposed geometry:
   different items by CR-ID-4 although their bytes are equal.
 - `img_a_16x16` re-encoded: `_palette.png` (colour type 3), `_rgba.png` (alpha dropped),
@@ -40,7 +47,14 @@ are fixed by the seeds below). What each asset is for:
   `bad_12bit.jpg`, `bad_lossless.jpg` (frame headers only), `bad_cmyk.jpg`, `bad_truncated.jpg`.
   `img_j_a_32x48_exif6.jpg` is the first one with an EXIF orientation of 6 (not applied:
   the same item), `img_j_a_32x48_fill.jpg` the first one with three 0xFF fill bytes before each
-  marker (skipped: the same item).
+  marker (skipped: the same item), `img_j_a_32x48_com.jpg` the first one with an empty comment
+  segment and one of 300 bytes (skipped: the same item). `img_j_g_1x272.jpg` (grey, one row)
+  and `img_j_t_272x1.jpg` (colour, one column): the least side, a side above 255 (both bytes of
+  the frame header's field count) and one component. Refused: `bad_jpeg_cmyk_ids.jpg`
+  (`bad_cmyk.jpg` with its components named 1-4, as grey and colour files name theirs); malformed headers:
+  `bad_jpeg_no_frame.jpg` (the file ends after APP0), `bad_jpeg_eoi_first.jpg` (EOI right after
+  SOI), `bad_jpeg_ff00_first.jpg` (0xFF 0x00 right after SOI), `bad_jpeg_sof_cut.jpg` (a frame header longer than the file), `bad_jpeg_sof_short.jpg`
+  (a frame header of 7 bytes, below the 8 its fields need).
 - `audio_{a,b}_16k.wav` (3200 samples: 10 placeholders), `audio_c_16k.wav` (961 samples: 4);
   refused: `bad_audio_8k.wav`, `bad_audio_stereo.wav`, `bad_audio_corrupt.wav`,
   `bad_audio_empty.wav`.
@@ -138,6 +152,34 @@ def with_fill_bytes(data: bytes, count: int) -> bytes:
     return bytes(out + data[last:])
 
 
+def with_comments(data: bytes, comments: list[bytes]) -> bytes:
+    """The same JPEG with a COM segment per comment after its APP0 segment: an empty one (length
+    2, the least a segment may say) and one longer than 255 bytes (a length whose high byte
+    counts): the pixels are unchanged."""
+    at = jpeg_segments(data)[1]
+    return data[:at] + b"".join(b"\xff\xfe" + (len(c) + 2).to_bytes(2, "big") + c for c in comments) + data[at:]
+
+
+def with_component_ids(data: bytes, ids: bytes) -> bytes:
+    """The same JPEG with its components renamed `ids` in the frame header and in each scan
+    header (component ids are labels; the count is the byte before them)."""
+    out, i = bytearray(data), 2
+    while i + 4 <= len(out) and out[i] == 0xFF:
+        length = int.from_bytes(out[i + 2:i + 4], "big")
+        if out[i + 1] in (0xC0, 0xC1, 0xC2):
+            for k in range(out[i + 9]):
+                out[i + 10 + 3 * k] = ids[k]
+        if out[i + 1] == 0xDA:
+            for k in range(out[i + 4]):
+                out[i + 5 + 2 * k] = ids[k]
+            i += 2 + length
+            while not (out[i] == 0xFF and out[i + 1] not in (0x00, *range(0xD0, 0xD8))):   # entropy-coded data
+                i += 1
+            continue
+        i += 2 + length
+    return bytes(out)
+
+
 def jpeg_header_only(marker: int, precision: int, height: int, width: int, components: int = 3) -> bytes:
     """A JPEG of one frame header and nothing else, for frames a decoder must refuse from the header."""
     body = bytes([precision]) + struct.pack(">HH", height, width) + bytes([components])
@@ -208,6 +250,14 @@ def mini_qwen3_tokenizer() -> dict[str, bytes]:
     # indentation before a tag; chat_template.jinja wins over the config's template (TOK-HF-4)
     out.update({f"qwen3-bytes-indented/{name}": data for name, data in files.items()})
     out["qwen3-bytes-indented/chat_template.jinja"] = INDENTED_CHATML.encode()
+    # templates for the rest of transformers' environment and for the bounds on untrusted
+    # templates (spec/hf-tokenizer.md TOK-HF-4): each folder is the same tokenizer with one template
+    for folder, template in TEMPLATES.items():
+        out.update({f"qwen3-bytes-{folder}/{name}": data for name, data in files.items()})
+        out[f"qwen3-bytes-{folder}/chat_template.jinja"] = template.encode()
+    named = dict(config, chat_template=[{"name": "tool_use", "template": TOOL_CHATML}, {"name": "default", "template": CHATML}])
+    out["qwen3-bytes-named/tokenizer.json"] = files["tokenizer.json"]
+    out["qwen3-bytes-named/tokenizer_config.json"] = (json.dumps(named, indent=1) + "\n").encode()
     return out
 
 
@@ -224,6 +274,44 @@ INDENTED_CHATML = """{% for message in messages %}
 <|im_start|>assistant
 {% endif %}
 """
+
+CHATML = """{% for message in messages %}
+<|im_start|>{{ message['role'] }}
+{{ message['content'] }}<|im_end|>
+{% endfor %}
+{% if add_generation_prompt %}
+<|im_start|>assistant
+{% endif %}
+"""
+TOOL_CHATML = "<|im_start|>system\n# Tools\n<|im_end|>\n" + CHATML
+
+
+def padded(template: str, size: int) -> str:
+    """`template` followed by a comment that makes its source exactly `size` bytes (renders nothing)."""
+    return template + "{#" + "k" * (size - len(template.encode()) - 4) + "#}"
+
+
+TEMPLATES = {
+    # transformers' environment: tojson on a mapping (plain json.dumps: key order kept, non-ASCII
+    # kept), the config's named special tokens as variables, the {% generation %} block
+    "features": """{% for message in messages %}
+{% if message['role'] == 'assistant' %}
+<|im_start|>assistant
+{% generation %}
+{{ message['content'] }}{{ eos_token }}
+{% endgeneration %}
+{% else %}
+<|im_start|>{{ message | tojson }}{{ eos_token }}
+{% endif %}
+{% endfor %}
+{% if add_generation_prompt %}
+<|im_start|>assistant
+{% endif %}
+""",
+    "1mib": padded(CHATML, 1 << 20),                                # the largest source a template may have
+    "ballast": "{% set ballast = 'x' * ballast_bytes %}\n" + CHATML,  # memory: a string of the keyword's size
+    "recursion": "{% macro nest(depth) %}{{ nest(depth + 1) }}{% endmacro %}{{ nest(0) }}\n" + CHATML,
+}
 
 
 def assets() -> dict[str, bytes]:
@@ -277,6 +365,16 @@ def assets() -> dict[str, bytes]:
     out["bad_truncated.jpg"] = out["img_j_a_32x48.jpg"][:300]
     out["img_j_a_32x48_exif6.jpg"] = with_exif_orientation(out["img_j_a_32x48.jpg"], 6)
     out["img_j_a_32x48_fill.jpg"] = with_fill_bytes(out["img_j_a_32x48.jpg"], 3)
+    out["img_j_a_32x48_com.jpg"] = with_comments(out["img_j_a_32x48.jpg"], [b"", b"k" * 300])
+    out["img_j_g_1x272.jpg"] = jpeg_bytes(Image.frombytes("L", (272, 1), bytes(7 * x % 256 for x in range(272))))
+    out["img_j_t_272x1.jpg"] = jpeg_bytes(gradient(18, 272, 1))
+    a = out["img_j_a_32x48.jpg"]
+    out["bad_jpeg_cmyk_ids.jpg"] = with_component_ids(out["bad_cmyk.jpg"], b"\x01\x02\x03\x04")
+    out["bad_jpeg_no_frame.jpg"] = a[:jpeg_segments(a)[1]]          # SOI and APP0, then the file ends
+    out["bad_jpeg_eoi_first.jpg"] = a[:2] + b"\xff\xd9" + a[2:]        # the image ends before its frame
+    out["bad_jpeg_ff00_first.jpg"] = a[:2] + b"\xff\x00" + a[2:]        # a stuffed zero where a marker must be
+    out["bad_jpeg_sof_cut.jpg"] = b"\xff\xd8\xff\xc0\x00\x08\x08\x00\x20\x00\x30"   # 8 bytes said, 7 there
+    out["bad_jpeg_sof_short.jpg"] = b"\xff\xd8\xff\xc0\x00\x07\x08\x00\x20\x00\x30"  # a frame header of 7 bytes
 
     out["audio_a_16k.wav"] = wav_bytes(tone(11, 3200))
     out["audio_b_16k.wav"] = wav_bytes(tone(12, 3200))

@@ -11,6 +11,10 @@ CORES=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 # backends made to hang until a timeout), and the spare worker runs meanwhile. On 2 cores the
 # default run took 271 s with 2 workers and 243 s with 3.
 WORKERS=${KVCONFORM_TEST_WORKERS:-$((CORES + 1))}
+# Compiled modules are written (to __pycache__, ignored by git) even where the environment sets
+# PYTHONDONTWRITEBYTECODE: the tests start several hundred Python processes, and each would compile
+# the kit's modules again (tests/robustness: 120 s of CPU without, 107 s with, from a cold cache).
+unset PYTHONDONTWRITEBYTECODE
 # One BLAS thread per pytest worker: the workers already use every core.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 if [ "${1:-}" = "--print-workers" ]; then echo "$WORKERS"; exit 0; fi

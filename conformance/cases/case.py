@@ -177,13 +177,16 @@ def _looks_like_case(path: Path) -> bool:
 
 
 def select(cases: list[Case], keywords: list[str] | None = None, sections: list[str] | None = None,
-           rules: list[str] | None = None, slow: bool = False) -> list[Case]:
-    """Cases whose id contains (or glob-matches) any keyword, in any section, citing any rule."""
+           rules: list[str] | None = None, slow: bool = False, *, exclude: list[str] | None = None) -> list[Case]:
+    """Cases whose id contains (or glob-matches) any keyword and no `exclude` text, in any
+    section, citing any rule."""
     out = []
     for c in cases:
         if "slow" in c.flags and not slow:
             continue
-        if keywords and not any(k in c.id or fnmatch.fnmatch(c.id, k) for k in keywords):
+        if keywords and not matches(c.id, keywords):
+            continue
+        if exclude and matches(c.id, exclude):
             continue
         if sections and c.section not in {s.upper() for s in sections}:
             continue
@@ -191,6 +194,11 @@ def select(cases: list[Case], keywords: list[str] | None = None, sections: list[
             continue
         out.append(c)
     return out
+
+
+def matches(case_id: str, texts: list[str]) -> bool:
+    """Whether `case_id` contains any text or matches it as a glob (the -k and --exclude rule)."""
+    return any(t in case_id or fnmatch.fnmatch(case_id, t) for t in texts)
 
 
 def in_shard(index: int, shard: tuple[int, int] | None) -> bool:

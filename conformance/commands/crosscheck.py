@@ -134,8 +134,10 @@ def main(args) -> int:
 
 
 def _eagle(stream: dict) -> dict:
-    """The stream with the tree keyed by bigrams and an unbounded pool."""
-    settings = {k: v for k, v in (stream.get("settings") or {}).items() if k != "pool_tokens"}
+    """The stream with the tree keyed by bigrams and an unbounded pool, on a full-attention model
+    (the profile does not define EAGLE beside a sliding window or Mamba)."""
+    hybrid = ("pool_tokens", "sliding_window", "swa_eviction_interval", "mamba")
+    settings = {k: v for k, v in (stream.get("settings") or {}).items() if k not in hybrid}
     return dict(stream, id=f"{stream['id']}-eagle", settings={**settings, "eagle": True})
 
 

@@ -102,6 +102,9 @@ def _add_case_arguments(parser: argparse.ArgumentParser) -> None:
                    help="a case file or folder (repeatable; default: cases/)")
     c.add_argument("-k", "--keyword", action="append", metavar="TEXT",
                    help="run cases whose id contains TEXT or matches it as a glob (repeatable)")
+    c.add_argument("--exclude", action="append", metavar="TEXT",
+                   help="leave out cases (and generated families) whose id contains TEXT or matches it as a "
+                        "glob (repeatable)")
     c.add_argument("--section", action="append", metavar="NAME", help="spec section: ID, PLAN, MEDIA, PUB, ... (repeatable)")
     c.add_argument("--rule", action="append", metavar="ID", help="cases citing this rule id (repeatable)")
     c.add_argument("--slow", action="store_true", help="include cases flagged slow")
@@ -229,7 +232,7 @@ def _one_torch_thread() -> None:
 
 
 # Options that decide what a run does; `--resume` takes them from the interrupted run's report.
-RESUMED = ("case", "keyword", "section", "rule", "slow", "shard", "no_generated", "generated_only", "families",
+RESUMED = ("case", "keyword", "exclude", "section", "rule", "slow", "shard", "no_generated", "generated_only", "families",
            "examples", "budget_seconds", "seed", "max_steps", "min_batches", "save_regressions", "backend", "device", "timeout",
            "executable", "engine_dir", "engine_config", "build_command", "capabilities", "backend_arg", "profile")
 
@@ -345,7 +348,7 @@ def main(args) -> int:
                              f"{', '.join(oracle.PROFILE_NAMES)})")
 
     def planned(profile: str):
-        return make_plan(args.case, args.keyword, args.section, args.rule, args.slow,
+        return make_plan(args.case, args.keyword, args.section, args.rule, args.slow, exclude=args.exclude,
                          generated=not args.no_generated, curated=not args.generated_only,
                          families=args.families.split(",") if args.families else None, shard=shard,
                          examples=args.examples, budget_s=args.budget_seconds, seed=args.seed,

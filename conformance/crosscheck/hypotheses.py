@@ -72,12 +72,12 @@ def variant(settings: dict, switches) -> object:
                 upper.touched = child.touched    # the old reading: one clock value for the whole walk
             return upper
 
-        def _insert(self, namespace, ids, computed=None):
+        def _insert(self, namespace, ids, computed=None, why=()):
             if "split_tie" not in on:
-                return super()._insert(namespace, ids, computed)
+                return super()._insert(namespace, ids, computed, why)
             self._frozen = 0                     # the old reading: the new leaf gets the walk's own value
             try:
-                return super()._insert(namespace, ids, computed)
+                return super()._insert(namespace, ids, computed, why)
             finally:
                 self._frozen = None
 
@@ -91,7 +91,9 @@ def variant(settings: dict, switches) -> object:
             return now
 
     s = peer_oracle.check_settings("sglang-radix", settings)
-    sim = Variant(s["page_size"], s["pool_tokens"], s["radix_cache"], version=s["version"], eagle=s["eagle"])
+    sim = Variant(s["page_size"], s["pool_tokens"], s["radix_cache"], version=s["version"], eagle=s["eagle"],
+                  sliding_window=s["sliding_window"], swa_eviction_interval=s["swa_eviction_interval"],
+                  mamba=s["mamba"])
     if "no_prompt_split" in on:
         sim.split_prompt = False
     if "whole_demand" in on:

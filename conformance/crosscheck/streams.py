@@ -28,6 +28,8 @@ VOCAB = 50                        # small, so that unrelated prompts share short
 
 GROUPED = 0.4
 """How often a vLLM stream's model has KV-cache groups (sliding window, Mamba; PEER-VLLM-11)."""
+HYBRID = 0.3
+"""How often an SGLang stream's model has a sliding window or Mamba layers (PEER-SGL-10..13)."""
 
 
 def stream(runtime: str, seed: int, max_requests: int = 20) -> dict:
@@ -37,6 +39,10 @@ def stream(runtime: str, seed: int, max_requests: int = 20) -> dict:
         groups = random.Random(f"vllm-groups:{seed}")
         if groups.random() < GROUPED:
             return _vllm_groups(groups, f"{runtime}-{seed}", max_requests)
+    else:
+        hybrid = random.Random(f"sglang-hybrid:{seed}")
+        if hybrid.random() < HYBRID:
+            return _sglang_hybrid(hybrid, f"{runtime}-{seed}", max_requests)
     return (_vllm if runtime == "vllm" else _sglang)(rng, f"{runtime}-{seed}", max_requests)
 
 
@@ -200,6 +206,32 @@ def _sglang(rng, name: str, max_requests: int) -> dict:
         longest = max(len(s["prompt"]) + len(s["sampled"]) for s in steps if "prompt" in s)
         tokens = longest + 2 * unit + rng.choice([0, unit, longest, 2 * longest])
         settings["pool_tokens"] = -(-tokens // unit) * unit
+    return {"id": name, "runtime": "sglang", "settings": settings, "steps": steps}
+
+
+def _sglang_hybrid(rng, name: str, max_requests: int) -> dict:
+    """A sliding-window model (a window W of a few pages, a small eviction interval I so that short
+    decodes free the window: PEER-SGL-10) or a Mamba one (pages of one id: PEER-SGL-13); no pool
+    (the profile defines neither with one), no EAGLE. Some requests decode past W + I."""
+    if rng.random() < 0.6:
+        unit, lengths = _unit_and_lengths(rng, (1, 1, 2, 4, 16))
+        W = max(1, unit * rng.randint(1, 3) + rng.choice((-1, 0, 1)))
+        settings = {"page_size": unit, "sliding_window": W, "swa_eviction_interval": rng.choice((1, 2, 4, 8, 16))}
+        lengths += [n for n in (W - 1, W, W + 1, 2 * W) if n >= 1]
+        decode = W + settings["swa_eviction_interval"]
+    else:
+        unit, lengths = _unit_and_lengths(rng, (1,))
+        settings, decode = {"page_size": 1, "mamba": True}, 0
+    steps, earlier, count = [], [], rng.randint(2, max_requests)
+    while sum("prompt" in s for s in steps) < count:
+        if steps and rng.random() < 0.05:
+            steps.append({"reset": True})
+            continue
+        step = _request(rng, unit, lengths, earlier, _keys(rng, sglang=True))
+        if decode and rng.random() < 0.3:             # a decode long enough to free the window's tail
+            step["sampled"] += [rng.randrange(VOCAB) for _ in range(rng.randint(1, decode + 2))]
+            earlier[-1] = step["prompt"] + step["sampled"][:-1]
+        steps.append(step)
     return {"id": name, "runtime": "sglang", "settings": settings, "steps": steps}
 
 

@@ -160,6 +160,12 @@ def check_outputs(manifest: dict | None, engine_dir: str | None, engine, doc: di
         return [Failure(None, "numerical reference", "teacher-forced log-probabilities", None,
                         f"the declared {source.kind} reference could not score this file: {e}",
                         verdict=Verdict.ERROR)], facts
+    for n, (k, _, _, tokens) in enumerate(items):      # a reference that skipped a token judged nothing there
+        if n >= len(scored) or [st.token for st in scored[n].steps] != list(tokens):
+            return [Failure(None, f"responses[{offset + k}].output_ids", f"one scored step per generated token "
+                            f"({len(tokens)})", "fewer or other steps", f"the {source.label} did not score every "
+                            "generated token of this request, so its outputs were not judged", offset + k,
+                            Verdict.ERROR)], facts
     failures = []
     for (k, _, _, _), s in zip(items, scored):
         found, judged = judge_request(offset + k, responses[k], s, source.label)

@@ -107,6 +107,8 @@ def _run(scenario: dict, doc: dict):
     """The scenario's run: a peer's request sequence, an engine's request files, or (an engine
     entry with `cache`) the oracle's context cache driven step by step (docs/parity.md)."""
     if doc["kind"] == "peer":
+        if "free_queue" in scenario:
+            return peer.QueueRun(scenario)
         return peer.Run(scenario, doc["profile"], doc.get("settings"))
     if "cache" in scenario:
         return cache.Run(scenario)

@@ -29,6 +29,9 @@ def _radix_pool(case_id: str, rules: list, settings: dict, paged: bool = False, 
     if settings.get("eagle"):
         return Unsupported(case_id, "eviction", rules, "with EAGLE a decode step's slots are not defined by the "
                            "profile (PEER-SGL-9): eviction cases are laid out without it")
+    if settings.get("sliding_window") is not None or settings.get("mamba"):
+        return Unsupported(case_id, "eviction", rules, "eviction on a sliding-window or Mamba model is not defined "
+                           "by the profile (PEER-SGL-10..13): eviction cases are laid out without one")
     if K < pages * P:
         return Unsupported(case_id, "eviction", rules, f"a pool of {pool} tokens is too small for pages of {P}: "
                            f"the layout needs at least {pages} pages")

@@ -140,14 +140,15 @@ def rerun_command(args, case_id: str) -> str:
     return shlex.join(argv)
 
 
-def _select(all_cases: list, keywords: list | None) -> list:
+def _select(all_cases: list, keywords: list | None, exclude: list | None = None) -> list:
     import fnmatch
-    if not keywords:
-        return all_cases
-    chosen = [c for c in all_cases if any(k in c.id or fnmatch.fnmatch(c.id, k) for k in keywords)]
+
+    def matches(case_id: str, texts: list) -> bool:
+        return any(k in case_id or fnmatch.fnmatch(case_id, k) for k in texts)
+    chosen = [c for c in all_cases if (not keywords or matches(c.id, keywords)) and not matches(c.id, exclude or [])]
     if not chosen:
-        raise KvconformError(f"-k {' '.join(keywords)}: selects no peer case (kvconform run --backend openai "
-                             "--list names them)")
+        options = " ".join([f"-k {k}" for k in keywords or []] + [f"--exclude {k}" for k in exclude or []])
+        raise KvconformError(f"{options}: selects no peer case (kvconform run --backend openai --list names them)")
     return chosen
 
 
@@ -195,7 +196,8 @@ def _run(args, profile: str, given: dict, client: OpenAIClient) -> int:
     for line in describe_settings(settings, origin, facts):
         print(f"  {line}", file=sys.stderr)
     try:
-        plan = _select(build_cases(profile, settings, tokens.layout_ids, facts, tokens.image_plan()), args.keyword)
+        plan = _select(build_cases(profile, settings, tokens.layout_ids, facts, tokens.image_plan()), args.keyword,
+                       args.exclude)
     except ServerFailure as e:
         raise KvconformError(f"cannot lay the peer cases out on the server's tokens: {e.message}") from None
     if args.list:

@@ -23,7 +23,8 @@ and an image across a block boundary.
 
 This module holds the cases every profile shares and `cases()`; the parts cases are made of
 (PeerCase, Step, the filler and the layouts) are in layout.py, each profile's own cases in its
-module (cases_vllm_groups.py, cases_llama.py, cases_trtllm.py, cases_sglang.py), merged here into
+module (cases_vllm_groups.py, cases_llama.py, cases_trtllm.py, cases_sglang.py,
+cases_sglang_hybrid.py), merged here into
 OWN_CASES.
 """
 
@@ -35,6 +36,7 @@ from ..judge.peer_oracle import common_prefix
 from . import PEER_PROFILES
 from .cases_llama import LLAMA_CASES
 from .cases_sglang import RADIX_CASES
+from .cases_sglang_hybrid import HYBRID_CASES
 from .cases_trtllm import TRT_CASES
 from .cases_vllm_groups import GROUP_CASES
 from .images import image_part
@@ -436,7 +438,7 @@ def _empty_salt(count, ids, settings, U):
 
 OWN_CASES = {"eviction/slots": _slots, "reuse/read-bypass": _read_bypass, "eviction/lru-blocks": _lru_blocks,
              "eviction/radix-lru": _radix_lru, **TRT_CASES, **LLAMA_CASES, "isolation/empty-salt": _empty_salt,
-             **GROUP_CASES, **RADIX_CASES}
+             **GROUP_CASES, **RADIX_CASES, **HYBRID_CASES}
 """The cases only some profiles have, by the id a PeerProfile's `cases` names them with; each is
 built as builder(count rule, ids, settings, unit), which returns None where the case does not
 apply to the deployment the settings describe (a slot choice on one slot, a context shift that is

@@ -321,6 +321,7 @@ def merge_settings(profile: str, given: dict, facts: ServerFacts) -> tuple[dict,
                                  "or start the server with that setting")
     try:
         settings = oracle.check_settings(profile, {**facts.settings, **given})
+        oracle.simulator(profile, settings)             # a combination the profile does not define raises
     except oracle.PeerProfileError as e:
         raise KvconformError(f"--peer-setting: {e} (as the server publishes it)") from None
     origin = {k: GIVEN if k in given else facts.sources.get(k, DEFAULT) for k in settings}

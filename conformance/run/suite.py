@@ -20,7 +20,7 @@ from tqdm import tqdm
 from .. import KvconformError
 from ..adapters.base import Adapter
 from ..adapters.engines import digest
-from ..cases.case import CASES_DIR, SECTIONS, Case, discover, in_shard, select
+from ..cases.case import CASES_DIR, SECTIONS, Case, discover, in_shard, matches, select
 from ..cases.rules import spec_rule_ids
 from ..cases.validate import check_case
 from ..generate import MIN_BATCHES, cannot_run, run_generated
@@ -59,12 +59,12 @@ class Plan:
 
 def make_plan(paths: list[str] | None, keywords: list[str] | None, sections: list[str] | None,
               rules: list[str] | None, slow: bool, generated: bool, curated: bool, families: list[str] | None,
-              shard: tuple[int, int] | None, **generation) -> Plan:
+              shard: tuple[int, int] | None, *, exclude: list[str] | None = None, **generation) -> Plan:
     """Select, check and shard. Bad input (KvconformError, exit 2) is decided here, before any
     backend starts: an unknown section, rule id or family, a case file that `kvconform validate`
     rejects, and a selection that runs nothing."""
     _check_names(sections, rules, families)
-    cases = select(discover(paths), keywords, sections, rules, slow) if curated else []
+    cases = select(discover(paths), keywords, sections, rules, slow, exclude=exclude) if curated else []
     cases = [c.for_profile(generation.get("profile", DEFAULT_PROFILE)) for c in cases]
     for case in cases:
         problems = check_case(case.doc, case.base_dir, str(case.path))
@@ -74,13 +74,16 @@ def make_plan(paths: list[str] | None, keywords: list[str] | None, sections: lis
     fams = [f for f in (families or list(FAMILIES)) if f in FAMILIES] if generated else []
     if keywords:
         fams = [f for f in fams if any(k in f"generated/{f}" for k in keywords)]
+    if exclude:
+        fams = [f for f in fams if not matches(f"generated/{f}", exclude)]
     if (sections or rules or paths) and not families:
         fams = []  # a narrowed selection of cases runs the generated families only when named
     items = [("case", c.id, c) for c in cases] + [("family", f"generated/{f}", f) for f in fams]
     items.sort(key=lambda t: t[1])
     if not items:
         raise KvconformError("the selection runs nothing: no case or generated family matches "
-                             + _describe_selection(paths, keywords, sections, rules, generated, curated, families))
+                             + _describe_selection(paths, keywords, sections, rules, generated, curated, families,
+                                                   exclude))
     mine = [t for k, t in enumerate(items) if in_shard(k, shard)]
     if not mine:
         raise KvconformError(f"shard {shard[0]}/{shard[1]} of {len(items)} item(s) runs nothing")
@@ -88,21 +91,22 @@ def make_plan(paths: list[str] | None, keywords: list[str] | None, sections: lis
         {"items": [[kind, key, digest(c.doc) if kind == "case" else None] for kind, key, c in items],
          "generation": {k: v for k, v in generation.items() if k != "save_regressions"}})}
     identity["selection"] = _selection(len(items), paths, keywords, sections, rules, slow, generated, curated,
-                                       families, cases)
+                                       families, cases, exclude)
     return Plan([t[2] for t in mine if t[0] == "case"], [t[2] for t in mine if t[0] == "family"],
                 identity=identity, **generation)
 
 
 def _selection(selected: int, paths, keywords, sections, rules, slow, generated, curated, families,
-               cases: list[Case]) -> dict:
+               cases: list[Case], exclude=None) -> dict:
     """Whether the plan is narrower than the default run (every case but the slow ones, every
     family), by which options, and how many items of how many: a CONFORMANT of a selection says
     so (spec/RUNNING.md section 6)."""
     filters = ([f"--case {p}" for p in paths or []] + [f"-k {k}" for k in keywords or []]
+               + [f"--exclude {k}" for k in exclude or []]
                + [f"--section {x}" for x in sections or []] + [f"--rule {x}" for x in rules or []]
                + ([f"--families {','.join(families)}"] if families and generated else [])
                + (["--no-generated"] if not generated else []) + (["--generated-only"] if not curated else []))
-    default = cases if curated and not (paths or keywords or sections or rules or slow) else \
+    default = cases if curated and not (paths or keywords or sections or rules or slow or exclude) else \
         select(discover(None), None, None, None, False)
     available = len(default) + len(FAMILIES)
     narrowed = bool(filters) and selected < available
@@ -123,9 +127,9 @@ def _check_names(sections: list[str] | None, rules: list[str] | None, families: 
             raise KvconformError(f"--families {family}: unknown family (one of {', '.join(FAMILIES)})")
 
 
-def _describe_selection(paths, keywords, sections, rules, generated, curated, families) -> str:
+def _describe_selection(paths, keywords, sections, rules, generated, curated, families, exclude=None) -> str:
     parts = [f"--case {' '.join(map(str, paths))}" if paths else "",
-             " ".join(f"-k {k}" for k in keywords or []), " ".join(f"--section {x}" for x in sections or []),
+             " ".join(f"-k {k}" for k in keywords or []), " ".join(f"--exclude {k}" for k in exclude or []), " ".join(f"--section {x}" for x in sections or []),
              " ".join(f"--rule {x}" for x in rules or []), f"--families {','.join(families)}" if families else "",
              "--no-generated" if not generated else "", "--generated-only" if not curated else ""]
     return " ".join(p for p in parts if p) or "the default selection"

@@ -20,10 +20,12 @@ def release_of(version: str) -> tuple:
 
 
 class _Node:
-    __slots__ = ("key", "kv", "children", "parent", "used", "pins")
+    __slots__ = ("key", "kv", "children", "parent", "used", "pins", "window_kept", "mamba_state")
 
     def __init__(self, key, kv, parent, used):
         self.key, self.kv, self.children, self.parent, self.used, self.pins = key, kv, {}, parent, used, 0
+        self.window_kept = True        # the sliding-window KV of its ids is there (else a tombstone)
+        self.mamba_state = False       # a Mamba state for the sequence ending here is kept
 
 
 class RadixCache:
@@ -35,19 +37,36 @@ class RadixCache:
     page before every decode step; whole pages held) and evicts whole unpinned leaves, least
     recently used first, when too few are free: since 0.5.17 only what it is short of. Since 0.5.20
     a finished request's prompt is inserted again, which splits its node there. `eagle` keys the
-    tree by pairs of consecutive ids; `radix_cache=False` caches nothing."""
-    settings = {"page_size": 1, "pool_tokens": None, "radix_cache": True, "version": "0.5.23", "eagle": False}
+    tree by pairs of consecutive ids; `radix_cache=False` caches nothing.
 
-    def __init__(self, page_size=1, pool_tokens=None, radix_cache=True, version="0.5.23", eagle=False):
+    A sliding-window model (`sliding_window` W, `swa_eviction_interval` I: PEER-SGL-10..12) or a
+    Mamba one (`mamba`: PEER-SGL-13) keeps beside each node's KV whether its window KV is still
+    there and whether a Mamba state ends at it (SGLang 0.5.23's UnifiedRadixCache components):
+    a hit stops at the deepest point where the window can be rebuilt or a state exists. Neither
+    is served with EAGLE or each other, nor Mamba with pages of more than one id (the profile does
+    not say what SGLang does there); a pool evicts as on full attention, which the profile leaves
+    undefined for these models."""
+    settings = {"page_size": 1, "pool_tokens": None, "radix_cache": True, "version": "0.5.23", "eagle": False,
+                "sliding_window": None, "swa_eviction_interval": 128, "mamba": False}
+
+    def __init__(self, page_size=1, pool_tokens=None, radix_cache=True, version="0.5.23", eagle=False,
+                 sliding_window=None, swa_eviction_interval=128, mamba=False):
         self.P, self.on, self.version, self.eagle = page_size, radix_cache, version, eagle
         self.pool = None if pool_tokens is None else (pool_tokens // page_size) * page_size
         self.release = release_of(version)
+        self.window, self.interval, self.mamba = sliding_window, swa_eviction_interval, mamba
+        self.hybrid = sliding_window is not None or mamba
+        if self.hybrid and (eagle or (sliding_window is not None and mamba) or (mamba and page_size != 1)
+                            or self.release < (0, 5, 23)):
+            raise ValueError("a sliding window or Mamba layers are served on SGLang 0.5.23's rules, with no "
+                             "EAGLE, not both, and Mamba with page_size 1")
         self.reset()
 
     def reset(self):
         self.root = _Node([], None, None, 0)
         self.tick, self.size = 0, 0
         self._held, self._pinned = 0, None                  # the running request's slots and path
+        self._hit = self._full_hit = 0                      # the running request's usable and full-KV match
 
     def pages(self, context: int) -> dict:
         """SGLang's `/get_server_info` (PEER-API-5): page size, pool, radix cache, release, drafter."""
@@ -114,6 +133,7 @@ class RadixCache:
         upper = _Node(child.key[:k], child.kv[:, :, :k], child.parent, 0)
         self.stamp_new(upper)
         upper.pins = child.pins
+        upper.window_kept = child.window_kept               # the state stays with the lower part
         child.parent.children[self._edge(ns, child.key)] = upper
         upper.children[self._edge(ns, child.key, k)] = child
         child.key, child.kv, child.parent = child.key[k:], child.kv[:, :, k:], upper
@@ -136,7 +156,74 @@ class RadixCache:
         self._pinned = node
         self._pin(node, 1)
         self._extend(n, matched)
-        return self.reported(matched, n), (concat_kv(parts)[:, :, :matched] if matched > 0 else None)
+        self._full_hit = self._hit = matched
+        if self.hybrid:
+            self._hit = self.usable(self.path_to(node))
+        hit = self._hit
+        return self.reported(hit, n), (concat_kv(parts)[:, :, :hit] if hit > 0 else None)
+
+    # --- sliding window and Mamba: PEER-SGL-10..13 ---------------------------------------------------
+    def path_to(self, node):
+        """[(first id, node)] from the root's child down to `node`."""
+        chain = []
+        while node is not None and node is not self.root:
+            chain.append(node)
+            node = node.parent
+        out, at = [], 0
+        for nd in reversed(chain):
+            out.append((at, nd))
+            at += len(nd.key)
+        return out
+
+    def usable(self, path) -> int:
+        """How much of a matched path a hit may take: up to the deepest node end holding a Mamba
+        state (PEER-SGL-13), or where W live window ids follow the last tombstone, or no tombstone
+        came before (PEER-SGL-11)."""
+        best, live_since = 0, None                          # None: no tombstone yet on the path
+        for at, nd in path:
+            end = at + len(nd.key)
+            if self.mamba:
+                if nd.mamba_state:
+                    best = end
+            elif not nd.window_kept:
+                live_since = end
+            elif live_since is None or end - live_since >= self.window:
+                best = end
+        return best
+
+    def window_freed(self, n, decode_steps) -> int:
+        """PEER-SGL-10: how many leading ids lost their window KV while the request decoded: from
+        its second decode step, each time W + I ids have slid past what was freed, everything but
+        the last max(W, P) ids rounded up to pages, never below the hit (maybe_evict_swa)."""
+        keep = -(-max(self.window, self.P) // self.P) * self.P
+        freed = 0
+        for step in range(1, decode_steps):
+            held = n + step
+            if held - self.window - freed >= self.interval:
+                freed = max(freed, self._hit, held - keep) // self.P * self.P
+        return freed
+
+    def cut_short(self, length) -> int:
+        """PEER-SGL-12: a request whose hit stopped short of its full-attention match caches only
+        that match (swa_branching_seqlen), not its own ids after it."""
+        return self._full_hit
+
+    def mark_window(self, ns, ids, leaf, freed):
+        """PEER-SGL-10: the new leaf's ids before `freed` are a tombstone; tombstones the insert
+        passed at or after max(freed, the hit) get the request's window KV back."""
+        revive_from = max(freed, self._hit)
+        end_node = leaf if leaf is not None else self._match(ns, ids, touch=False)[2]
+        for at, nd in self.path_to(end_node):
+            end = at + len(nd.key)
+            if nd is leaf:
+                if freed > at:
+                    if freed < end:
+                        nd = self._split(ns, nd, freed - at)
+                    nd.window_kept = False
+            elif not nd.window_kept and end > revive_from and end > self._hit:
+                if at < revive_from:
+                    self._split(ns, nd, revive_from - at)   # nd keeps the ids from revive_from on
+                nd.window_kept = True
 
     # --- slots: PEER-SGL-7, PEER-SGL-8 ---------------------------------------------------------------
     def slack(self) -> int:
@@ -206,14 +293,22 @@ class RadixCache:
             self.decode_step(n + k)
         ids, ns = self.units(sequence), self.namespace(req)
         length = self.P * (len(ids) // self.P)
+        if self.window is not None and self._full_hit > self._hit:
+            length = self.cut_short(length)
         ids = ids[:length]
         at, _, node = self._match(ns, ids, touch=True)
+        leaf = None
         if at < length:
             leaf = _Node(ids[at:], kv[:, :, at:length].clone(), node, 0)
             self.stamp_leaf(leaf)
             node.children[self._edge(ns, ids, at)] = leaf
             self.size += length - at
-        self.split_at_prompt(ns, ids, n)
+        if self.window is not None:
+            self.mark_window(ns, ids, leaf, self.window_freed(n, len(sampled) - 1))
+        elif self.mamba and length:
+            (leaf or node).mamba_state = True                # PEER-SGL-13: where the cached sequence ends
+        if not self.hybrid:                                  # UnifiedRadixCache splits there with Full alone
+            self.split_at_prompt(ns, ids, n)
         self._pin(self._pinned, -1)
         self._pinned, self._held = None, 0
 

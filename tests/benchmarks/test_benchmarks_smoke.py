@@ -173,3 +173,45 @@ def test_replay_section_measures_and_reports(tmp_path):
     rows = replay.target_rows(result)
     assert [r[0] for r in rows] == ["8"] * 3 and all(r[4] in (True, False) for r in rows)
     assert any("| kvconform-1 | 1e7 |" in line for line in replay.markdown(result))
+
+
+def test_replay_side_by_side_runs_both_trees(tmp_path):
+    """benchmarks/replay_side_by_side.py on one tree against itself: a replay worker per tree,
+    the summaries compared, the ratio and table written."""
+    from pathlib import Path
+    from benchmarks import replay, replay_side_by_side
+    trace = str(tmp_path / "t.jsonl")
+    replay.write_conversation_trace(trace, 30)
+    root = Path(__file__).resolve().parents[2]
+    r = replay_side_by_side.run(root, root, reps=1, requests=20, trace=trace, runs=(("vllm-apc", "1e4"),))
+    row, = r["rows"]
+    assert row["profile"] == "vllm-apc" and row["requests"] == 20 and row["prompt_tokens"] > 0
+    assert row["old"]["cpu_tokens_per_s"] > 0 and row["cpu_speedup"] > 0
+    assert "| vllm-apc | 1e4 |" in replay_side_by_side.table(r)
+
+
+def test_replay_side_by_side_sweeps_both_trees(tmp_path):
+    """`--sweep`: each tree's `kvconform simulate --trace` over the whole trace at every capacity,
+    the summaries compared capacity by capacity, the trace named by where it is published."""
+    import json
+    from pathlib import Path
+    from benchmarks import replay, replay_side_by_side
+    trace = tmp_path / "conversation_trace.jsonl"
+    replay.write_conversation_trace(str(trace), 30)
+    root = Path(__file__).resolve().parents[2]
+    r = replay_side_by_side.run_sweep(root, root, reps=1, profile="vllm-apc", capacities="1e4,inf", trace=str(trace))
+    s = r["sweep"]
+    assert s["runs"] == 2 and s["requests"] == 30 and s["old"]["cpu_seconds"][0] > 0 and s["cpu_speedup"] > 0
+    assert [x["capacity"] for x in s["summaries"]] == [10000, None]
+    assert r["trace"] == "kvcache-ai/Mooncake FAST25-release/traces/conversation_trace.jsonl"
+    assert str(tmp_path) not in json.dumps(r)
+    assert "| new (" in replay_side_by_side.sweep_table(r)
+
+
+def test_a_recorded_command_holds_no_path_of_the_machine():
+    from benchmarks.common import recorded_command
+    argv = ["--old", "/tmp/kit-before", "--trace", "/data/x/conversation_trace.jsonl", "--trace=/d/mine.jsonl",
+            "--old=/tmp/o", "--reps", "2"]
+    assert recorded_command("python -m b", argv, {"--old": "<a worktree at abc>"}) == (
+        "python -m b --old <a worktree at abc> --trace kvcache-ai/Mooncake FAST25-release/traces/"
+        "conversation_trace.jsonl --trace=mine.jsonl --old=<a worktree at abc> --reps 2")

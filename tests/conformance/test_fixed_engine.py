@@ -8,7 +8,8 @@ each with every case materialized for it, and a wrapper that reuses more than it
 too many on a full hit; a checkpoint of another prefix on the hybrid engine), or that misreports
 one counter, is NOT CONFORMANT on each, with the rule and a reproducer that re-runs.
 The default tests drive the curated cases in process (on the three P = 128 engines one
-interleaved shard of three each, together every case) and one catching case per wrapper through
+interleaved shard of three each, together every case but the birthday bound, which the page size
+leaves alone) and one catching case per wrapper through
 the command adapter (the miscounting wrapper on two engines, the reproducer re-run on one engine
 of each kind); `-m slow` runs every curated case in process on each engine, the miscounting
 wrapper and the re-run on each, and the whole suite through the command adapter."""
@@ -48,13 +49,20 @@ ENGINES = {
 MIN_JUDGED = {"p128-vision-lora-b4": 104, "p16-hybrid-lora": 96, "p4-text-b1": 72, "p128-phi3-mini-lora-b4": 85,
               "p128-phi3-vision-auto": 80}
 # The P = 128 engines judge every output against the float64 forward of prompts of up to 3072
-# tokens (the real-tokenizer ones 2-3 minutes each on 2 cores): in the default run each takes
-# another interleaved shard of three of the curated cases (cases of 12 of the 13 sections), so
-# that together they meet every curated case at P = 128; `-m slow` gives each the whole suite.
-# The judged counts are measured.
+# tokens: in the default run each takes another interleaved shard of three of the curated cases
+# (cases of 12 of the 13 sections), so that together they meet every curated case but one at
+# P = 128; `-m slow` gives each the whole suite. The judged counts are measured.
+# The one left out of the shards is CR-ID-6's birthday bound: it needs 5 * 2^16 / (pool pages)
+# page lookups, 10,240 pages of 128 tokens on these 32-page pools (1,024 prompts of 1,280 tokens:
+# 175 s of the 193 s its shard's cases took with the float64 reference computed afresh). The
+# collision it looks for is one of 16-bit digests, which the page size does not change: the P = 4
+# and P = 16 engines run it in the default tests, `-m slow` each engine.
 SHARDS = 3
-SHARD = {"p128-phi3-mini-lora-b4": 1, "p128-vision-lora-b4": 2, "p128-phi3-vision-auto": 3}
-MIN_JUDGED_IN_SHARD = {"p128-phi3-mini-lora-b4": 28, "p128-vision-lora-b4": 38, "p128-phi3-vision-auto": 25}
+SHARD = {"p128-phi3-mini-lora-b4": 1, "p128-phi3-vision-auto": 2, "p128-vision-lora-b4": 3}
+OUT_OF_SHARDS = "sections/id/distinct-pages-birthday"
+MIN_JUDGED_IN_SHARD = {"p128-phi3-mini-lora-b4": 28, "p128-phi3-vision-auto": 31, "p128-vision-lora-b4": 36}
+# Sections with a PASS in each shard (measured; shard 3 has 7 on every one of the three engines)
+MIN_SECTIONS_IN_SHARD = {"p128-phi3-mini-lora-b4": 8, "p128-phi3-vision-auto": 8, "p128-vision-lora-b4": 7}
 
 
 def _conformance_params():
@@ -109,14 +117,15 @@ def report(folder: Path) -> dict:
 @pytest.mark.parametrize("name, shard", list(_conformance_params()))
 def test_the_bundled_backend_is_conformant_on_each_fixed_engine(name, shard, engines, tmp_path, capsys):
     code = kvconform(["run", "--no-progress", "--engine-dir", engines[name], "--no-generated",
-                      *(["--shard", f"{shard}/{SHARDS}"] if shard else []), "--report", str(tmp_path / "r")])
+                      *(["--shard", f"{shard}/{SHARDS}", "--exclude", OUT_OF_SHARDS] if shard else []),
+                      "--report", str(tmp_path / "r")])
     doc = report(tmp_path / "r")
     assert code == 0 and doc["summary"]["headline"] == "CONFORMANT", capsys.readouterr().out[-3000:]
     assert doc["summary"]["judged"] >= (MIN_JUDGED_IN_SHARD[name] if shard else MIN_JUDGED[name])
-    if shard:                                   # exactly the shard's cases, passing in 8 sections or more
-        mine = [c for k, c in enumerate(discover()) if in_shard(k, (shard, SHARDS))]
+    if shard:                                   # exactly the shard's cases, passing in 7 or 8 sections or more
+        mine = [c for k, c in enumerate(c for c in discover() if c.id != OUT_OF_SHARDS) if in_shard(k, (shard, SHARDS))]
         assert [c["id"] for c in doc["cases"]] == [c.id for c in mine]
-        assert len({c["section"] for c in doc["cases"] if c["verdict"] == "PASS"}) >= 8
+        assert len({c["section"] for c in doc["cases"] if c["verdict"] == "PASS"}) >= MIN_SECTIONS_IN_SHARD[name]
     unsupported = [c for c in doc["cases"] if c["verdict"] == "NOT_SUPPORTED"]
     assert all(c["reason"].startswith(("cannot be expressed on this engine: ", "the backend does not declare"))
                for c in unsupported)

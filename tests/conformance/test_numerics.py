@@ -164,6 +164,33 @@ def test_a_token_that_is_not_the_references_argmax_fails_unless_near_tied():
     assert [(f.rule, f.verdict) for f in found] == [("CR-OUT-1", Verdict.QUALITY_WARNING)]
 
 
+def test_a_reference_that_scores_fewer_tokens_than_were_generated_is_an_error(monkeypatch):
+    """Outputs the reference did not score were not judged: ERROR, never a PASS (a stale or cut
+    cached result, a reference command that skipped a step)."""
+    from types import SimpleNamespace
+
+    from conformance.judge import numerical_judge
+
+    class Answers:
+        kind, label = "weights", "float64 reference"
+
+        def __init__(self, cut):
+            self.cut = cut
+
+        def score_all(self, engine_dir, engine, items, doc, base_dir):
+            return [Scored([Step(t, -0.1, [(t, -0.1), (t + 1, -3.0)]) for t in forced[:len(forced) - self.cut]])
+                    for _, _, forced in items]
+
+    monkeypatch.setattr(numerical_judge.oracle, "transcript", lambda response, engine: response["output_ids"])
+    doc, parsed = {"temperature": 0, "requests": [{}, {}]}, SimpleNamespace(requests=[object(), object()])
+    responses = [{"output_ids": [65]}, {"output_ids": [65, 66, 67]}]
+    for cut, want in ((0, []), (1, [(Verdict.ERROR, "responses[2].output_ids", 2)])):
+        monkeypatch.setattr(numerical_judge, "reference_for", lambda manifest, cut=cut: Answers(cut))
+        found, facts = check_outputs({}, None, None, doc, ".", parsed, [{}, {}], responses, offset=2)
+        assert [(f.verdict, f.what, f.request) for f in found] == want
+        assert facts["requests"] == (2 if cut == 0 else 0)
+
+
 def test_without_a_declared_reference_outputs_are_compared_with_the_bypass_replay_only():
     assert reference_for(None) is None and reference_for({"numerical_reference": None}) is None
     assert isinstance(reference_for({"numerical_reference": {"source": "weights", "layout": "kvconform-weights-v1"}}),

@@ -118,6 +118,21 @@ def test_list_and_bad_input(tmp_path, capsys):
     assert "not a case file" in capsys.readouterr().err
 
 
+def test_exclude_leaves_out_the_cases_it_names_and_the_headline_says_so(tmp_path, capsys):
+    """`--exclude` is the inverse of -k: the cases of boundary-p4 but the one of k = 1, and the
+    summary names the option (a selection is never reported as the whole suite)."""
+    from conformance.cases.case import discover, select
+    wanted = [c.id for c in select(discover(), ["boundary-p4"]) if "boundary-p4-k1" not in c.id]
+    assert wanted and len(wanted) < len(select(discover(), ["boundary-p4"]))
+    code = kvconform(["run", "--backend", "reference", "--no-generated", "--no-progress", "-k", "boundary-p4",
+                      "--exclude", "boundary-p4-k1", "--report", str(tmp_path)])
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert code == 0 and [c["id"] for c in doc["cases"]] == wanted
+    assert "--exclude boundary-p4-k1" in capsys.readouterr().out
+    assert kvconform(["run", "--list", "--exclude", "*"]) == 2
+    assert "--exclude *" in capsys.readouterr().err
+
+
 def test_committed_cases_match_their_generator():
     """cases/{llm,vlm}_context_reuse.json and sections/ are written by tools/make_cases.py."""
     import subprocess

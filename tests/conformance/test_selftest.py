@@ -63,8 +63,8 @@ def test_the_gate_on_two_variants_and_the_cheap_baselines_at_a_short_budget(tmp_
     inprocess in tests/conformance/test_suite.py (every curated case and each family),
     broken-judging in tests/conformance/test_trust.py; all four together under -m slow above."""
     names = ["lora-not-in-key", "evicts-mru"]
-    p = subprocess.run([sys.executable, "-m", "conformance.cli", "selftest", "--no-progress", "--examples", "5",
-                        "--budget-seconds", "5", *[a for n in names for a in ("--variant", n)],
+    p = subprocess.run([sys.executable, "-m", "conformance.cli", "selftest", "--no-progress", "--examples", "2",
+                        "--budget-seconds", "3", *[a for n in names for a in ("--variant", n)],
                         "--baseline", "reference", "--baseline", "broken", "--report", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]

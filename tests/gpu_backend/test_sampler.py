@@ -47,3 +47,34 @@ def test_logit_bias_shapes_the_choice(engine):
     # a bias cannot make the sampler emit a token it never emits (a special other than EOS)
     r = gen(rt, temperature=0, logit_bias={"262": 100, "257": -100})
     assert all(t < 128 for t in r["output_ids"])
+
+
+def test_top_logprobs_are_the_first_k_of_the_whole_vocabulary_sorted_ties_by_id():
+    """top_logprobs sorts only the tokens at or above the k-th value: the answer is the first k
+    of the stable descending sort of the whole row, on rows of many ties, a masked vocabulary,
+    one allowed token and a NaN."""
+    import torch
+
+    from gpu_backend.sampler import top_logprobs
+
+    def whole_sort(row, k):
+        vals, idx = torch.sort(torch.log_softmax(row, dim=-1), descending=True, stable=True)
+        return [(i, min(v, 0.0)) for v, i in zip(vals[:k].tolist(), idx[:k].tolist())]
+
+    g = torch.Generator().manual_seed(0)
+    for t in range(400):
+        V, k = (7, 300, 32045)[t % 3], 1 + t % 9
+        row = torch.randn(V, generator=g)
+        if t % 4 == 1:
+            row = torch.round(row * 2) / 2                                  # ties straddle the k-th value
+        if t % 4 == 2:
+            row[torch.rand(V, generator=g) < 0.9] = float("-inf")
+        if t % 4 == 3:
+            row[:] = float("-inf")
+            row[t % V] = 0.0
+        if t % 50 == 7:
+            row[t % V] = float("nan")
+        got = [(e["token_id"], e["logprob"]) for e in top_logprobs(row, k, entry=lambda i: ("", b""))]
+        want = whole_sort(row, k)
+        assert [i for i, _ in got] == [i for i, _ in want], (t, V, k)
+        assert all(a == b or (math.isnan(a) and math.isnan(b)) for (_, a), (_, b) in zip(got, want)), (t, V, k)

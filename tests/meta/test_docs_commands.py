@@ -48,6 +48,8 @@ BLOCKS = {
               "at load 12-20 (docs/mutation.md section 7), a day of both cores"),
     ("docs/mutation.md", "# templates and JPEG"): (
         LONG, "1,387 s, 477 s and 622 s wall on a 2-core machine at load 12-20 (docs/mutation.md section 7)"),
+    ("docs/mutation.md", "--case cases/vlm_context_reuse.json --jobs 1"): (
+        LONG, "342 s and 1,135 s wall on a 2-core machine at load 5-8 (docs/mutation.md section 7)"),
     ("docs/parity.md", ".venv/bin/kvconform parity                 #"): (RUN, "seconds; --update-readme in the copy"),
     ("docs/peers.md", "--profile vllm-apc \\\n    --tokenizer DIR --model NAME"): (TEMPLATE, "the user's server"),
     ("docs/peers.md", "gpu_backend serve --profile vllm-apc --port 8000"): (

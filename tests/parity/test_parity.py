@@ -104,7 +104,7 @@ HELD_AT_ONCE = {
     "TensorRT-LLM": {"BlockManagerReuseTest", "BlockManagerReuseWithLoraTaskIdTest"},
 }
 POOL_OBSERVABLES = {"free_queue", "free_blocks", "blocks", "hit_blocks", "new_blocks", "admitted", "reset"}
-INTERNAL = ("block hash values", "reference counts", "linked-list links", "compares two requests' block lists")
+INTERNAL = ("hash values", "linked-list links")
 
 
 def _observed(doc, entry_test):
@@ -114,8 +114,8 @@ def _observed(doc, entry_test):
 
 def held_at_once_problems(outcomes) -> list[str]:
     """What keeps a test that holds two requests at once from being judged step for step: an
-    assertion not expressible for any reason but a value the spec leaves to the pool (hashes,
-    reference counts, queue links), one that does not agree, no pool observable asserted at all,
+    assertion not expressible for any reason but a value the spec leaves to the pool (hash bits,
+    queue links), one that does not agree, no pool observable asserted at all,
     or a free-queue test without a free-queue order."""
     docs = {d["runtime"]: d for d in parity.load(SUITE)}
     problems = []
@@ -175,21 +175,71 @@ def test_the_suite_catches_the_older_context_readings(monkeypatch):
         o.test for o in parity.unexplained(parity.evaluate(llama))}
 
 
-def test_a_deliberate_difference_needs_its_paragraph(tmp_path, monkeypatch):
-    """The vLLM EAGLE version difference is explained by the paragraph of spec/peer-profiles.md
-    that names each test with its file; without it those assertions are unexplained."""
+@pytest.mark.parametrize("paragraph, tests", [
+    ("**EAGLE across vLLM versions", {
+        "test_eagle_identical_prompt_hits_last_safe_block", "test_eagle_with_partial_blocks",
+        "test_eagle_successor_token_controls_last_block_hit",
+        "test_eagle_blocks_are_published_only_after_draft_materialization"}),
+    ("**EAGLE's drafter groups", {
+        "test_eagle_swa_boundary_caches_post_boundary_block", "test_eagle_grouped_swa_siblings_use_same_cache_mask",
+        "test_hybrid_local_kv_retention_mtp_reuses_latest_boundary"}),
+])
+def test_a_deliberate_difference_needs_its_paragraph(tmp_path, monkeypatch, paragraph, tests):
+    """Each vLLM profile difference (the EAGLE release, EAGLE's drafter groups) is explained by
+    the paragraph of spec/peer-profiles.md that names each test with its file; without that
+    paragraph exactly those assertions are unexplained."""
     spec = tmp_path / "spec"
     spec.mkdir()
     text = (parity.ROOT / "spec" / "peer-profiles.md").read_text(encoding="utf-8")
-    start = text.index("**EAGLE across vLLM versions")
-    end = text.index("\n---", start)
+    start = text.index(paragraph)
+    end = text.index("\n\n", start)
     (spec / "peer-profiles.md").write_text(text[:start] + text[end:], encoding="utf-8")
     monkeypatch.setattr(parity, "ROOT", tmp_path)
     bad = parity.unexplained(parity.evaluate([d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]))
-    assert {o.test for o in bad} == {
-        "test_eagle_identical_prompt_hits_last_safe_block", "test_eagle_with_partial_blocks",
-        "test_eagle_successor_token_controls_last_block_hit",
-        "test_eagle_blocks_are_published_only_after_draft_materialization"}
+    assert {o.test for o in bad} == tests
+
+
+def test_the_suite_catches_a_window_that_keeps_every_block(monkeypatch):
+    """vLLM's retention tests read which blocks a sliding-window group keeps (PEER-VLLM-15): a
+    pool that keeps every block whatever the retention interval fails them."""
+    from reference.peer_vllm_groups import GroupedPool
+    monkeypatch.setattr(GroupedPool, "_mask", lambda self, g, start, end, boundaries: None)
+    vllm = [d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]
+    bad = {o.test for o in parity.unexplained(parity.evaluate(vllm))}
+    assert {"test_pure_swa_retention_latest_only", "test_hybrid_local_kv_retention_interval_aligns_in_manager",
+            "test_hybrid_cache_blocks_swa_tail_window_only"} <= bad
+
+
+def test_the_suite_catches_a_mamba_prefill_not_split(monkeypatch):
+    """test_hybrid_cache_mamba_align_shared_prefix_detection reads where the scheduler ends a Mamba
+    prefill (PEER-VLLM-14: at the shared-prefix junction): a scheduler that never splits fails it."""
+    from reference.peer_vllm_groups import GroupedPool
+    monkeypatch.setattr(GroupedPool, "_chunk_end", lambda self, run, start: run.n)
+    vllm = [d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]
+    assert "test_hybrid_cache_mamba_align_shared_prefix_detection" in {
+        o.test for o in parity.unexplained(parity.evaluate(vllm))}
+
+
+def test_the_suite_catches_a_window_that_needs_a_block_too_many(monkeypatch):
+    """vLLM's partial-hit checks take keys out of the pool's hash map by hand (without_keys): with
+    the block before the window's tail gone the hit stands (PEER-VLLM-13: ceil((W - 1) / B)
+    blocks), so a window that needed one block more fails them."""
+    import reference.peer_vllm_groups as groups
+    need = groups.swa_need
+    monkeypatch.setattr(groups, "swa_need", lambda group, eagle: need(group, eagle) + 1)
+    vllm = [d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]
+    bad = {(o.test, o.line) for o in parity.unexplained(parity.evaluate(vllm))}
+    assert {("test_prefill_hybrid_model", 435), ("test_prefill_hybrid_model_eagle", 693)} <= bad
+
+
+def test_the_suite_catches_a_queue_that_prepends_in_reverse(monkeypatch):
+    """vLLM's free-queue tests drive the oracle's queue alone: prepended blocks that joined the
+    head in reverse order (PEER-VLLM-5 puts the first of them at the head) fail them."""
+    from reference.peer_vllm_keys import FreeQueue
+    prepend = FreeQueue.prepend
+    monkeypatch.setattr(FreeQueue, "prepend", lambda self, blocks: prepend(self, list(reversed(blocks))))
+    vllm = [d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]
+    assert "test_free_kv_cache_block_queue_prepend_n" in {o.test for o in parity.unexplained(parity.evaluate(vllm))}
 
 
 def test_a_paragraph_documents_a_test_only_with_its_file(tmp_path):
@@ -398,3 +448,63 @@ def test_the_suite_catches_a_broken_slot_size(monkeypatch, fault, what):
     monkeypatch.setattr(oracle, "slot_sizes", broken)
     bad = [o for o in parity.unexplained(parity.evaluate(_edge_llm())) if o.test == "ReportsExactBytesPerSlot"]
     assert [o.what for o in bad] == [what], fault
+
+
+def test_the_suite_catches_a_hit_that_takes_no_reference(monkeypatch):
+    """vLLM's tests read each block's reference count (`ref_cnt`: the running requests holding
+    it): a pool that counts a hit block once however many requests hold it fails them."""
+    import reference.peer_vllm as peer_vllm
+    admit = peer_vllm.VllmBlockPool.admit
+
+    def held_once(self, request, sampled=()):
+        run = admit(self, request, sampled)
+        for block in (run.blocks[:run.hits] if run is not None else ()):
+            self.refs[block] = 1
+        return run
+    monkeypatch.setattr(peer_vllm.VllmBlockPool, "admit", held_once)
+    vllm = [d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]
+    bad = {(o.test, o.line) for o in parity.unexplained(parity.evaluate(vllm))}
+    assert {("test_prefill", 295), ("test_prefill_plp", 1230)} <= bad
+
+
+def test_the_suite_catches_an_eviction_without_its_event(monkeypatch):
+    """test_kv_cache_events reads the KV events the pool queues: a pool whose evictions queue no
+    BlockRemoved fails it."""
+    import reference.peer_vllm as peer_vllm
+    take = peer_vllm.VllmBlockPool._take
+
+    def silent(self, blocks, count):
+        queued = len(self.events) if self.events is not None else 0
+        take(self, blocks, count)
+        if self.events is not None:
+            del self.events[queued:]
+    monkeypatch.setattr(peer_vllm.VllmBlockPool, "_take", silent)
+    vllm = [d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]
+    bad = {(o.test, o.line) for o in parity.unexplained(parity.evaluate(vllm))}
+    assert {("test_kv_cache_events", 2105), ("test_kv_cache_events", 2107)} <= bad
+
+
+def test_the_suite_catches_a_tree_size_that_forgets_inner_nodes(monkeypatch):
+    """SGLang's tests read the tree's size (`total_size`): a tree that counted only its leaves'
+    tokens, losing a node split off above them, fails them."""
+    import reference.peer_sglang as peer_sglang
+    leaves = property(lambda self: sum(len(n.key) for n in self._nodes() if not n.children))
+    monkeypatch.setattr(peer_sglang.RadixCache, "tree_tokens", leaves)
+    sglang = [d for d in parity.load(SUITE) if d["runtime"] == "SGLang"]
+    bad = {(o.test, o.line) for o in parity.unexplained(parity.evaluate(sglang))}
+    assert ("test_advanced_prefix_match_with_node_splits", 542) in bad
+
+
+def test_the_suite_catches_image_offsets_from_the_prompt_start(monkeypatch):
+    """vLLM's tests read the extra keys each block hashes (PEER-VLLM-2: an image's offset from the
+    block's first token): offsets counted from the prompt's start fail them."""
+    from conformance.judge import peer_oracle
+    extra = peer_oracle.vllm_extra_keys
+
+    def from_prompt_start(request, block, block_size, end=None):
+        return tuple(("mm", k[1], k[2] + block * block_size) if k[0] == "mm" else k
+                     for k in extra(request, block, block_size, end))
+    monkeypatch.setattr(peer_oracle, "vllm_extra_keys", from_prompt_start)
+    vllm = [d for d in parity.load(SUITE) if d["runtime"] == "vLLM"]
+    bad = {(o.test, o.line) for o in parity.unexplained(parity.evaluate(vllm))}
+    assert {("test_mm_prefix_caching", 1733), ("test_generate_block_hash_extra_keys", 830)} <= bad

@@ -4,8 +4,9 @@
    profile's own rules (spec/context-reuse.md, spec/peer-profiles.md) and SIM-KEY-1.
 2. Capacity: a bounded pool evicts, a request the pool cannot hold is not run (SIM-CAP-2).
 3. The replay's adapters change no count: keyed traffic equals the same traffic as tokens
-   (SIM-KEY-2), and the pools with a `FreeQueue` and one-step decode equal the pools as they
-   are, request by request, free queue included.
+   (SIM-KEY-2), and trtllm-kv-reuse's pool with a `FreeQueue` equals the pool as it is, request
+   by request, free queue included (vllm-apc's replay pool against `VllmBlockPool`:
+   tests/reference/test_replay_vllm.py).
 4. SIM-MONO-1: vllm-apc and kvconform-1 never save less with more capacity once every request
    fits; sglang-radix (a hand-derived trace) and trtllm-kv-reuse (a seed the search found) can,
    and below the capacity that admits every request any profile can (a hand-derived trace).
@@ -25,9 +26,8 @@ import random
 import pytest
 
 from reference.peer_trtllm import TrtllmBlockPool
-from reference.peer_vllm import VllmBlockPool
 from reference.replay import TrafficProfile, replay
-from reference.replay_adapters import FreeQueue, QueuedVllmBlockPool, peer_request
+from reference.replay_adapters import FreeQueue, peer_request
 from reference.traffic import BlockChains
 
 TINY = [([1, 2], 8, 1), ([1, 2, 3], 10, 1), ([1, 4], 6, 1), ([1, 2], 8, 1)]
@@ -202,6 +202,16 @@ def test_capacity_units():
     ("kvconform-1", {"tokens_per_page": 0}, None, "tokens_per_page must be an integer >= 1"),
     ("kvconform-1", {"commit_policy": "x"}, None, "commit_policy must be one of"),
     ("nope", {}, None, "unknown profile 'nope'"),
+    ("vllm-apc", {"sliding_window": 64}, None, "KV-cache groups .* are not replayed"),
+    ("vllm-apc", {"full_attention": False, "mamba_block_size": 16}, None, "KV-cache groups .* are not replayed"),
+    ("vllm-apc", {"eagle": True, "vllm_version": "0.33.0"}, None, "lookahead keys .* are not replayed"),
+    ("sglang-radix", {"sliding_window": 64}, None, "sliding window or Mamba .* are not replayed"),
+    ("sglang-radix", {"mamba": True}, None, "sliding window or Mamba .* are not replayed"),
+    ("sglang-radix", {"eagle": True}, None, "bigram keys .* are not replayed"),
+    ("trtllm-kv-reuse", {"max_attention_window": [64]}, None, "does not model trtllm-kv-reuse's max_attention_window"),
+    ("llama.cpp-server", {"cache_reuse": 8}, None, "does not model llama.cpp-server's cache_reuse"),
+    ("llama.cpp-server", {"context_shift": True}, None, "does not model llama.cpp-server's context_shift"),
+    ("llama.cpp-server", {"n_ctx": 1024}, None, "does not model llama.cpp-server's n_ctx"),
 ])
 def test_bad_profiles_and_capacities(name, settings, capacity, message):
     from reference.replay import TrafficProfileError
@@ -244,28 +254,30 @@ def test_keyed_traffic_equals_the_same_traffic_as_tokens(name, settings, capacit
         assert keyed[0].evictions == by_tokens[0].evictions, seed
 
 
+def test_sglang_replays_the_release_its_settings_name():
+    """The `version` setting reaches the replay's tree (PEER-SGL-8: eviction changed at 0.5.17):
+    under 0.5.16 each request counts what the oracle's 0.5.16 tree counts, and on these traces
+    that differs from the default release's count somewhere."""
+    from reference.peer_sglang import RadixCache
+    differs = 0
+    for seed in range(6):
+        spec = random_spec(seed)
+        old, new = run("sglang-radix", {"page_size": 1, "version": "0.5.16"}, spec, 16)[1], \
+            run("sglang-radix", {"page_size": 1}, spec, 16)[1]
+        tree, direct = RadixCache(1, 16, True, version="0.5.16"), []
+        for request, sampled in _peer_requests(spec):
+            if len(request.ids) + len(sampled) - 1 > 16:                    # SIM-CAP-2: not admitted
+                direct.append(None)
+                continue
+            direct.append(tree.predict(request))
+            tree.commit(request, sampled)
+        assert old == direct, seed
+        differs += old != new
+    assert differs
+
+
 def _peer_requests(spec, B=4):
     return [(peer_request(r), r.sampled_tokens()) for r in traffic(spec, B, tokens=True)]
-
-
-@pytest.mark.parametrize("K", [None, 6, 9, 16])
-@pytest.mark.parametrize("eagle", [False, True])
-def test_the_queued_vllm_pool_is_the_vllm_pool(K, eagle):
-    """FreeQueue and commit_alone change no rule: request by request the same count, and after
-    each the same free queue, the same cached blocks and the same reference counts."""
-    for seed in range(4):
-        plain, queued = VllmBlockPool(4, K, eagle=eagle), QueuedVllmBlockPool(4, K, eagle=eagle)
-        for request, sampled in _peer_requests(random_spec(seed)):
-            needs = -(-(len(request.ids) + len(sampled) - 1) // 4)
-            if K is not None and needs > K:
-                continue
-            count = plain.predict(request)
-            assert queued.predict(request) == count
-            plain.commit(request, sampled)
-            assert 4 * queued.commit_alone(request, sampled) == count      # the hits it was admitted with
-            assert queued.free_queue() == plain.free_queue()
-            assert queued.block_key == plain.block_key
-            assert {b: r for b, r in queued.refs.items() if r} == {b: r for b, r in plain.refs.items() if r}
 
 
 @pytest.mark.parametrize("K", [8, 12, 20])
