@@ -366,6 +366,19 @@ RADIX_POOL = (("page_size", 4), ("pool_tokens", 600))
 """A paged, bounded SGLang server: what the radix eviction cases need to judge."""
 
 
+@server_variant("sglang-decode-pages-not-held", RADIX_POOL, ("radix-decode-",))
+class DecodePagesNotHeld(RadixCache):
+    """Asks for a page at every decode step but never takes the page a fed-back token starts.
+    Bug class: a long answer's pages not held while it decodes (the pool looks freer than it is).
+    Violates: PEER-SGL-7.
+    Mirrors: the mutation campaign's survivors in the decode steps' slots (kvconform selftest
+    --mutate, docs/mutation.md section 7: `position % P == 0` as `position // P == 0`)."""
+
+    def decode_step(self, position):
+        if self.on:
+            self._slots(self.P, 0)                                    # DEFECT: the page a token starts not taken
+
+
 @server_variant("sglang-decode-token-accounting", RADIX_POOL, ("radix-paged-decode",))
 class DecodeTokenAccounting(RadixCache):
     """Asks for a page and a slot at every decode step and holds tokens, not pages.
@@ -544,6 +557,25 @@ class ShiftDiscardsHalfTheContext(SlotCache):
 
 TRT_POOL = (("max_blocks", 12), ("retention_config", True))
 """A bounded TensorRT-LLM pool whose server takes retention configs: the eviction cases run."""
+
+
+@server_variant("trtllm-retention-unchecked", TRT_POOL, ("trt-retention-checks",))
+class RetentionUncheckedTrt(TrtBlockTree):
+    """Takes a retention priority above 100 (the upper bound unchecked).
+    Bug class: a request field's bounds not checked (a config the runtime refuses is served).
+    Violates: PEER-TRT-8.
+    Mirrors: the mutation campaign's survivors in parse_retention (kvconform selftest --mutate,
+    docs/mutation.md section 7: `value > high` as `value >= high` and the bound dropped)."""
+
+    def _retention(self, req):
+        import dataclasses
+        doc = req.retention
+        if self.retention and isinstance(doc, dict):
+            ranges = [dict(r, priority=min(r["priority"], 100))                # DEFECT: clamped, never refused
+                      if isinstance(r, dict) and type(r.get("priority")) is int else r
+                      for r in doc.get("token_range_retention_configs") or []]
+            req = dataclasses.replace(req, retention=dict(doc, token_range_retention_configs=ranges))
+        return super()._retention(req)
 
 
 @server_variant("trtllm-frees-first-block-first", TRT_POOL)

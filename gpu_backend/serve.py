@@ -429,9 +429,10 @@ def make_http_server(peer: PeerServer, host: str = "127.0.0.1", port: int = 0) -
 
 
 def make_peer(profile: str, engine_dir: str | None = None, tokenizer: str | None = None, settings: dict | None = None,
-              device: str = "cpu", cache_class=None) -> PeerServer:
+              device: str = "cpu", cache_class=None, engine=None) -> PeerServer:
     """The server state for `profile`; `cache_class` replaces the profile's cache (the seam
-    faulty variants use)."""
+    faulty variants use); `engine`, a PeerEngine already loaded (the model is read once and
+    served by many caches: the mutation campaign's judging host), stands for `engine_dir`."""
     from .peer_engine import PeerEngine
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r} (one of {', '.join(PROFILES)})")
@@ -441,8 +442,9 @@ def make_peer(profile: str, engine_dir: str | None = None, tokenizer: str | None
     if unknown:
         raise ValueError(f"{profile} has no setting {sorted(unknown)[0]!r} (settings: {', '.join(cls.settings) or 'none'})")
     cache = cls(**(settings or {}))
-    engine = PeerEngine(engine_dir or build_default_engine(tokenizer or DEFAULT_TOKENIZER, served.tokenizer_loader),
-                        device)
+    if engine is None:
+        engine = PeerEngine(engine_dir or build_default_engine(tokenizer or DEFAULT_TOKENIZER, served.tokenizer_loader),
+                            device)
     return PeerServer(profile, engine, cache)
 
 

@@ -457,6 +457,19 @@ class TrtllmBlockPool:
         """Time passes (a test's sleep): durations run out at the next admission's refresh."""
         self.clock.now += ms
 
+    def refuses(self, request: PeerRequest) -> str | None:
+        """PEER-TRT-8: a retention config `KvCacheRetentionConfig`'s constructor refuses (the server
+        answers HTTP 400 and caches nothing), or None."""
+        try:
+            retention_of(request)
+        except PeerProfileError as e:
+            if self.trace is not None:
+                self.trace.add("PEER-TRT-8", "refused", True, f"{e}: KvCacheRetentionConfig's constructor refuses "
+                               "it, so the server answers HTTP 400 and caches nothing (tensorrt_llm executor, "
+                               "KvCacheRetentionConfig)")
+            return str(e)
+        return None
+
     def predict(self, request: PeerRequest) -> int:
         """PEER-TRT-3 / PEER-TRT-7: the largest window's match, at the time the request arrives."""
         retention_of(request)                          # a config the runtime refuses is refused here too
@@ -558,7 +571,7 @@ PROFILE = PeerProfile(
     tokenizer_loader="transformers-auto", reset=None, crosscheck=None, lora_field="lora_request",
     features=frozenset({"salt", "lora", "case_salt", "images"}), unit="tokens_per_block", unit_name="block",
     cases=("eviction/trt-blocks", "eviction/trt-priority", "eviction/trt-duration", "boundaries/trt-window-W-1",
-           "boundaries/trt-window-W", "boundaries/trt-window-W+1"),
+           "boundaries/trt-window-W", "boundaries/trt-window-W+1", "isolation/trt-retention-checks"),
     context=(Published("/v1/models", "max_model_len"),),
     report_hint="trtllm-serve reports it with kv_cache_config.enable_block_reuse",
     case_rules=lambda case_id, s: ["PEER-TRT-10"] if case_id.startswith("images/") else [],

@@ -20,10 +20,11 @@ def default_engine(tokenizer: str, loader: str, folder: str) -> str:
 
 
 @contextlib.contextmanager
-def serving(profile: str, engine_dir: str, settings: dict, tokenizer: str | None = None):
-    """Serve `profile` with `settings` on a free loopback port until the block ends; yields its URL."""
+def serving(profile: str, engine_dir: str, settings: dict, tokenizer: str | None = None, engine=None):
+    """Serve `profile` with `settings` on a free loopback port until the block ends; yields its URL.
+    `engine`: the server's model already loaded from `engine_dir` (gpu_backend.peer_engine.PeerEngine)."""
     from gpu_backend.serve import make_peer
-    with serving_peer(make_peer(profile, engine_dir, tokenizer=tokenizer, settings=settings)) as url:
+    with serving_peer(make_peer(profile, engine_dir, tokenizer=tokenizer, settings=settings, engine=engine)) as url:
         yield url
 
 

@@ -26,14 +26,16 @@ from .host import judge_batch
 from .judges import SCRIPTS
 from .operators import Mutant, apply, mutants_of
 from .store import Store
-from .targets import EDGE_PROFILES, KIT_TESTS, PEER_LOADERS, PEER_PROFILES, PEER_TOKENIZER, ROOT, judge_of
+from .targets import (EDGE_PROFILES, KIT_TESTS, PEER_DEPLOYMENTS, PEER_TOKENIZER, ROOT, VISION_TOKENIZER, judge_of,
+                      peer_deployments)
 
 
 def tree_digest(root: Path, folders: tuple[str, ...]) -> str:
     h = hashlib.sha256()
     for folder in folders:
         for f in sorted((root / folder).rglob("*")):
-            if f.is_file() and "__pycache__" not in f.parts and f.suffix in (".py", ".json", ".jinja", ".txt"):
+            if f.is_file() and "__pycache__" not in f.parts and f.suffix in (".py", ".json", ".jinja", ".txt") \
+                    and not f.is_relative_to(root / "conformance" / "mutation"):     # the campaign's own code
                 h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
@@ -43,24 +45,37 @@ def casemap(store: Store, root: Path, judge: str, paths: list[str], progress, ca
     """The case map of `judge`'s modules, measured once per state of the sources, the cases and
     the judging code (which cases the unmutated backend passes depends on it) and per case
     selection; a map measured for more profiles serves a run that names fewer."""
-    chosen = [p for p in (EDGE_PROFILES if judge == "edge" else PEER_PROFILES) if not profiles or p in profiles]
+    every = list(EDGE_PROFILES) if judge == "edge" else peer_deployments(None)
+    chosen = [p for p in EDGE_PROFILES if not profiles or p in profiles] if judge == "edge" else \
+        peer_deployments(profiles)
     selection = hashlib.sha256(json.dumps(sorted(cases)).encode()).hexdigest()[:8]
     key = f"casemap:{judge}:{selection}:{tree_digest(root, ('gpu_backend', 'cases', 'conformance', 'reference'))}"
     known = store.get(key)
     if known and set(paths) <= set(known["lines"]) and set(chosen) <= set(known["cases"]):
         return dict(known, cases={p: c for p, c in known["cases"].items() if p in chosen})
-    measure = sorted(set(chosen) | set(known["cases"] if known else ()), key=list(EDGE_PROFILES if judge == "edge"
-                                                                                 else PEER_PROFILES).index)
+    if known and judge == "peer" and set(paths) <= set(known["lines"]):
+        measure = [p for p in chosen if p not in known["cases"]]   # deployments only: the map's others stand
+    else:
+        measure = sorted(set(chosen) | set(known["cases"] if known else ()), key=every.index)
+        known = None
     progress(f"measuring which cases execute each line of {len(paths)} {judge} module(s) (once per state "
-             "of the sources and cases)")
+             f"of the sources and cases{', for ' + str(len(measure)) + ' new deployment(s)' if known else ''})")
     request = {"root": str(root), "judge": judge, "paths": sorted(set(paths) | set(known["lines"] if known else ())),
-               "profiles": measure if judge == "edge" else {p: PEER_PROFILES[p] for p in measure}, "cases": cases,
+               "profiles": measure if judge == "edge" else {p: PEER_DEPLOYMENTS[p] for p in measure}, "cases": cases,
                "engines": engines(store, root) if judge == "peer" else None}
     done = subprocess.run([sys.executable, "-m", "conformance.mutation.casemap"], input=json.dumps(request),
                           capture_output=True, text=True, cwd=root)
     if done.returncode != 0:
         raise KvconformError(f"measuring the case map failed: {done.stderr.strip().splitlines()[-1:]}")
     doc = json.loads(done.stdout.strip().splitlines()[-1])
+    if known:                   # the new deployments' contexts added to the map's
+        lines = {path: {line: list(ctx) for line, ctx in by_line.items()} for path, by_line in known["lines"].items()}
+        for path, by_line in doc["lines"].items():
+            for line, ctx in by_line.items():
+                lines.setdefault(path, {}).setdefault(line, [])
+                lines[path][line] = sorted(set(lines[path][line]) | set(ctx))
+        doc = {"lines": lines, "cases": {p: known["cases"].get(p, doc["cases"].get(p)) for p in every
+                                          if p in known["cases"] or p in doc["cases"]}}
     store.put(key, doc)
     return dict(doc, cases={p: c for p, c in doc["cases"].items() if p in chosen})
 
@@ -79,20 +94,37 @@ def script_owner(relpath: str) -> str:
 
 
 def engines(store: Store, root: Path) -> dict:
-    """The bundled server's engines (one per tokenizer loader), built once next to the store."""
+    """The bundled server's engines, built once next to the store: one per tokenizer loader around
+    Phi-3-mini, and "vision" (transformers-auto) around the vision model folder. Each as {"engine":
+    folder, "tokenizer": the model folder the kit reads}."""
     folder = store.path.parent / "server-engines"
+    vision = folder / "vision-tokenizer"
+    if not (vision / "preprocessor_config.json").exists():
+        vision.mkdir(parents=True, exist_ok=True)
+        for name in VISION_TOKENIZER["files"]:
+            (vision / name).write_bytes((root / VISION_TOKENIZER["from"] / name).read_bytes())
+        (vision / "preprocessor_config.json").write_text(json.dumps(VISION_TOKENIZER["preprocessor_config.json"]))
+    kinds = {"tokenizers-raw": ("tokenizers-raw", root / PEER_TOKENIZER),
+             "transformers-auto": ("transformers-auto", root / PEER_TOKENIZER),
+             "vision": ("transformers-auto", vision)}
     out = {}
-    for loader in sorted(set(PEER_LOADERS.values())):
-        target = folder / loader / "engine"
+    for kind, (loader, tokenizer) in kinds.items():
+        target = folder / kind / "engine"
         if not (target / "config.json").exists():
             code = ("import sys; from conformance.adapters.bundled_server import default_engine; "
                     "print(default_engine(sys.argv[1], sys.argv[2], sys.argv[3]))")
-            done = subprocess.run([sys.executable, "-c", code, str(root / PEER_TOKENIZER), loader, str(folder / loader)],
+            done = subprocess.run([sys.executable, "-c", code, str(tokenizer), loader, str(folder / kind)],
                                   capture_output=True, text=True, cwd=root)
             if done.returncode != 0:
-                raise KvconformError(f"building the server's {loader} engine failed: {done.stderr.strip()[-300:]}")
-        out[loader] = str(target)
+                raise KvconformError(f"building the server's {kind} engine failed: {done.stderr.strip()[-300:]}")
+        out[kind] = {"engine": str(target), "tokenizer": str(tokenizer)}
     return out
+
+
+def case_id_of(path: str) -> str:
+    """A curated case file's id as a report names it: its path under cases/, less `.json`."""
+    parts = Path(path).with_suffix("").parts
+    return "/".join(parts[parts.index("cases") + 1:]) if "cases" in parts else Path(path).stem
 
 
 class Campaign:
@@ -121,7 +153,8 @@ class Campaign:
             return merge_selections([selection_for(maps[judge], script_owner(mutant.path), line)
                                      for line in script_users(source, attribute)])
         source = (self.root / mutant.path).read_text(encoding="utf-8")
-        return selection_for(maps[judge], mutant.path, statement_line(source, mutant.line))
+        return selection_for(maps[judge], mutant.path, statement_line(source, mutant.line),
+                             import_time="users" if judge == "peer" else "all")
 
     def run(self, targets: list[tuple[str, set[int] | None]], rejudge: tuple[str, ...] = ()) -> None:
         listed = self.list_mutants(targets)
@@ -155,13 +188,34 @@ class Campaign:
                     self.store.record({"id": m.id, "status": "not_covered", "verdict": None,
                                        "failure": "no case executes this line", "diff": diff_of(self.root, m)})
                     continue
-                items_by_path.setdefault(m.path, []).append({"mutant": m.to_json(), "selection": chosen})
+                item = {"mutant": m.to_json(), "selection": chosen}
+                if judge == "edge":
+                    item["first"] = self.likely_killers(m.path, chosen)
+                items_by_path.setdefault(m.path, []).append(item)
             if not items_by_path:
                 continue
             self._baseline(judge, settings, next(iter(items_by_path.values()))[0]["selection"])
             for items in items_by_path.values():
                 units += [(judge, settings, items[k:k + self.batch]) for k in range(0, len(items), self.batch)]
         self._judge(units)
+
+    def likely_killers(self, path: str, selection: dict, most: int = 6) -> dict:
+        """{profile: the selected cases that killed most of this module's mutants so far} (at most
+        `most`; the module's judge's kills where the module has none yet): run first."""
+        rows = self.store.db.execute("SELECT case_id, COUNT(*) FROM mutants WHERE status = 'killed' AND "
+                                     "case_id IS NOT NULL AND path = ? GROUP BY case_id", (path,)).fetchall()
+        if not rows:
+            rows = self.store.db.execute("SELECT case_id, COUNT(*) FROM mutants WHERE status = 'killed' AND "
+                                         "case_id IS NOT NULL AND judge = 'edge' GROUP BY case_id").fetchall()
+        kills = dict(rows)
+        if not kills:
+            return {}
+        out = {}
+        for profile, cases in selection.items():
+            ranked = sorted((c for c in cases if kills.get(case_id_of(c))), key=lambda c: -kills[case_id_of(c)])
+            if ranked:
+                out[profile] = ranked[:most]
+        return out
 
     def _baseline(self, judge: str, settings: dict, selection: dict) -> None:
         """The unmutated kit through the very path mutants take: it must survive."""

@@ -94,30 +94,31 @@ def edge_map(root: Path, relpaths: list[str], profiles: list[str], cases: list[s
     return _measure(root, relpaths, run)
 
 
-def peer_map(root: Path, relpaths: list[str], profiles: dict, engines: dict) -> dict:
-    """Per peer profile (one context per profile: the peer suite is a dozen cases, run whole with
-    --fail-fast)."""
+def peer_map(root: Path, relpaths: list[str], deployments: dict, engines: dict) -> dict:
+    """Per peer deployment (one context per deployment: its suite is run whole, since the server's
+    cache carries from case to case where the profile offers no reset, and a mutant's damage
+    may show only in a later case)."""
     import tempfile
     import torch
     torch.set_num_threads(1)
     from ..adapters.bundled_server import serving
     from .judges import _kvconform, outcome_of
-    from .targets import PEER_LOADERS, PEER_TOKENIZER
+    from .targets import peer_setting_args
 
     def run(switch):
         kept = {}
         _import_all(relpaths)
-        for profile, settings in profiles.items():
+        for name, d in deployments.items():
             report = Path(tempfile.mkdtemp(prefix="kvconform-map-"))
-            switch(f"{profile}\t{profile}")
-            with serving(profile, engines[PEER_LOADERS[profile]], settings) as url:
-                argv = ["run", "--backend", "openai", "--base-url", url, "--profile", profile, "--tokenizer",
-                        str(root / PEER_TOKENIZER), "--report", str(report), "--force", "--no-progress"]
-                for key, value in settings.items():
-                    argv += ["--peer-setting", f"{key}={value}"]
+            engine = engines[d["engine"]]
+            switch(f"{name}\t{name}")
+            with serving(d["profile"], engine["engine"], d["settings"]) as url:
+                argv = ["run", "--backend", "openai", "--base-url", url, "--profile", d["profile"], "--tokenizer",
+                        engine["tokenizer"], "--report", str(report), "--force", "--no-progress",
+                        *peer_setting_args(d["settings"])]
                 rc = _kvconform(argv)
             switch("")
-            kept[profile] = [profile] if outcome_of(report, rc, profile, report / "none")["status"] == "survived" else []
+            kept[name] = [name] if outcome_of(report, rc, name, report / "none")["status"] == "survived" else []
         return kept
     return _measure(root, relpaths, run)
 
@@ -149,16 +150,28 @@ def merge_selections(selections: list[dict]) -> dict:
     return out
 
 
-def selection_for(casemap: dict, relpath: str, line: int) -> dict:
+def selection_for(casemap: dict, relpath: str, line: int, import_time: str = "all") -> dict:
     """{profile: [case, ...]} of the cases that execute `line` of `relpath` (statement line), in
-    the map's order (cheapest first); {} when none does."""
+    the map's order (cheapest first); {} when none does.
+
+    A line run at import time (a constant, a default, a definition) is executed before any case.
+    `import_time="all"`: it belongs to every case. `import_time="users"`: to the profiles (peer
+    deployments) that run some other line of the module. The peer caches are imported together
+    (gpu_backend/peer_cache/__init__.py), so every deployment imports SGLang's module, but only
+    SGLang deployments run its code: a constant of it changes what only that code reads. A module
+    none of whose lines runs after import (a table of the others) belongs to every profile."""
     contexts = casemap["lines"].get(relpath, {}).get(str(line))
     if contexts is None:
         return {}
+    users = None
+    if ALL in contexts and import_time == "users":
+        users = {c.split("\t", 1)[0] for ctx in casemap["lines"].get(relpath, {}).values() for c in ctx if c != ALL}
+        users = users or None           # a module whose code runs only at import (a table): every profile
     out = {}
     for profile, cases in casemap["cases"].items():
         if ALL in contexts:
-            out[profile] = list(cases)
+            if users is None or profile in users:
+                out[profile] = list(cases)
             continue
         named = {c.split("\t", 1)[1] for c in contexts if c.startswith(profile + "\t")}
         chosen = [c for c in cases if c in named]

@@ -47,11 +47,12 @@ def main(args) -> int:
     from .store import Store
     from .targets import ROOT, expand
     executors.check(args)
-    from .targets import EDGE_PROFILES, PEER_PROFILES
+    from .targets import EDGE_PROFILES, PEER_DEPLOYMENTS, PEER_PROFILES
     for name in args.profile or []:
-        if name not in EDGE_PROFILES and name not in PEER_PROFILES:
-            raise KvconformError(f"--profile {name}: not a profile the campaign judges under "
-                                 f"({', '.join([*EDGE_PROFILES, *PEER_PROFILES])})")
+        if name not in EDGE_PROFILES and name not in PEER_PROFILES and name not in PEER_DEPLOYMENTS:
+            raise KvconformError(f"--profile {name}: not a profile or peer deployment the campaign judges under "
+                                 f"({', '.join([*EDGE_PROFILES, *PEER_PROFILES])}, or a name of "
+                                 "conformance/mutation/targets.py PEER_DEPLOYMENTS)")
     for path in args.case or []:
         if not Path(path).exists():
             raise KvconformError(f"--case {path}: no such case file or folder")
@@ -84,6 +85,10 @@ def main(args) -> int:
     total = report.total_of(modules)
     print(report.table(modules + [total]))
     left = report.survivors(rows, explained)
+    stale = triage.line_keyed(explained)
+    if stale:
+        print(f"\n{len(stale)} triage entr{'y is' if len(stale) == 1 else 'ies are'} keyed by line number and explain "
+              f"nothing (first: {stale[0]}): rekey them with python tools/migrate_mutation_triage.py", file=sys.stderr)
     if left:
         print(f"\nsurvivors not explained by {args.triage or 'docs/mutation-triage.json'} ({len(left)}):")
         for line in left:

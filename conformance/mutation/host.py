@@ -85,6 +85,8 @@ def main() -> int:
     request = json.loads(sys.stdin.read())
     root, judge, settings = Path(request["root"]), request["judge"], request["settings"]
     preload(judge)
+    if judge == "peer" and settings.get("reuse_engines", True):
+        load_engines(settings.get("engines") or {}, {i["mutant"]["path"] for i in request["items"]})
     from .operators import Mutant, apply
     for item in request["items"]:
         mutant = Mutant.from_json(item["mutant"])
@@ -98,7 +100,8 @@ def main() -> int:
                 print(json.dumps({"id": mutant.id, "status": "invalid", "failure": str(e)[:400], "diff": ""}),
                       flush=True)
                 continue
-        result = fork_and_judge(root, judge, settings, mutant, source, item["selection"])
+        result = fork_and_judge(root, judge, dict(settings, first=item.get("first")), mutant, source,
+                                item["selection"])
         result.update(id=mutant.id if mutant.path else "baseline", diff=diff,
                       seconds=round(time.monotonic() - started, 2))
         print(json.dumps(result), flush=True)
@@ -114,8 +117,32 @@ def preload(judge: str) -> None:
             pass
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)     # no intra-op threads: forking stays safe
-    if judge != "kit":
+    if judge != "kit":          # the peer judge's host may load the model later (load_engines), never the caches
         assert not any(n.split(".")[0] == "gpu_backend" for n in sys.modules), "the host imported the backend"
+
+
+ENGINE_MODULES = ("gpu_backend.peer_engine",)
+"""What loading the server's model imports: the model and its tokenizer, never the server or its
+caches (the peer campaign's mutants), which install() checks."""
+
+
+def load_engines(engines: dict, mutated: set[str]) -> None:
+    """Load the server's model once per host (about a second each time otherwise), for the children
+    to serve from. Skipped where the batch mutates a module the model's code imports, or where
+    loading it started a process (a template process) that forked children would share."""
+    import importlib
+    from .judges import LOADED, module_name
+    before = set(sys.modules)
+    engine_module = importlib.import_module(ENGINE_MODULES[0])
+    if any(module_name(path)[0] in sys.modules for path in mutated if path):
+        for name in set(sys.modules) - before:      # a mutated module came with it: the children load it all
+            del sys.modules[name]
+        return
+    for kind, built in engines.items():
+        LOADED[kind] = engine_module.PeerEngine(built["engine"], "cpu")
+    template = sys.modules.get("gpu_backend.chat_template")
+    if template is not None and getattr(getattr(template, "TemplateProcess", None), "proc", None) is not None:
+        LOADED.clear()
 
 
 def fork_and_judge(root: Path, judge: str, settings: dict, mutant, source: str | None, selection: dict) -> dict:

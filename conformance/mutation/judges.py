@@ -20,6 +20,9 @@ from pathlib import Path
 
 SCRIPTS = {"gpu_backend/template_worker.py": ("gpu_backend.chat_template", "_WORKER_SCRIPT")}
 """Modules that run as scripts in a process of their own: (the module that names the script, the name)."""
+LOADED: dict = {}
+"""The server's engines (engine kind -> PeerEngine) the judging host loaded before forking
+(host.preload): every child serves the same unmutated model, read from disk once per host."""
 KIT_PACKAGES = ("conformance", "reference", "gpu_backend", "numerical_reference", "faulty_backends", "tests")
 
 
@@ -109,43 +112,50 @@ def _kvconform(argv: list[str]) -> int:
 # --- the judges --------------------------------------------------------------------------------------
 
 def judge_edge(selection: dict, settings: dict, workdir: Path, log: Path) -> dict:
-    """`kvconform run --backend inprocess --fail-fast` over the selected cases, profile by profile."""
+    """`kvconform run --backend inprocess --fail-fast` over the selected cases, profile by profile.
+    Where the campaign names the cases likeliest to kill (settings["first"]: those that killed most
+    mutants of the module so far), they run first, as a run of their own, then the rest: the same
+    cases, each with a runtime of its own, so the verdict is the one run's over all of them; a
+    mutant they kill costs their time, not the whole selection's."""
+    first = settings.get("first") or {}
     for profile, cases in selection.items():
-        if not cases:
-            continue
-        report = workdir / f"report-{profile}"
-        argv = ["run", "--backend", "inprocess", "--device", "cpu", "--profile", profile, "--no-generated",
-                "--fail-fast", "--no-progress", "--force", "--timeout", str(settings.get("timeout", 60)),
-                "--report", str(report)]
-        for case in cases:
-            argv += ["--case", case]
-        got = outcome_of(report, _kvconform(argv), profile, log)
-        if got["status"] == "killed":
-            return got
+        likely = [c for c in first.get(profile, []) if c in cases]
+        for k, part in enumerate((likely, [c for c in cases if c not in likely]) if likely else (cases,)):
+            if not part:
+                continue
+            report = workdir / f"report-{profile}-{k}"
+            argv = ["run", "--backend", "inprocess", "--device", "cpu", "--profile", profile, "--no-generated",
+                    "--fail-fast", "--no-progress", "--force", "--timeout", str(settings.get("timeout", 60)),
+                    "--report", str(report)]
+            for case in part:
+                argv += ["--case", case]
+            got = outcome_of(report, _kvconform(argv), profile, log)
+            if got["status"] == "killed":
+                return got
     return {"status": "survived"}
 
 
 def judge_peer(selection: dict, settings: dict, workdir: Path, log: Path) -> dict:
-    """The mutated server in a thread, `kvconform run --backend openai --fail-fast` per profile."""
+    """The mutated server in a thread, `kvconform run --backend openai --fail-fast`, deployment by
+    deployment (targets.PEER_DEPLOYMENTS: the profile, its settings and model folder)."""
     from conformance.adapters.bundled_server import serving
-    from .targets import PEER_LOADERS, PEER_PROFILES, PEER_TOKENIZER, ROOT
-    for profile, cases in selection.items():
+    from .targets import PEER_DEPLOYMENTS, peer_setting_args
+    for k, (name, cases) in enumerate(selection.items()):
         if not cases:
             continue
-        report = workdir / f"report-{profile}"
-        values = PEER_PROFILES[profile]
+        d = PEER_DEPLOYMENTS[name]
+        engine = settings["engines"][d["engine"]]
+        report = workdir / f"report-{k}"
         try:
-            with serving(profile, settings["engines"][PEER_LOADERS[profile]], values) as url:
-                argv = ["run", "--backend", "openai", "--base-url", url, "--profile", profile, "--fail-fast",
-                        "--tokenizer", str(ROOT / PEER_TOKENIZER), "--report", str(report), "--force", "--no-progress",
-                        "--timeout", str(settings.get("timeout", 60))]
-                for key, value in values.items():
-                    argv += ["--peer-setting", f"{key}={value}"]
+            with serving(d["profile"], engine["engine"], d["settings"], engine=LOADED.get(d["engine"])) as url:
+                argv = ["run", "--backend", "openai", "--base-url", url, "--profile", d["profile"], "--fail-fast",
+                        "--tokenizer", engine["tokenizer"], "--report", str(report), "--force", "--no-progress",
+                        "--timeout", str(settings.get("timeout", 60)), *peer_setting_args(d["settings"])]
                 rc = _kvconform(argv)
         except Exception as e:          # the mutated server does not start: what its user would see
-            return {"status": "killed", "verdict": "ERROR", "profile": profile, "case_id": None, "rule": None,
+            return {"status": "killed", "verdict": "ERROR", "profile": name, "case_id": None, "rule": None,
                     "failure": f"the server does not start: {type(e).__name__}: {e}"[:400]}
-        got = outcome_of(report, rc, profile, log)
+        got = outcome_of(report, rc, name, log)
         if got["status"] == "killed":
             return got
     return {"status": "survived"}

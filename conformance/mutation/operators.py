@@ -2,7 +2,9 @@
 
 Cosmic Ray (the `mutate` extra) names each mutation by operator and occurrence (the n-th place in
 the module where that operator applies), which is stable as long as the module is: the store
-keys mutants by it, with the module's digest. Its full operator set replaces every binary
+keys mutants by it, with the module's digest. The triage, which outlives edits, keys a mutant by
+what an unrelated edit leaves alone (`Mutant.key`): the definition, the operator, the text of the
+mutated line and the how-many-th such mutant of that definition it is. Its full operator set replaces every binary
 operator by each of eleven others; most of those are crashes the first case sees (`*` as `<<`).
 The kit's set keeps one realistic replacement per operator (as mutmut does: `+` for `-`, `<` for
 `<=`) and every boundary and logic operator, so the campaign spends its time on mutants a
@@ -52,9 +54,11 @@ class Mutant:
     column: int
     diff: str
     module_digest: str
+    key: str = ""
 
     @property
     def id(self) -> str:
+        """Unique at one text of the module (the store's key); a line moved by an edit changes it."""
         return f"{self.path}:{self.line}:{self.operator}:{self.occurrence}"
 
     def to_json(self) -> dict:
@@ -62,7 +66,58 @@ class Mutant:
 
     @classmethod
     def from_json(cls, doc: dict) -> "Mutant":
-        return cls(**{k: doc[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: doc[k] for k in cls.__dataclass_fields__ if k in doc})
+
+
+def stable_key(path: str, definition: str, operator: str, text: str, index: int) -> str:
+    """The triage's key of a mutant: `PATH::DEFINITION OPERATOR#INDEX: LINE TEXT`, where INDEX
+    counts the mutants of that operator on lines of that text in that definition, in file order
+    (two NumberReplacer mutants of one constant are #0 and #1). Lines added or moved elsewhere,
+    even in the same definition, leave it as it is."""
+    return f"{path}::{definition} {operator}#{index}: {text}"
+
+
+def definitions_by_line(source: str) -> dict[int, str]:
+    """Each line's innermost definition as a dotted name (`RadixCache._evict`), `<module>` outside any."""
+    names: dict[int, str] = {}
+
+    def visit(node, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                for line in range(child.lineno, (child.end_lineno or child.lineno) + 1):
+                    names[line] = name
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+    visit(ast.parse(source), "")
+    return names
+
+
+def code_lines(source: str) -> list[str]:
+    """Each line's code without its comment, whitespace runs as one space (a comment edited or
+    the code re-indented is no change to the mutant)."""
+    import io
+    import tokenize
+    lines = source.splitlines()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            row, col = tok.start
+            lines[row - 1] = lines[row - 1][:col]
+    return [" ".join(line.split()) for line in lines]
+
+
+def with_keys(source: str, mutants: list[Mutant]) -> list[Mutant]:
+    """`mutants` (of one module, in file order) with their stable keys."""
+    from dataclasses import replace
+    names, lines = definitions_by_line(source), code_lines(source)
+    seen: dict[tuple, int] = {}
+    out = []
+    for m in mutants:
+        where = (names.get(m.line, "<module>"), m.operator, lines[m.line - 1])
+        index = seen[where] = seen.get(where, -1) + 1
+        out.append(replace(m, key=stable_key(m.path, *where, index)))
+    return out
 
 
 def cosmic_ray():
@@ -110,10 +165,11 @@ def mutants_of(root: Path, relpath: str, operators: tuple[str, ...] = KIT_OPERAT
         operator = plugins.get_operator(f"{PROVIDER}/{name}")()
         positions = [start for node in nodes for start, _ in operator.mutation_positions(node)]
         for occurrence, start in enumerate(positions):
-            if any(a <= start < b for a, b in skip) or (lines is not None and start[0] not in lines):
+            if any(a <= start < b for a, b in skip):
                 continue
             out.append(Mutant(relpath, name, occurrence, start[0], start[1], "", digest))
-    return sorted(out, key=lambda m: (m.line, m.column, m.operator, m.occurrence))
+    everything = with_keys(source, sorted(out, key=lambda m: (m.line, m.column, m.operator, m.occurrence)))
+    return [m for m in everything if lines is None or m.line in lines]     # keys count the whole module
 
 
 def apply(root: Path, mutant: Mutant) -> tuple[str, str]:

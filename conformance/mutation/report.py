@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from .triage import changed_line
+from .triage import changed_line, explains
 
 HEADERS = ["module", "judge", "mutants", "killed", "timeout", "survived", "not covered", "equivalent", "invalid",
            "pending", "kill rate"]
@@ -21,7 +21,7 @@ def module_rows(rows: list[dict], triage: dict) -> list[dict]:
                                        "pending": 0})
         m["mutants"] += 1
         status = r["status"]
-        if status in ("survived", "not_covered") and r["id"] in triage:
+        if status in ("survived", "not_covered") and explains(triage, r):
             m["equivalent"] += 1
         elif status == "killed":
             m["killed"] += 1
@@ -59,5 +59,8 @@ def table(modules: list[dict], fmt: str = "simple") -> str:
 
 
 def survivors(rows: list[dict], triage: dict) -> list[str]:
-    return [f"{r['id']}  {'(no case executes it) ' if r['status'] == 'not_covered' else ''}{changed_line(r['diff'])}"
-            for r in rows if r["status"] in ("survived", "not_covered") and r["id"] not in triage]
+    """One line per unexplained survivor: its triage key (what an entry is keyed by), where it is
+    now, and its change."""
+    return [f"{r['key'] or r['id']}  (line {r['line']}{', no case executes it' if r['status'] == 'not_covered' else ''})"
+            f"  {changed_line(r['diff'])}"
+            for r in rows if r["status"] in ("survived", "not_covered") and not explains(triage, r)]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .operators import Mutant
 
-COLUMNS = ("id", "path", "line", "column", "operator", "occurrence", "module_digest", "judge", "status", "verdict",
+COLUMNS = ("id", "key", "path", "line", "column", "operator", "occurrence", "module_digest", "judge", "status", "verdict",
            "profile", "case_id", "rule", "failure", "diff", "seconds", "log_tail", "judged_at")
 FINISHED = ("killed", "survived", "not_covered", "invalid")
 
@@ -33,6 +33,8 @@ class Store:
                         "status TEXT, verdict TEXT, profile TEXT, case_id TEXT, rule TEXT, failure TEXT, diff TEXT, "
                         "seconds REAL, log_tail TEXT, judged_at REAL)")
         self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        if "key" not in {r[1] for r in self.db.execute("PRAGMA table_info(mutants)")}:
+            self.db.execute("ALTER TABLE mutants ADD COLUMN key TEXT")      # a store from before triage keys
         self.db.commit()
 
     def close(self) -> None:
@@ -48,11 +50,14 @@ class Store:
         self.db.execute("DELETE FROM mutants WHERE path = ? AND module_digest != ?", (path, digest))
         before = self.db.total_changes
         self.db.executemany(
-            "INSERT OR IGNORE INTO mutants (id, path, line, column, operator, occurrence, module_digest, judge, status) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending')",
-            [(m.id, m.path, m.line, m.column, m.operator, m.occurrence, m.module_digest, judge) for m in mutants])
+            "INSERT INTO mutants (id, key, path, line, column, operator, occurrence, module_digest, judge, status) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending') ON CONFLICT(id) DO NOTHING",
+            [(m.id, m.key, m.path, m.line, m.column, m.operator, m.occurrence, m.module_digest, judge)
+             for m in mutants])
+        added = self.db.total_changes - before
+        self.db.executemany("UPDATE mutants SET key = ? WHERE id = ? AND key IS NULL", [(m.key, m.id) for m in mutants])
         self.db.commit()
-        return self.db.total_changes - before
+        return added
 
     def pending(self, ids: list[str]) -> list[str]:
         marks = ",".join("?" * len(ids))

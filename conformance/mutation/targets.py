@@ -25,15 +25,77 @@ from .. import KvconformError
 ROOT = Path(__file__).resolve().parents[2]
 
 EDGE_PROFILES = ("kvconform-1", "edge-llm-0.10")
-PEER_PROFILES = {          # profile -> settings (as tests/conformance/test_peer_profiles.py and docs/peers.md)
-    "llama.cpp-server": {},
-    "vllm-apc": {"block_size": 16, "cache_blocks": 24},
-    "sglang-radix": {"page_size": 4, "pool_tokens": 600},
-    "trtllm-kv-reuse": {"tokens_per_block": 16},
+PEER_TOKENIZER = "spec/tokenizers/phi-3-mini"
+VISION_TOKENIZER = {"from": "spec/tokenizers/phi-3-vision", "files": ("tokenizer.json", "tokenizer_config.json"),
+                    "preprocessor_config.json": {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 14,
+                                                 "merge_size": 2, "temporal_patch_size": 2, "min_pixels": 3136,
+                                                 "max_pixels": 12845056}}
+"""The vision model folder the peer tests serve image cases from: Phi-3-vision's tokenizer (one
+`<|image|>` token) beside a Qwen2-VL preprocessor config (a 16x16 image takes 4 tokens)."""
+
+
+def _deployment(profile: str, engine: str, **settings) -> dict:
+    return {"profile": profile, "engine": engine, "settings": settings}
+
+
+PEER_DEPLOYMENTS = {
+    # name -> the bundled server's profile, engine and settings: the deployments the peer tests judge
+    # (tests/conformance/test_peer_profiles.py, docs/peers.md's examples). A mutant is judged by each
+    # deployment whose run executes its line, in this order, until one is not CONFORMANT. The engine
+    # is the profile's tokenizer loader's, or "vision" where the profile keys images (its image cases
+    # run only on a model folder with an image processor).
+    "llama.cpp-server": _deployment("llama.cpp-server", "tokenizers-raw"),
+    "llama.cpp-server cache_reuse": _deployment("llama.cpp-server", "tokenizers-raw", cache_reuse=8),
+    "llama.cpp-server two slots, shift": _deployment("llama.cpp-server", "tokenizers-raw", slots=2,
+                                                     context_shift=True, n_keep=32, n_ctx=512),
+    "llama.cpp-server cache_reuse, shift": _deployment("llama.cpp-server", "tokenizers-raw", cache_reuse=8,
+                                                       context_shift=True, n_keep=32, n_ctx=512),
+    "vllm-apc": _deployment("vllm-apc", "vision", block_size=16, cache_blocks=24),
+    "vllm-apc eagle": _deployment("vllm-apc", "vision", block_size=16, cache_blocks=24, eagle=True),
+    "vllm-apc sliding window": _deployment("vllm-apc", "transformers-auto", block_size=8, sliding_window=20,
+                                           swa_block_size=16, retention_interval="dense"),
+    "vllm-apc mamba": _deployment("vllm-apc", "transformers-auto", block_size=16, mamba_block_size=16),
+    "sglang-radix": _deployment("sglang-radix", "transformers-auto", page_size=4, pool_tokens=600),
+    "sglang-radix 0.5.16": _deployment("sglang-radix", "transformers-auto", page_size=4, pool_tokens=600,
+                                       version="0.5.16"),
+    "sglang-radix eagle": _deployment("sglang-radix", "transformers-auto", page_size=4, pool_tokens=600, eagle=True),
+    # the releases at which PEER-SGL-8's rules change (0.5.17: only the shortfall evicted; 0.5.20: a
+    # finished prompt split off its answer), each side of each: a release threshold off by one fails one
+    "sglang-radix 0.5.17": _deployment("sglang-radix", "transformers-auto", page_size=4, pool_tokens=600,
+                                       version="0.5.17"),
+    "sglang-radix 0.5.19": _deployment("sglang-radix", "transformers-auto", page_size=4, pool_tokens=600,
+                                       version="0.5.19"),
+    "sglang-radix 0.5.20": _deployment("sglang-radix", "transformers-auto", page_size=4, pool_tokens=600,
+                                       version="0.5.20"),
+    # no page_size given: the server's own default (SGLang's: pages of one token), which it publishes
+    "sglang-radix page 1": _deployment("sglang-radix", "transformers-auto", pool_tokens=600),
+    "trtllm-kv-reuse": _deployment("trtllm-kv-reuse", "vision", tokens_per_block=16),
+    "trtllm-kv-reuse pool, retention, windows": _deployment("trtllm-kv-reuse", "vision", tokens_per_block=16,
+                                                            max_blocks=12, retention_config=True,
+                                                            max_attention_window=[48, 80]),
+    "trtllm-kv-reuse pool": _deployment("trtllm-kv-reuse", "vision", tokens_per_block=16, max_blocks=12),
+    "trtllm-kv-reuse one window": _deployment("trtllm-kv-reuse", "vision", tokens_per_block=32,
+                                              max_attention_window=[80]),
 }
+PEER_PROFILES = sorted({d["profile"] for d in PEER_DEPLOYMENTS.values()})
 PEER_LOADERS = {"llama.cpp-server": "tokenizers-raw", "vllm-apc": "transformers-auto",
                 "sglang-radix": "transformers-auto", "trtllm-kv-reuse": "transformers-auto"}
-PEER_TOKENIZER = "spec/tokenizers/phi-3-mini"
+
+
+def peer_setting_args(settings: dict) -> list[str]:
+    """`--peer-setting k=v` for each setting, as a user types them (true/false, [48, 80])."""
+    out = []
+    for key, value in settings.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        out += ["--peer-setting", f"{key}={text}"]
+    return out
+
+
+def peer_deployments(profiles: list[str] | None) -> list[str]:
+    """The deployments of `profiles` (profile or deployment names; all when none), in judging order."""
+    return [name for name, d in PEER_DEPLOYMENTS.items()
+            if not profiles or name in profiles or d["profile"] in profiles]
+
 
 CONTEXT_CACHE = [f"gpu_backend/{m}.py" for m in (
     "prefix_cache", "cache_store", "cache_pools", "cache_plan", "page_planner", "checkpoint_planner",

@@ -153,6 +153,63 @@ def _radix_paged_decode(count, ids, settings, U):
                     {"pool_tokens": K, "prompt_tokens": [len(ids(x)) for x in (a, b, c)]})
 
 
+DECODE_ANSWER_PAGES = 2
+"""A long answer's length in pages, beyond two tokens: 2P + 2 tokens feed 2P + 1 decode steps back,
+which start three pages when the prompt is page-aligned (one slot each at P = 1)."""
+
+
+def _radix_decode_pages(fits: bool):
+    """PEER-SGL-7 over a long answer: A and B (about 0.3 of the pool each), then C answered with
+    2P + 2 tokens, then A and B again. Every decode step asks for a whole free page and takes one
+    when its token starts a page (P = 1: one slot each). `fits`: C is the longest prompt after
+    which the simulator keeps A (the last step takes the last free slots); else the shortest
+    longer one, after which the last step is short and evicts A, the least recently used leaf.
+    A server that takes or asks a page too many evicts A in the first; one that takes or asks too
+    few keeps it in the second."""
+    case_id = f"eviction/radix-decode-{'fits' if fits else 'short'}"
+
+    def build(count, ids, settings, U):
+        rules = _rules(count, "PEER-SGL-7", "PEER-SGL-5")
+        laid = _radix_pool(case_id, rules, settings)
+        if isinstance(laid, Unsupported):
+            return laid
+        K, P = laid
+        a = _sized(RADIX_HEADS[0], 109, QUESTIONS[0], ids, int(0.3 * K), int(0.3 * K) + 2 * P)
+        b = _sized(RADIX_HEADS[4], 113, QUESTIONS[1], ids, int(0.3 * K), int(0.3 * K) + 2 * P)
+        if a is None or b is None:
+            return _radix_unlaid(case_id, rules, "about 0.3 of the pool")
+        answer = DECODE_ANSWER_PAGES * P + 2
+        before = [(ids(a), [0], {}), (ids(b), [0], {})]
+        held = _after(settings, before)
+        free, whole = held.free_slots(), held.predict(PeerRequest(ids(a)))      # A's count before C
+
+        def make(k):
+            return chat(RADIX_HEADS[3] + " " + filler(k, 127), QUESTIONS[2])
+        start = at_least(make, ids, max(1, free - (DECODE_ANSWER_PAGES + 2) * P))
+        bias, digit = _digit_bias(ids, make(start), "1")
+        kept = {}
+        for k in range(start, start + 4 * P + 12):
+            c = make(k)
+            sim = _after(settings, before + [(ids(c), [digit] * answer, {})])
+            kept.setdefault(len(ids(c)), (c, sim.predict(PeerRequest(ids(a))) == whole))
+        longest_kept = max((n for n, (_, a_kept) in kept.items() if a_kept), default=None)
+        if fits:
+            chosen = kept.get(longest_kept, (None,))[0]
+        else:
+            chosen = next((kept[n][0] for n in sorted(kept) if longest_kept is not None and n > longest_kept
+                           and not kept[n][1]), None)
+        if chosen is None:
+            return _radix_unlaid(case_id, rules, "a prompt at the edge of the pool's last free page")
+        return PeerCase(case_id, "eviction", f"A, B (about 0.3 each of a pool of {K} tokens), then C answered with "
+                        f"{answer} tokens, {'the longest prompt whose decode steps still find a free page' if fits else 'one past the longest prompt whose decode steps find a free page'}, "
+                        f"then A and B again: A {'is kept' if fits else 'is evicted by the last decode step'}", rules,
+                        [Step(a), Step(b), Step(chosen, answer, logit_bias=bias), Step(a, reuse=True),
+                         Step(b, reuse=True)],
+                        {"pool_tokens": K, "answer_tokens": answer,
+                         "prompt_tokens": [len(ids(x)) for x in (a, b, chosen)]})
+    return build
+
+
 def _radix_paged_slack(count, ids, settings, U):
     """PEER-SGL-7: C (whole pages) is exactly as long as the free slots: with the page of slack
     it asks for, it is a page short and evicts the oldest leaf, A. A server asking no slack
@@ -282,6 +339,8 @@ def _empty_keys(count, ids, settings, U):
 
 RADIX_CASES = {"eviction/radix-cascade": _radix_cascade, "eviction/radix-new-leaves": _radix_new_leaves,
                "eviction/radix-paged-decode": _radix_paged_decode,
+               "eviction/radix-decode-fits": _radix_decode_pages(True),
+               "eviction/radix-decode-short": _radix_decode_pages(False),
                "eviction/radix-paged-slack": _radix_paged_slack, "eviction/radix-locked-path": _radix_locked_path,
                "eviction/radix-prompt-split": _radix_prompt_split, "eviction/radix-shortfall": _radix_shortfall,
                "isolation/empty-keys": _empty_keys}

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .layout import (MAX_EVICTION_TOKENS, QUESTIONS, SYSTEM, PeerCase, Step, Unsupported, _rules, at_least, chat,
-                     filler, fit)
+                     filler, fit, long_prompt)
 
 
 def fill_to(make, ids, low: int, high: int, target: int) -> list | None:
@@ -144,6 +144,42 @@ def _trt_window(off: int, name: str):
     return case_id, build
 
 
-TRT_CASES = {"eviction/trt-blocks": _trt_blocks, "eviction/trt-priority": _trt_priority,
+def _ranges(*ranges, **more) -> dict:
+    """A retention config of token ranges (start, end or None, priority[, duration_ms])."""
+    out = [dict(zip(("token_start", "token_end", "priority", "duration_ms"), r)) for r in ranges]
+    return {"token_range_retention_configs": out, **more}
+
+
+RETENTION_CHECKS = (   # (config, refused): each check of KvCacheRetentionConfig's constructor, each side of it
+    (_ranges((0, None, 101)), True), (_ranges((0, None, 100)), False),
+    (_ranges((0, None, -1)), True), (_ranges((0, None, 0)), False),
+    (_ranges((0, 16, 50), (16, None, 50)), False), (_ranges((0, 16, 50), (15, None, 50)), True),
+    (_ranges((16, 16, 50)), True), (_ranges((16, 17, 50)), False),
+    (_ranges((0, None, 50), (16, 32, 50)), True),
+    (_ranges((0, None, 50, -1)), True), (_ranges((0, None, 50, 0)), False),
+    (_ranges((0, None, 50), decode_retention_priority=101), True),
+    (_ranges((0, None, 50), decode_retention_priority=100, decode_duration_ms=-1), True),
+    (_ranges((0, None, 50), decode_retention_priority=100, decode_duration_ms=0), False),
+)
+
+
+def _trt_retention_checks(count, ids, settings, U):
+    """PEER-TRT-8: one prompt sent under retention configs on each side of each check the runtime's
+    `KvCacheRetentionConfig` makes (priorities 0..100, durations >= 0, ranges ordered, non-empty,
+    not overlapping, an open end only last): the refused ones are an HTTP 400 and cache nothing,
+    the others are served and reuse the prompt."""
+    case_id, rules = "isolation/trt-retention-checks", _rules(count, "PEER-TRT-8")
+    if not settings["retention_config"]:
+        return Unsupported(case_id, "isolation", rules, "the server is not known to take kv_cache_retention_config "
+                           "in the request body (trtllm-serve's OpenAI routes forward none): pass --peer-setting "
+                           "retention_config=true to a server that does")
+    prompt = long_prompt(SYSTEM, QUESTIONS[2], 131, ids, U)
+    steps = [Step(prompt, retention=config, reuse=not refused and k > 1)
+             for k, (config, refused) in enumerate(RETENTION_CHECKS)]
+    return PeerCase(case_id, "isolation", "one prompt under retention configs each side of each check "
+                    "KvCacheRetentionConfig makes: the refused are HTTP 400, the others served", rules, steps)
+
+
+TRT_CASES = {"isolation/trt-retention-checks": _trt_retention_checks, "eviction/trt-blocks": _trt_blocks, "eviction/trt-priority": _trt_priority,
              "eviction/trt-duration": _trt_duration, **dict(_trt_window(o, n) for o, n in ((-1, "W-1"), (0, "W"),
                                                                                                (1, "W+1")))}

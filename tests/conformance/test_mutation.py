@@ -25,6 +25,7 @@ MODULE = "gpu_backend/page_planner.py::plan"
 REWIND = str(ROOT / "cases/golden/plan-full-input-rewind-128.json")
 EVICTION = str(ROOT / "cases/golden/cap-two-record-eviction.json")
 DEMAND = "gpu_backend/page_planner.py:26:ReplaceBinaryOperator_Sub_Add:0"
+DEMAND_KEY = "gpu_backend/page_planner.py::PagePlanner.plan ReplaceBinaryOperator_Sub_Add#0: demand = total - len(kept)"
 
 
 def campaign(store: Path, *extra: str) -> int:
@@ -61,12 +62,17 @@ def test_a_small_campaign_records_each_mutant_resumes_and_checks_its_survivors(t
     second = rows(store)
     assert all(second[k]["judged_at"] == r["judged_at"] for k, r in judged.items())     # not judged again
     assert second[DEMAND]["status"] == "survived" and second[DEMAND]["case_id"] is None
-    assert DEMAND in out and "MUTATION CHECK FAILED: 1 survivor(s) without a triage entry" in out
+    assert DEMAND_KEY in out and "MUTATION CHECK FAILED: 1 survivor(s) without a triage entry" in out
     assert "66.7%" in out                                        # 2 killed of 3 that could be
+    assert second[DEMAND]["key"] == DEMAND_KEY
 
-    # 3. a triage that calls it equivalent passes the check (nothing is judged again)
+    # 3. a triage keyed by line number explains nothing (any edit above the line moves it) ...
     triage = tmp_path / "triage.json"
     triage.write_text(json.dumps({DEMAND: {"equivalent": "stand-in argument for this test"}}))
+    assert campaign(store, "--check", "--triage", str(triage)) == 1
+    assert "keyed by line number and explain nothing" in capsys.readouterr().err
+    # ... one keyed by the stable key passes the check (nothing is judged again)
+    triage.write_text(json.dumps({DEMAND_KEY: {"equivalent": "stand-in argument for this test"}}))
     assert campaign(store, "--check", "--triage", str(triage)) == 0
     assert "MUTATION CHECK PASSED" in capsys.readouterr().out
     assert rows(store)[DEMAND]["judged_at"] == second[DEMAND]["judged_at"]

@@ -57,7 +57,7 @@ def test_bundled_server_conforms_to_each_peer_profile(profile, settings, engines
     assert {k for k, v in verdicts.items() if v != "PASS"} == unjudged, verdicts
     for case in (c for c in report["cases"] if c["id"] in unjudged):     # each says which setting it lacks
         lacking = ("max_blocks" if "max_blocks" not in settings else "retention_config") if case["id"] in \
-            TRT_EVICTION else "max_attention_window"
+            TRT_EVICTION else "retention_config" if case["id"] in TRT_RETENTION else "max_attention_window"
         assert case["verdict"] == "NOT_SUPPORTED" and f"--peer-setting {lacking}=" in case["reason"], case
     published = {k: v for k, v in report["peer"]["settings"].items()
                  if report["peer"]["settings_origin"][k] not in ("given", "default")}
@@ -142,6 +142,7 @@ def check_sglang_hybrid(settings, hybrid_cases, engines, tmp_path, *select):
 
 
 TRT_EVICTION = {"eviction/trt-blocks", "eviction/trt-priority", "eviction/trt-duration"}
+TRT_RETENTION = {"isolation/trt-retention-checks"}
 TRT_WINDOW = {f"boundaries/trt-window-{w}" for w in ("W-1", "W", "W+1")}
 TRT_IMAGES = {f"images/{c}" for c in ("same-image", "another-image", "another-position", "across-boundary")}
 
@@ -149,8 +150,9 @@ TRT_IMAGES = {f"images/{c}" for c in ("same-image", "another-image", "another-po
 def trt_unjudged(settings: dict) -> set:
     """The TensorRT-LLM cases a run under `settings` cannot judge (trtllm-serve publishes no
     setting): eviction needs max_blocks, and the retention cases retention_config too; the window
-    cases need max_attention_window."""
+    cases need max_attention_window; the retention checks need retention_config."""
     out = set() if "max_attention_window" in settings else set(TRT_WINDOW)
+    out |= set() if settings.get("retention_config") else TRT_RETENTION
     if "max_blocks" not in settings:
         return out | TRT_EVICTION
     return out | (set() if settings.get("retention_config") else {"eviction/trt-priority", "eviction/trt-duration"})
