@@ -20,8 +20,18 @@ from conformance.mutation import triage  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
+    if argv and argv[0].startswith("-") or len(argv) > 1:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 0 if argv[0] in ("-h", "--help") else 2
     path = Path(argv[0]) if argv else triage.DEFAULT
-    doc = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        print(f"{path}: not a readable triage file: {e}", file=sys.stderr)
+        return 2
+    if not isinstance(doc, dict):
+        print(f"{path}: $: expected a JSON object of triage entries", file=sys.stderr)
+        return 2
     about = {k: v for k, v in doc.items() if k.startswith("_")}
     entries = {k: v for k, v in doc.items() if not k.startswith("_")}
     rekeyed, lost = triage.migrate(entries, ROOT)
