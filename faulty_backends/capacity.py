@@ -43,24 +43,11 @@ class EvictsMRU(CacheStore):
     (edge-llm-0.10-semantics.md section 6).
     """
 
-    def _plan_eviction(self, need, protect=None):
-        short = [max(0, k - pool.num_free) for k, pool in zip(need, self.pools)]
-        if not any(short):
-            return []
-        gained, drops = [0] * len(self.pools), tuple({} for _ in self.pools)
+    def _eviction_order(self, protect):
         order = [r for r in reversed(self.records.values()) if r is not protect]    # DEFECT: MRU first
         if protect is not None and protect.key in self.records:
             order.append(protect)
-        for n_victims, rec in enumerate(order, 1):
-            for p, ids in rec.holdings():
-                pool, d = self.pools[p], drops[p]
-                for i in ids:
-                    d[i] = d.get(i, 0) + 1
-                    if pool.cache[i] == d[i] and pool.active[i] == 0:
-                        gained[p] += 1
-            if all(g >= s for g, s in zip(gained, short)):
-                return order[:n_victims]
-        return None
+        return order
 
 
 @variant("record-limit-off-by-one", "capacity")

@@ -63,9 +63,7 @@ class CacheStore:
             return []
         gained = [0] * len(self.pools)
         drops = tuple({} for _ in self.pools)
-        order = [r for r in self.records.values() if r is not protect]
-        if protect is not None and protect.key in self.records:
-            order.append(protect)                          # a hybrid or EAGLE hit is walked last (CR-HYB-6)
+        order = self._eviction_order(protect)
         for n_victims, rec in enumerate(order, 1):
             for p, ids in rec.holdings():
                 pool, d = self.pools[p], drops[p]
@@ -76,6 +74,14 @@ class CacheStore:
             if all(g >= s for g, s in zip(gained, short)):
                 return order[:n_victims]
         return None
+
+    def _eviction_order(self, protect: Record | None) -> list:
+        """The records in the order eviction walks them: least recently used first (CR-CAP-4),
+        a hybrid or EAGLE hit being served last (CR-HYB-6)."""
+        order = [r for r in self.records.values() if r is not protect]
+        if protect is not None and protect.key in self.records:
+            order.append(protect)
+        return order
 
     def _evict(self, rec: Record) -> None:
         del self.records[rec.key]
